@@ -1,0 +1,14 @@
+"""The emulated NIC: a pyverbs-compatible RDMA device, `soft0`, in pure Python and numpy.
+
+Its modules carry pyverbs' names (device, pd, mr, cq, qp, wr, addr, enums, libibverbs_enums,
+pyverbs_error), so an unmodified pyverbs program runs on it with
+`python -m rdmalab.verbs.run program.py`.
+
+What it models faithfully, and what it does not, is in docs/emulated-nic.md. In one paragraph:
+registered memory and queue pairs live in shared memory; a peer process maps them and carries out
+your RDMA WRITE into your memory while your process runs no code. The initiator's CPU does the work
+a NIC's DMA engine would do; there is no wire, no packet loss, and timing is that of host memory.
+Checks, completion statuses, errno values and QP states follow real Soft-RoCE (rxe), which the
+conformance suite (tests/conformance) checks on both.
+"""
+__version__ = "rdmalab-soft"

@@ -1,0 +1,90 @@
+"""Memory regions: a buffer the NIC may touch, named by its keys.
+
+MR(pd, length, access) allocates a page-aligned buffer in a shared-memory segment `rdmalab-mr-<lkey>`
+and registers it. What real rxe does, this does:
+- lkey == rkey when any remote access is granted; rkey is 0 otherwise;
+- REMOTE_WRITE or REMOTE_ATOMIC without LOCAL_WRITE is refused (EINVAL), as is length 0;
+- the header holds what a NIC's memory translation table holds for the key: valid, access, length,
+  the owner's address of the buffer and the PD. A peer NIC checks them on every access.
+"""
+import random
+
+from . import shm
+from .base import Resource
+from .enums import (IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_REMOTE_READ,
+                               IBV_ACCESS_REMOTE_WRITE)
+from .pd import PD
+from .pyverbs_error import PyverbsRDMAError, PyverbsUserError
+
+W_VALID, W_ACCESS, W_LENGTH, W_ADDR, W_PD = 2, 3, 4, 5, 6  # header words after magic and owner pid
+REMOTE_ACCESS = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC
+EINVAL = 22
+
+REGISTERED = {}  # lkey -> MR, for this process: the local half of the key table
+
+
+def segment_name(key):
+    return f"mr-{key:08x}"
+
+
+class MR(Resource):
+    def __init__(self, creator, length=0, access=0, address=None, implicit=False, **kwargs):
+        super().__init__()
+        if not isinstance(creator, PD):
+            raise PyverbsUserError(f"Expected PD, got {type(creator)}")
+        creator._check_open()
+        if address is not None or implicit:
+            raise PyverbsUserError(
+                "The emulated NIC registers only memory it allocates: use MR(pd, length, access) and "
+                "view the buffer with rdmalab.verbs.as_array(mr)")
+        needs_local_write = access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)
+        if length <= 0 or (needs_local_write and not access & IBV_ACCESS_LOCAL_WRITE):
+            raise PyverbsRDMAError(
+                f"Failed to register a MR. length: {length}, access flags: {access}", EINVAL)
+        self.pd, self.length, self.access = creator, int(length), int(access)
+        self._segment, self.lkey = _new_segment(self.length)
+        self.rkey = self.lkey if access & REMOTE_ACCESS else 0
+        self.buf = self._segment.address
+        self.data = self._segment.data  # numpy uint8 view of the buffer
+        words = self._segment.words
+        words[W_ACCESS], words[W_LENGTH], words[W_ADDR], words[W_PD] = access, self.length, self.buf, creator.handle
+        words[W_VALID] = 1
+        REGISTERED[self.lkey] = self
+        self._depend_on(creator)
+
+    def write(self, data, length, offset=0):
+        """Copy `length` bytes of `data` into the buffer at `offset`."""
+        self._check_open()
+        if isinstance(data, str):
+            data = data.encode()
+        self._check_range(length, offset)
+        self.data[offset:offset + length] = memoryview(data).cast("B")[:length]
+
+    def read(self, length, offset):
+        """Return `length` bytes from the buffer at `offset`."""
+        self._check_open()
+        self._check_range(length, offset)
+        return self.data[offset:offset + length].tobytes()
+
+    def _check_range(self, length, offset):
+        # Real pyverbs does not check and silently corrupts memory; a learner deserves an error.
+        if offset < 0:
+            raise PyverbsUserError(f"Invalid offset {offset}")
+        if length < 0 or offset + length > self.length:
+            raise PyverbsUserError(
+                f"{length} bytes at offset {offset} do not fit in this MR of {self.length} bytes")
+
+    def _release(self):
+        REGISTERED.pop(self.lkey, None)
+        self._segment.words[W_VALID] = 0  # peers holding a mapping see the key die at once
+        self.data = None
+        self._segment.close()
+
+
+def _new_segment(length):
+    while True:
+        key = random.getrandbits(32) or 1
+        try:
+            return shm.Segment.create(segment_name(key), length), key
+        except FileExistsError:
+            continue

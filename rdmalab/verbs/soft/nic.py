@@ -1,0 +1,464 @@
+"""The NIC's work: what a hardware NIC (or the rxe driver) does once a work request is posted.
+
+A real RC transfer has two halves. The requester NIC reads the local buffers (lkey), sends packets,
+and completes the work request when the answer comes back. The responder NIC checks each request
+against its QP (state, PSN, access flags), its receive queue and the remote key, then writes into
+host memory, and never wakes the responder's CPU unless a receive completes.
+
+Here both halves run in the initiating process, straight after post_send(): the peer's QP header,
+receive queue and registered memory are shared-memory segments this process maps. That is the one
+liberty the emulation takes: the initiator's CPU does what a NIC's DMA engine would do. The target
+process runs no code at all, which is the property the lab measures.
+
+Checks run in the order rxe runs them, and give the statuses rxe gives (see docs/emulated-nic.md):
+- requester, before sending: opcode, local SGEs (unknown lkey -> LOC_QP_OP_ERR, out of bounds ->
+  LOC_PROT_ERR);
+- no answer (no such QP, peer not in RTR/RTS, PSN mismatch, a GID that does not route): retransmit
+  every ACK timeout, then RETRY_EXC_ERR;
+- responder: operation allowed by its qp_access_flags (else REM_INV_REQ_ERR), a posted receive for
+  SEND and WRITE_WITH_IMM (else RNR NAK: retry after min_rnr_timer, rnr_retry times, 7 = forever,
+  then RNR_RETRY_EXC_ERR), the rkey: valid, same PD, access, bounds (else REM_ACCESS_ERR), a
+  receive big enough (else REM_OP_ERR, and LOC_QP_OP_ERR on the receive);
+- a responder error puts both QPs in ERR; a requester-only error puts the requester in ERR.
+Failed requests change no target memory: every check runs before the first byte moves.
+"""
+import copy
+import ctypes
+import fcntl
+import threading
+import time
+from collections import deque
+
+import numpy as np
+
+from . import shm
+from .device import GIDS, ROUTABLE_GID_INDEX
+from .enums import (
+    IBV_ACCESS_LOCAL_WRITE as LOCAL_WRITE, IBV_ACCESS_REMOTE_ATOMIC as REMOTE_ATOMIC,
+    IBV_ACCESS_REMOTE_READ as REMOTE_READ, IBV_ACCESS_REMOTE_WRITE as REMOTE_WRITE,
+    IBV_QPS_ERR, IBV_QPS_RTR, IBV_QPS_RTS, IBV_SEND_INLINE, IBV_SEND_SIGNALED,
+    IBV_WC_COMP_SWAP, IBV_WC_FETCH_ADD, IBV_WC_GRH, IBV_WC_LOC_PROT_ERR, IBV_WC_LOC_QP_OP_ERR,
+    IBV_WC_RDMA_READ, IBV_WC_RDMA_WRITE, IBV_WC_RECV, IBV_WC_RECV_RDMA_WITH_IMM, IBV_WC_REM_ACCESS_ERR,
+    IBV_WC_REM_INV_REQ_ERR, IBV_WC_REM_OP_ERR, IBV_WC_RETRY_EXC_ERR, IBV_WC_RNR_RETRY_EXC_ERR,
+    IBV_WC_SEND, IBV_WC_SUCCESS, IBV_WC_WITH_IMM, IBV_WC_WR_FLUSH_ERR,
+    IBV_WR_ATOMIC_CMP_AND_SWP as CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD as FETCH_AND_ADD,
+    IBV_WR_RDMA_READ as READ, IBV_WR_RDMA_WRITE as WRITE, IBV_WR_RDMA_WRITE_WITH_IMM as WRITE_WITH_IMM,
+    IBV_WR_SEND as SEND, IBV_WR_SEND_WITH_IMM as SEND_WITH_IMM)
+from .mr import REGISTERED, W_ACCESS, W_ADDR, W_LENGTH, W_PD, W_VALID, segment_name
+
+# Words of a QP segment's header (after magic and owner pid): the part of a QP a peer NIC may see.
+Q_STATE, Q_ACCESS, Q_PD, Q_EXPECTED_PSN, Q_MIN_RNR_TIMER, Q_RQ_SIZE, Q_RQ_MAX_SGE, \
+    Q_RQ_POSTED, Q_RQ_CONSUMED, Q_RQ_POLLED, Q_ALIVE = range(2, 13)
+# Words of one receive-queue slot: the posted WR, then (once consumed) its completion.
+R_WR_ID, R_NUM_SGE, R_STATUS, R_OPCODE, R_BYTE_LEN, R_IMM, R_FLAGS = range(7)
+R_SGES = 8  # then (addr, length, lkey) per SGE
+
+PSN_MOD = 1 << 24
+WC_OPCODE = {WRITE: IBV_WC_RDMA_WRITE, WRITE_WITH_IMM: IBV_WC_RDMA_WRITE, SEND: IBV_WC_SEND,
+             SEND_WITH_IMM: IBV_WC_SEND, READ: IBV_WC_RDMA_READ, CMP_AND_SWP: IBV_WC_COMP_SWAP,
+             FETCH_AND_ADD: IBV_WC_FETCH_ADD}
+NEEDS_ACCESS = {WRITE: REMOTE_WRITE, WRITE_WITH_IMM: REMOTE_WRITE, READ: REMOTE_READ,
+                CMP_AND_SWP: REMOTE_ATOMIC, FETCH_AND_ADD: REMOTE_ATOMIC, SEND: 0, SEND_WITH_IMM: 0}
+ATOMICS = (CMP_AND_SWP, FETCH_AND_ADD)
+CONSUMES_RECEIVE = (SEND, SEND_WITH_IMM, WRITE_WITH_IMM)
+# min_rnr_timer encodings (IB spec table 45), in milliseconds
+RNR_TIMER_MS = [655.36, 0.01, 0.02, 0.03, 0.04, 0.06, 0.08, 0.12, 0.16, 0.24, 0.32, 0.48, 0.64, 0.96,
+                1.28, 1.92, 2.56, 3.84, 5.12, 7.68, 10.24, 15.36, 20.48, 30.72, 40.96, 61.44, 81.92,
+                122.88, 163.84, 245.76, 327.68, 491.52]
+
+LOCAL_QPS = {}  # qp_num -> QP of this process
+_attached_mrs = {}  # key -> Segment of another process's MR
+_attached_qps = {}  # qp_num -> Segment of another process's QP
+_lock = threading.Lock()  # with fcntl record locks: atomics and receive queues, across threads and processes
+
+
+# ---------------------------------------------------------------- finding peers' memory and QPs
+
+def mr_segment(key):
+    """The segment behind a key, wherever its MR lives; None if no valid MR has that key."""
+    mr = REGISTERED.get(key)
+    if mr is not None:
+        return mr._segment
+    seg = _attached_mrs.get(key)
+    if seg is not None:
+        if seg.words[W_VALID]:
+            return seg
+        del _attached_mrs[key]
+        seg.close()
+    seg = shm.Segment.attach(segment_name(key)) if key else None
+    if seg is None or not seg.words[W_VALID]:
+        return None
+    _attached_mrs[key] = seg
+    return seg
+
+
+def qp_words(qp_num):
+    """The shared header of a QP by number, or None when no QP answers to it."""
+    qp = LOCAL_QPS.get(qp_num)
+    if qp is not None:
+        return qp._words, qp._segment
+    seg = _attached_qps.get(qp_num)
+    if seg is not None and not seg.words[Q_ALIVE]:
+        del _attached_qps[qp_num]
+        seg.close()
+        seg = None
+    if seg is None:
+        seg = shm.Segment.attach(f"qp-{qp_num:06x}")
+        if seg is None or not seg.words[Q_ALIVE]:
+            return None
+        _attached_qps[qp_num] = seg
+    return seg.words, seg
+
+
+def _region(seg, addr, length, pd, need):
+    """Offset of [addr, addr+length) inside the MR of `seg`, or None if PD, access or bounds forbid it."""
+    if seg is None:
+        return None
+    w = seg.words
+    offset = addr - int(w[W_ADDR])
+    if w[W_PD] != pd or not w[W_ACCESS] & need or offset < 0 or offset + length > w[W_LENGTH]:
+        return None
+    return offset
+
+
+class _LockedWord:
+    """Hold a word (or a receive queue) against other threads and processes: fcntl locks die with their holder."""
+
+    def __init__(self, seg, offset):
+        self.fd, self.offset = seg.fd, shm.HEADER_BYTES + offset
+
+    def __enter__(self):
+        _lock.acquire()
+        fcntl.lockf(self.fd, fcntl.LOCK_EX, 8, self.offset)
+
+    def __exit__(self, *exc):
+        fcntl.lockf(self.fd, fcntl.LOCK_UN, 8, self.offset)
+        _lock.release()
+
+
+# ---------------------------------------------------------------- the requester
+
+class Pending:
+    """A send WQE that is waiting: for an RNR timer, or for an ACK that did not come."""
+
+    def __init__(self, wqe):
+        self.wqe, self.deadline, self.rnr_left, self.retries_left = wqe, 0.0, None, None
+
+
+def snapshot(wr):
+    """Copy a posted WR, as the hardware copies it into its queue (inline data is read now)."""
+    wqe = copy.copy(wr)
+    wqe.next_wr = None
+    if wr.send_flags & IBV_SEND_INLINE:
+        wqe.inline_data = gather_inline(wr)
+    return wqe
+
+
+def gather_inline(wr):
+    return b"".join(ctypes.string_at(addr, length) for addr, length, _ in wr.sges)
+
+
+def post(qp, wr):
+    """Ring the doorbell for one validated WR: run it now if the send queue is idle, else queue it."""
+    if qp._sq or qp._words[Q_STATE] == IBV_QPS_ERR:
+        qp._sq.append(Pending(snapshot(wr)))
+        progress(qp)
+        return
+    outcome = execute(qp, wr, None)
+    if outcome is not None:  # must wait: keep a copy at the head of the queue
+        pending = Pending(snapshot(wr))
+        pending.deadline, pending.rnr_left, pending.retries_left = outcome
+        qp._sq.append(pending)
+        qp._send_cq._waiting.add(qp)
+
+
+def progress(qp):
+    """Work through the send queue: flush it in ERR, retry what waited long enough."""
+    sq = qp._sq
+    while sq:
+        head = sq[0]
+        if qp._words[Q_STATE] == IBV_QPS_ERR:
+            sq.popleft()
+            complete(qp, head.wqe, IBV_WC_WR_FLUSH_ERR)
+            continue
+        if head.deadline and time.monotonic() < head.deadline:
+            return
+        outcome = execute(qp, head.wqe, head)
+        if outcome is not None:
+            head.deadline, head.rnr_left, head.retries_left = outcome
+            return
+        sq.popleft()
+    qp._send_cq._waiting.discard(qp)
+
+
+def complete(qp, wqe, status, byte_len=0):
+    """Post the requester's completion: always on error, on success only if signaled."""
+    if status == IBV_WC_SUCCESS:
+        if not (wqe.send_flags & IBV_SEND_SIGNALED or qp._sq_sig_all):
+            return
+        opcode = WC_OPCODE[wqe.opcode]
+        flags = IBV_WC_WITH_IMM if wqe.opcode in (WRITE_WITH_IMM, SEND_WITH_IMM) else 0
+    else:
+        opcode = flags = 0
+        byte_len = 0
+    qp._send_cq._completions.append((wqe.wr_id, status, opcode, byte_len, qp.qp_num, 0, flags))
+
+
+def fail(qp, wqe, status, peer_words=None):
+    """An error completion: the requester (and for responder errors the responder) goes to ERR."""
+    qp._words[Q_STATE] = IBV_QPS_ERR
+    if peer_words is not None:
+        peer_words[Q_STATE] = IBV_QPS_ERR
+    complete(qp, wqe, status)
+
+
+def _gather(qp, wqe):
+    """Local data of a WRITE or SEND as a numpy array (a view when one SGE), or an error status."""
+    if wqe.send_flags & IBV_SEND_INLINE:
+        data = getattr(wqe, "inline_data", None)
+        return np.frombuffer(data if data is not None else gather_inline(wqe), dtype=np.uint8)
+    pieces = []
+    for addr, length, lkey in wqe.sges:
+        mr = REGISTERED.get(lkey)
+        if mr is None or mr.pd is not qp.pd:
+            return IBV_WC_LOC_QP_OP_ERR
+        offset = addr - mr.buf
+        if offset < 0 or offset + length > mr.length:
+            return IBV_WC_LOC_PROT_ERR
+        pieces.append(mr.data[offset:offset + length])
+    return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
+
+
+def _scatter_local(qp, wqe, data):
+    """Write a READ response or an atomic's old value into the local SGEs; False if they forbid it."""
+    targets = []
+    for addr, length, lkey in wqe.sges:
+        mr = REGISTERED.get(lkey)
+        offset = addr - mr.buf if mr is not None else -1
+        if mr is None or mr.pd is not qp.pd or not mr.access & LOCAL_WRITE or offset < 0 \
+                or offset + length > mr.length:
+            return False
+        targets.append((mr.data, offset, length))
+    _scatter(targets, data)
+    return True
+
+
+def _scatter(targets, data):
+    done = 0
+    for buf, offset, length in targets:
+        n = min(length, len(data) - done)
+        if n <= 0:
+            break
+        buf[offset:offset + n] = data[done:done + n]
+        done += n
+
+
+def _path_answers(qp):
+    """Would a packet from this QP reach a responder? Returns the peer's header, or None (silence)."""
+    if qp._sgid_index != ROUTABLE_GID_INDEX or qp._dgid != GIDS[ROUTABLE_GID_INDEX]:
+        return None  # rxe: a link-local or wrong GID never reaches the peer; the requester times out
+    found = qp_words(qp._dest_qp_num)
+    if found is None:
+        return None
+    words, seg = found
+    state = words[Q_STATE]
+    if (state != IBV_QPS_RTR and state != IBV_QPS_RTS) or words[Q_EXPECTED_PSN] != qp._sq_psn:
+        return None  # a QP not ready to receive, or a PSN it does not expect, drops the packet
+    return words, seg
+
+
+def execute(qp, wqe, pending):
+    """Carry out one WQE end to end. Returns None when it completed, else (deadline, rnr_left, retries_left)."""
+    opcode = wqe.opcode
+    if opcode not in WC_OPCODE:
+        fail(qp, wqe, IBV_WC_LOC_QP_OP_ERR)
+        return None
+    length = 0
+    for sge in wqe.sges:
+        length += sge[1]
+    payload = None
+    if opcode in (WRITE, WRITE_WITH_IMM, SEND, SEND_WITH_IMM):
+        payload = _gather(qp, wqe)
+        if isinstance(payload, int):
+            fail(qp, wqe, payload)
+            return None
+        length = len(payload)
+
+    peer = _path_answers(qp)
+    if peer is None:
+        return _wait_for_ack(qp, wqe, pending)
+    peer_words, peer_seg = peer
+
+    # responder checks, in rxe's order
+    need = NEEDS_ACCESS[opcode]
+    if need and not peer_words[Q_ACCESS] & need:
+        fail(qp, wqe, IBV_WC_REM_INV_REQ_ERR, peer_words)
+        return None
+    if opcode in CONSUMES_RECEIVE:
+        with _LockedWord(peer_seg, 0):
+            outcome = _respond_with_receive(qp, wqe, pending, peer_words, peer_seg, payload, length)
+    else:
+        outcome = _respond_rdma(qp, wqe, peer_words, payload, length)
+    return outcome
+
+
+def _respond_rdma(qp, wqe, peer_words, payload, length):
+    """RDMA WRITE, READ or an atomic into the peer's memory."""
+    opcode = wqe.opcode
+    if opcode in ATOMICS:
+        length = 8
+    seg = mr_segment(wqe.rkey)
+    offset = _region(seg, wqe.remote_addr, length, peer_words[Q_PD], NEEDS_ACCESS[opcode])
+    if offset is None:
+        fail(qp, wqe, IBV_WC_REM_ACCESS_ERR, peer_words)
+        return None
+    target = seg.data
+    if opcode == WRITE:
+        target[offset:offset + length] = payload
+    elif opcode == READ:
+        if not _scatter_local(qp, wqe, target[offset:offset + length]):
+            _advance_psn(qp, peer_words, length)
+            fail(qp, wqe, IBV_WC_LOC_PROT_ERR)
+            return None
+    else:
+        old = _atomic(seg, offset, opcode, wqe.compare_add, wqe.swap)
+        if not _scatter_local(qp, wqe, np.frombuffer(old.to_bytes(8, "little"), dtype=np.uint8)):
+            _advance_psn(qp, peer_words, length)
+            fail(qp, wqe, IBV_WC_LOC_PROT_ERR)
+            return None
+    _advance_psn(qp, peer_words, length)
+    complete(qp, wqe, IBV_WC_SUCCESS, sum(sge[1] for sge in wqe.sges) if opcode != WRITE else length)
+    return None
+
+
+def _atomic(seg, offset, opcode, compare_add, swap):
+    """Atomic on an 8-byte word in shared memory: held against every other thread and process."""
+    word = seg.data[offset:offset + 8].view(np.uint64)
+    with _LockedWord(seg, offset):
+        old = int(word[0])
+        if opcode == FETCH_AND_ADD:
+            word[0] = (old + compare_add) % (1 << 64)
+        elif old == compare_add:
+            word[0] = swap
+    return old
+
+
+def _respond_with_receive(qp, wqe, pending, peer_words, peer_seg, payload, length):
+    """SEND, SEND_WITH_IMM and WRITE_WITH_IMM: each consumes the peer's next posted receive."""
+    consumed = int(peer_words[Q_RQ_CONSUMED])
+    if consumed == peer_words[Q_RQ_POSTED]:
+        return _wait_for_receive(qp, wqe, pending)
+    size = int(peer_words[Q_RQ_SIZE])
+    slots = receive_slots(peer_seg, size, int(peer_words[Q_RQ_MAX_SGE]))
+    slot = slots[consumed % size]
+    peer_pd = peer_words[Q_PD]
+    opcode = wqe.opcode
+    if opcode == WRITE_WITH_IMM:
+        seg = mr_segment(wqe.rkey)
+        offset = _region(seg, wqe.remote_addr, length, peer_pd, REMOTE_WRITE)
+        if offset is None:
+            fail(qp, wqe, IBV_WC_REM_ACCESS_ERR, peer_words)
+            return None
+        seg.data[offset:offset + length] = payload
+        wc_opcode = IBV_WC_RECV_RDMA_WITH_IMM
+    else:
+        targets = _receive_targets(slot, peer_pd, length)
+        if targets is None:  # the receive is too small or names memory it may not use
+            _complete_receive(peer_words, slot, consumed, IBV_WC_LOC_QP_OP_ERR, 0, 0, 0, 0)
+            fail(qp, wqe, IBV_WC_REM_OP_ERR, peer_words)
+            return None
+        _scatter(targets, payload)
+        wc_opcode = IBV_WC_RECV
+    with_imm = opcode != SEND
+    _complete_receive(peer_words, slot, consumed, IBV_WC_SUCCESS, wc_opcode, length,
+                      wqe.imm_data if with_imm else 0, IBV_WC_GRH | (IBV_WC_WITH_IMM if with_imm else 0))
+    _advance_psn(qp, peer_words, length)
+    complete(qp, wqe, IBV_WC_SUCCESS, length)
+    return None
+
+
+def receive_slots(seg, size, max_sge):
+    return seg.data[:size * (R_SGES + 3 * max_sge) * 8].view(np.uint64).reshape(size, R_SGES + 3 * max_sge)
+
+
+def _receive_targets(slot, pd, length):
+    targets, room = [], 0
+    for i in range(int(slot[R_NUM_SGE])):
+        addr, sge_length, lkey = (int(v) for v in slot[R_SGES + 3 * i:R_SGES + 3 * i + 3])
+        seg = mr_segment(lkey)
+        offset = _region(seg, addr, sge_length, pd, LOCAL_WRITE)
+        if offset is None:
+            return None
+        targets.append((seg.data, offset, sge_length))
+        room += sge_length
+    return targets if room >= length else None
+
+
+def _complete_receive(words, slot, consumed, status, opcode, byte_len, imm, flags):
+    slot[R_STATUS], slot[R_OPCODE], slot[R_BYTE_LEN], slot[R_IMM], slot[R_FLAGS] = \
+        status, opcode, byte_len, imm, flags
+    words[Q_RQ_CONSUMED] = consumed + 1  # publish last: the owner's poll reads up to here
+
+
+def _advance_psn(qp, peer_words, length):
+    packets = max(1, -(-length // qp._mtu_bytes))
+    qp._sq_psn = (qp._sq_psn + packets) % PSN_MOD
+    peer_words[Q_EXPECTED_PSN] = (int(peer_words[Q_EXPECTED_PSN]) + packets) % PSN_MOD
+
+
+def _wait_for_receive(qp, wqe, pending):
+    """RNR NAK: the peer has no receive posted. Retry after its min_rnr_timer, rnr_retry times (7: forever)."""
+    first = pending is None or pending.rnr_left is None
+    rnr_left = qp._rnr_retry if first else pending.rnr_left
+    if rnr_left == 0:
+        fail(qp, wqe, IBV_WC_RNR_RETRY_EXC_ERR)
+        return None
+    found = qp_words(qp._dest_qp_num)
+    timer_ms = RNR_TIMER_MS[int(found[0][Q_MIN_RNR_TIMER]) % 32] if found else 0.01
+    retries_left = None if pending is None else pending.retries_left
+    return time.monotonic() + timer_ms / 1000.0, (rnr_left if rnr_left == 7 else rnr_left - 1), retries_left
+
+
+def _wait_for_ack(qp, wqe, pending):
+    """No answer: retransmit after the ACK timeout (4.096 us * 2**timeout; 0 = never), retry_cnt times."""
+    first = pending is None or pending.retries_left is None
+    if not first and pending.retries_left == 0:
+        fail(qp, wqe, IBV_WC_RETRY_EXC_ERR)
+        return None
+    retries_left = qp._retry_cnt if first else pending.retries_left - 1
+    wait = float("inf") if qp._timeout == 0 else 4.096e-6 * (1 << qp._timeout)
+    rnr_left = None if pending is None else pending.rnr_left
+    return time.monotonic() + wait, rnr_left, retries_left
+
+
+# ---------------------------------------------------------------- the receive side, seen by its owner
+
+def flush_receives(qp):
+    """The QP entered ERR: every receive posted until now completes with WR_FLUSH_ERR (once)."""
+    words = qp._words
+    with _LockedWord(qp._segment, 0):
+        consumed, posted = int(words[Q_RQ_CONSUMED]), int(words[Q_RQ_POSTED])
+        for n in range(consumed, posted):
+            slot = qp._slots[n % qp._rq_size]
+            slot[R_STATUS], slot[R_OPCODE], slot[R_BYTE_LEN], slot[R_IMM], slot[R_FLAGS] = \
+                IBV_WC_WR_FLUSH_ERR, 0, 0, 0, 0
+        words[Q_RQ_CONSUMED] = posted
+    qp._receives_flushed = True
+
+
+def harvest_receives(qp, out, limit, make_wc):
+    """Move this QP's completed receives into `out` (up to `limit` entries in all)."""
+    words = qp._words
+    if words[Q_STATE] == IBV_QPS_ERR and not qp._receives_flushed:
+        flush_receives(qp)
+    polled, consumed = int(words[Q_RQ_POLLED]), int(words[Q_RQ_CONSUMED])
+    while polled < consumed and len(out) < limit:
+        s = qp._slots[polled % qp._rq_size]
+        out.append(make_wc(int(s[R_WR_ID]), int(s[R_STATUS]), int(s[R_OPCODE]), int(s[R_BYTE_LEN]),
+                           qp.qp_num, int(s[R_IMM]), int(s[R_FLAGS])))
+        polled += 1
+    words[Q_RQ_POLLED] = polled
+
+
+def new_send_queue():
+    return deque()

@@ -1,0 +1,332 @@
+"""Queue pairs: the RC state machine, posting, and the attributes pyverbs exposes.
+
+A QP has two views of its state, as on a real device:
+- `qp.qp_state` is libibverbs' cached copy, updated only by modify() and query();
+- the device's own state (shared memory word Q_STATE), which an error moves to ERR at once.
+So after a failed RDMA WRITE, `qp.qp_state` still says RTS until `qp.query()` reports ERR. rxe
+behaves exactly so.
+
+modify() follows the kernel's table (ib_modify_qp_is_ok): for each transition, the attributes that
+must be in the mask and those that may; anything else, or an illegal jump, raises PyverbsRDMAError
+with errno 22 and changes nothing.
+"""
+import random
+
+from . import nic, shm
+from .addr import AHAttr, GID, GlobalRoute
+from .base import Resource
+from .cq import CQ
+from .device import DEVICE_ATTR, GIDS, GID_TABLE_LEN, PORT_ATTR
+from .enums import (
+    IBV_QP_ACCESS_FLAGS as ACCESS_FLAGS, IBV_QP_ALT_PATH as ALT_PATH, IBV_QP_AV as AV,
+    IBV_QP_CUR_STATE as CUR_STATE, IBV_QP_DEST_QPN as DEST_QPN,
+    IBV_QP_MAX_DEST_RD_ATOMIC as MAX_DEST_RD_ATOMIC, IBV_QP_MAX_QP_RD_ATOMIC as MAX_QP_RD_ATOMIC,
+    IBV_QP_MIN_RNR_TIMER as MIN_RNR_TIMER, IBV_QP_PATH_MIG_STATE as PATH_MIG_STATE,
+    IBV_QP_PATH_MTU as PATH_MTU, IBV_QP_PKEY_INDEX as PKEY_INDEX, IBV_QP_PORT as PORT,
+    IBV_QP_RETRY_CNT as RETRY_CNT, IBV_QP_RNR_RETRY as RNR_RETRY, IBV_QP_RQ_PSN as RQ_PSN,
+    IBV_QP_SQ_PSN as SQ_PSN, IBV_QP_STATE as STATE, IBV_QP_TIMEOUT as TIMEOUT,
+    IBV_QPS_ERR as ERR, IBV_QPS_INIT as INIT, IBV_QPS_RESET as RESET, IBV_QPS_RTR as RTR,
+    IBV_QPS_RTS as RTS, IBV_MTU_1024, IBV_QPT_RC, IBV_QPT_UD, IBV_SEND_INLINE,
+    IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD)
+from .nic import (Q_ACCESS, Q_ALIVE, Q_EXPECTED_PSN, Q_MIN_RNR_TIMER, Q_PD, Q_RQ_CONSUMED, Q_RQ_MAX_SGE,
+                  Q_RQ_POLLED, Q_RQ_POSTED, Q_RQ_SIZE, Q_STATE, R_NUM_SGE, R_SGES, R_WR_ID)
+from .pd import PD
+from .pyverbs_error import PyverbsRDMAError, PyverbsUserError
+
+EINVAL, ENOMEM, EOPNOTSUPP = 22, 12, 95
+STATE_NAMES = {0: "RESET", 1: "INIT", 2: "RTR", 3: "RTS", 4: "SQD", 5: "SQE", 6: "ERR"}
+
+# (current, next) -> (attributes that must be in the mask, attributes that may be)
+_TO_INIT_OPTIONAL = PKEY_INDEX | PORT | ACCESS_FLAGS
+TRANSITIONS = {
+    (RESET, RESET): (0, 0),
+    (RESET, INIT): (PKEY_INDEX | PORT | ACCESS_FLAGS, 0),
+    (INIT, INIT): (0, _TO_INIT_OPTIONAL),
+    (INIT, RTR): (AV | PATH_MTU | DEST_QPN | RQ_PSN | MAX_DEST_RD_ATOMIC | MIN_RNR_TIMER,
+                  ALT_PATH | ACCESS_FLAGS | PKEY_INDEX),
+    (RTR, RTS): (SQ_PSN | TIMEOUT | RETRY_CNT | RNR_RETRY | MAX_QP_RD_ATOMIC,
+                 CUR_STATE | ALT_PATH | ACCESS_FLAGS | MIN_RNR_TIMER | PATH_MIG_STATE),
+    (RTS, RTS): (0, CUR_STATE | ACCESS_FLAGS | ALT_PATH | PATH_MIG_STATE | MIN_RNR_TIMER),
+}
+for _state in (INIT, RTR, RTS, ERR):
+    TRANSITIONS[(_state, RESET)] = TRANSITIONS[(_state, ERR)] = (0, 0)
+
+
+class QPCap:
+    def __init__(self, max_send_wr=1, max_recv_wr=10, max_send_sge=1, max_recv_sge=1, max_inline_data=0):
+        self.max_send_wr, self.max_recv_wr = max_send_wr, max_recv_wr
+        self.max_send_sge, self.max_recv_sge, self.max_inline_data = max_send_sge, max_recv_sge, max_inline_data
+
+
+class QPInitAttr:
+    def __init__(self, qp_type=IBV_QPT_UD, qp_context=None, scq=None, rcq=None, srq=None, cap=None, sq_sig_all=1):
+        for cq in (scq, rcq):
+            if cq is not None and not isinstance(cq, CQ):
+                raise PyverbsUserError(f"Expected CQ/CQEX, got {type(cq)}")
+        self.qp_type, self.qp_context, self.send_cq, self.recv_cq, self.srq = qp_type, qp_context, scq, rcq, srq
+        self.cap = cap if cap is not None else QPCap()
+        self.sq_sig_all = sq_sig_all
+
+    def __getattr__(self, name):  # pyverbs also exposes the caps flat: init_attr.max_send_wr
+        if name.startswith("max_"):
+            return getattr(self.cap, name)
+        raise AttributeError(name)
+
+
+class QPAttr:
+    """Attributes for modify(); fields not named in the mask are ignored, as in ibv_modify_qp."""
+
+    def __init__(self, qp_state=INIT, cur_qp_state=RESET, port_num=1, path_mtu=IBV_MTU_1024):
+        self.qp_state, self.cur_qp_state, self.port_num, self.path_mtu = qp_state, cur_qp_state, port_num, path_mtu
+        self.qp_access_flags = self.pkey_index = self.dest_qp_num = self.rq_psn = self.sq_psn = 0
+        self.max_rd_atomic = self.max_dest_rd_atomic = self.min_rnr_timer = 0
+        self.timeout = self.retry_cnt = self.rnr_retry = 0
+        self.qkey = self.path_mig_state = self.alt_pkey_index = self.alt_port_num = self.alt_timeout = 0
+        self.en_sqd_async_notify = self.sq_draining = self.rate_limit = 0
+        self.ah_attr = AHAttr()
+        self.alt_ah_attr = AHAttr()
+        self.cap = QPCap(0, 0, 0, 0, 0)
+
+
+def _queue_capacity(requested):
+    """rxe rounds a queue to a power of two and keeps one slot empty: 4 -> 7, 2 -> 3."""
+    return (1 << max(requested, 0).bit_length()) - 1 if requested > 0 else 0
+
+
+class QP(Resource):
+    def __init__(self, creator, init_attr, qp_attr=None):
+        super().__init__()
+        if not isinstance(creator, PD):
+            raise PyverbsUserError("The emulated NIC creates QPs from a PD: QP(pd, QPInitAttr(...))")
+        creator._check_open()
+        if init_attr.qp_type != IBV_QPT_RC:
+            raise PyverbsRDMAError(f"Failed to create QP: the emulated NIC implements RC QPs only "
+                                   f"(qp_type {init_attr.qp_type}); UC and UD need a real device", EOPNOTSUPP)
+        scq, rcq, cap = init_attr.send_cq, init_attr.recv_cq, init_attr.cap
+        limits = DEVICE_ATTR
+        if scq is None or rcq is None or max(cap.max_send_wr, cap.max_recv_wr) > limits["max_qp_wr"] \
+                or max(cap.max_send_sge, cap.max_recv_sge) > limits["max_sge"] \
+                or cap.max_inline_data > 16 * limits["max_sge"]:
+            raise PyverbsRDMAError("Failed to create QP", EINVAL)
+        wqe_bytes = max(cap.max_send_sge * 16, cap.max_inline_data)  # rxe sizes the send WQE so
+        self.cap = QPCap(_queue_capacity(cap.max_send_wr), _queue_capacity(cap.max_recv_wr),
+                         wqe_bytes // 16, cap.max_recv_sge, wqe_bytes)
+        self.pd, self._send_cq, self._recv_cq = creator, scq, rcq
+        self.qp_type, self._sq_sig_all = IBV_QPT_RC, init_attr.sq_sig_all
+        self._segment, self.qp_num = self._new_segment()
+        self._words = self._segment.words
+        self._rq_size = self.cap.max_recv_wr
+        self._slots = nic.receive_slots(self._segment, self._rq_size, self.cap.max_recv_sge)
+        w = self._words
+        w[Q_PD], w[Q_RQ_SIZE], w[Q_RQ_MAX_SGE], w[Q_STATE], w[Q_ALIVE] = \
+            creator.handle, self._rq_size, self.cap.max_recv_sge, RESET, 1
+        self._sq = nic.new_send_queue()
+        self._reset_attributes()
+        nic.LOCAL_QPS[self.qp_num] = self
+        rcq._recv_qps.append(self)
+        self._depend_on(creator, scq, rcq)
+        if qp_attr is not None:
+            self.to_init(qp_attr)
+
+    def _new_segment(self):
+        slot_words = R_SGES + 3 * self.cap.max_recv_sge
+        while True:
+            qp_num = random.randrange(17, 1 << 24)
+            try:
+                return shm.Segment.create(f"qp-{qp_num:06x}", self.cap.max_recv_wr * slot_words * 8), qp_num
+            except FileExistsError:
+                continue
+
+    def _reset_attributes(self):
+        self._cached_state = RESET
+        self._receives_flushed = False
+        self._sq.clear()
+        w = self._words
+        w[Q_ACCESS] = w[Q_EXPECTED_PSN] = w[Q_MIN_RNR_TIMER] = 0
+        w[Q_RQ_POSTED] = w[Q_RQ_CONSUMED] = w[Q_RQ_POLLED] = 0
+        self._dest_qp_num = self._sq_psn = self._timeout = self._retry_cnt = self._rnr_retry = 0
+        self._pkey_index = self._max_rd_atomic = self._max_dest_rd_atomic = 0
+        self._port_num, self._path_mtu, self._mtu_bytes = 1, IBV_MTU_1024, 1024
+        self._ah_attr, self._sgid_index, self._dgid = AHAttr(), 0, None
+
+    # ------------------------------------------------------------ state
+
+    @property
+    def qp_state(self):
+        """libibverbs' cached state: what the last modify() or query() saw."""
+        return self._cached_state
+
+    def modify(self, qp_attr, comp_mask):
+        self._check_open()
+        current = int(self._words[Q_STATE])
+        target = qp_attr.qp_state if comp_mask & STATE else current
+        rule = TRANSITIONS.get((current, target))
+        if rule is None or comp_mask & rule[0] != rule[0] or comp_mask & ~(rule[0] | rule[1] | STATE) \
+                or not self._attributes_valid(qp_attr, comp_mask):
+            raise PyverbsRDMAError("Failed to modify QP", EINVAL)
+        self._apply(qp_attr, comp_mask)
+        if target == RESET:
+            self._reset_attributes()
+        self._words[Q_STATE] = target
+        self._cached_state = target
+        if target == ERR:
+            nic.progress(self)  # flush the send queue
+            if not self._receives_flushed:
+                nic.flush_receives(self)
+
+    def _attributes_valid(self, a, mask):
+        port = PORT_ATTR
+        if mask & PORT and a.port_num != 1 or mask & PKEY_INDEX and a.pkey_index != 0:
+            return False
+        if mask & PATH_MTU and not 1 <= a.path_mtu <= port["max_mtu"]:
+            return False
+        if mask & AV:
+            ah = a.ah_attr
+            # RoCE needs a GRH (is_global), and the source GID must be a populated entry
+            if not ah.is_global or ah.port_num != 1 or not 0 <= ah.gr.sgid_index < min(len(GIDS), GID_TABLE_LEN):
+                return False
+        limit = DEVICE_ATTR["max_qp_rd_atom"]
+        if mask & MAX_DEST_RD_ATOMIC and a.max_dest_rd_atomic > limit or mask & MAX_QP_RD_ATOMIC and a.max_rd_atomic > limit:
+            return False
+        if mask & MIN_RNR_TIMER and not 0 <= a.min_rnr_timer < 32 or mask & TIMEOUT and not 0 <= a.timeout < 32:
+            return False
+        return not (mask & RETRY_CNT and not 0 <= a.retry_cnt <= 7 or mask & RNR_RETRY and not 0 <= a.rnr_retry <= 7)
+
+    def _apply(self, a, mask):
+        w = self._words
+        if mask & ACCESS_FLAGS:
+            w[Q_ACCESS] = a.qp_access_flags
+        if mask & PKEY_INDEX:
+            self._pkey_index = a.pkey_index
+        if mask & PORT:
+            self._port_num = a.port_num
+        if mask & AV:
+            self._ah_attr = a.ah_attr
+            self._sgid_index, self._dgid = a.ah_attr.gr.sgid_index, str(a.ah_attr.gr.dgid)
+        if mask & PATH_MTU:
+            self._path_mtu = a.path_mtu
+            self._mtu_bytes = 128 << min(a.path_mtu, PORT_ATTR["active_mtu"])
+        if mask & DEST_QPN:
+            self._dest_qp_num = a.dest_qp_num & 0xFFFFFF
+        if mask & RQ_PSN:
+            w[Q_EXPECTED_PSN] = a.rq_psn & 0xFFFFFF
+        if mask & MAX_DEST_RD_ATOMIC:
+            self._max_dest_rd_atomic = a.max_dest_rd_atomic
+        if mask & MIN_RNR_TIMER:
+            w[Q_MIN_RNR_TIMER] = a.min_rnr_timer
+        if mask & SQ_PSN:
+            self._sq_psn = a.sq_psn & 0xFFFFFF
+        if mask & TIMEOUT:
+            self._timeout = a.timeout
+        if mask & RETRY_CNT:
+            self._retry_cnt = a.retry_cnt
+        if mask & RNR_RETRY:
+            self._rnr_retry = a.rnr_retry
+        if mask & MAX_QP_RD_ATOMIC:
+            self._max_rd_atomic = a.max_rd_atomic
+
+    # pyverbs' helpers: the masks a transition needs, then modify()
+    def _get_comp_mask(self, dst):
+        target = {"INIT": INIT, "RTR": RTR, "RTS": RTS}[dst]
+        previous = {INIT: RESET, RTR: INIT, RTS: RTR}[target]
+        return TRANSITIONS[(previous, target)][0] | STATE
+
+    def to_init(self, qp_attr):
+        qp_attr.qp_state = INIT
+        self._modify_named(qp_attr, self._get_comp_mask("INIT"), "init")
+
+    def to_rtr(self, qp_attr):
+        if self.qp_state != INIT:
+            self.to_init(qp_attr)
+        qp_attr.qp_state = RTR
+        self._modify_named(qp_attr, self._get_comp_mask("RTR"), "RTR")
+
+    def to_rts(self, qp_attr):
+        if self.qp_state != RTR:
+            self.to_rtr(qp_attr)
+        qp_attr.qp_state = RTS
+        self._modify_named(qp_attr, self._get_comp_mask("RTS"), "RTS")
+
+    def _modify_named(self, qp_attr, mask, name):
+        try:
+            self.modify(qp_attr, mask)
+        except PyverbsRDMAError as error:
+            raise PyverbsRDMAError(f"Failed to modify QP state to {name}", error.error_code) from None
+
+    def query(self, attr_mask):
+        """Returns (QPAttr, QPInitAttr) as the device sees the QP now; refreshes qp.qp_state."""
+        self._check_open()
+        self._cached_state = int(self._words[Q_STATE])
+        a = QPAttr(qp_state=self._cached_state, cur_qp_state=RESET, port_num=self._port_num,
+                   path_mtu=self._path_mtu)
+        w = self._words
+        a.qp_access_flags, a.rq_psn, a.min_rnr_timer = int(w[Q_ACCESS]), int(w[Q_EXPECTED_PSN]), int(w[Q_MIN_RNR_TIMER])
+        a.pkey_index, a.dest_qp_num, a.sq_psn = self._pkey_index, self._dest_qp_num, self._sq_psn
+        a.timeout, a.retry_cnt, a.rnr_retry = self._timeout, self._retry_cnt, self._rnr_retry
+        a.max_rd_atomic, a.max_dest_rd_atomic = self._max_rd_atomic, self._max_dest_rd_atomic
+        a.ah_attr, a.cap = self._ah_attr, self.cap
+        init = QPInitAttr(qp_type=self.qp_type, scq=self._send_cq, rcq=self._recv_cq, cap=self.cap,
+                          sq_sig_all=self._sq_sig_all)
+        return a, init
+
+    # ------------------------------------------------------------ posting
+
+    def post_send(self, wr, bad_wr=None):
+        """Post a chain of send WRs. Errors found at post time raise (EINVAL, ENOMEM); later ones complete."""
+        self._check_open()
+        state = self._words[Q_STATE]
+        if state != RTS and state != ERR:  # rxe's kernel refuses the doorbell before RTS
+            raise PyverbsRDMAError("Failed to post send", EINVAL)
+        while wr is not None:
+            error = self._send_error(wr)
+            if error:
+                raise PyverbsRDMAError("Failed to post send", error)
+            nic.post(self, wr)
+            wr = wr.next_wr
+
+    def _send_error(self, wr):
+        sges, cap = wr.sges, self.cap
+        if len(sges) > cap.max_send_sge:
+            return EINVAL
+        if wr.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD or wr.opcode == IBV_WR_ATOMIC_CMP_AND_SWP:
+            if sum(s[1] for s in sges) < 8 or wr.remote_addr & 7:
+                return EINVAL
+        if wr.send_flags & IBV_SEND_INLINE and sum(s[1] for s in sges) > cap.max_inline_data:
+            return EINVAL
+        if len(self._sq) >= cap.max_send_wr:
+            return ENOMEM
+        return 0
+
+    def post_recv(self, wr, bad_wr=None):
+        """Post a chain of receive WRs into the receive queue a peer's SEND will consume."""
+        self._check_open()
+        if self._cached_state == RESET:
+            raise PyverbsRDMAError("Failed to post recv", EINVAL)
+        w = self._words
+        while wr is not None:
+            if len(wr.sges) > self.cap.max_recv_sge:
+                raise PyverbsRDMAError("Failed to post recv", EINVAL)
+            posted = int(w[Q_RQ_POSTED])
+            if posted - int(w[Q_RQ_POLLED]) >= self._rq_size:
+                raise PyverbsRDMAError("Failed to post recv", ENOMEM)
+            slot = self._slots[posted % self._rq_size]
+            slot[R_WR_ID], slot[R_NUM_SGE] = wr.wr_id, len(wr.sges)
+            for i, (addr, length, lkey) in enumerate(wr.sges):
+                slot[R_SGES + 3 * i:R_SGES + 3 * i + 3] = (addr, length, lkey)
+            w[Q_RQ_POSTED] = posted + 1  # publish last
+            wr = wr.next_wr
+
+    def _release(self):
+        self._words[Q_ALIVE] = 0
+        self._sq.clear()
+        nic.LOCAL_QPS.pop(self.qp_num, None)
+        if self in self._recv_cq._recv_qps:
+            self._recv_cq._recv_qps.remove(self)
+        self._send_cq._waiting.discard(self)
+        self._slots = self._words = None
+        self._segment.close()
+
+    def __str__(self):
+        f = "{:22}: {:<20}\n"
+        return f.format("QP type", "RC") + f.format("  number", self.qp_num) + \
+            f.format("  state", STATE_NAMES.get(self.qp_state, "?"))

@@ -1,0 +1,154 @@
+"""Named shared-memory segments: the emulated NIC's "host memory that the NIC can reach".
+
+Every registered memory region and every queue pair lives in a file under /dev/shm (or the temp
+directory where there is none), named `rdmalab-mr-<key>` or `rdmalab-qp-<qpn>`, so that another
+process on the same host can map it, exactly as a NIC can reach any registered page by its key.
+
+The rules that keep them safe:
+- a file is created with O_EXCL and mode 0600: a name is never shared by accident, and only its
+  owner's user can map it;
+- each segment starts with a header of 64-bit words; word 0 is a magic number, word 1 the owner's
+  pid, so a segment whose owner died (SIGKILL included) is recognised and removed by `reap_orphans()`,
+  which runs whenever a device is opened;
+- the owner unlinks its files on close(), and a finalizer does it at exit or garbage collection.
+"""
+import mmap
+import os
+import tempfile
+import weakref
+
+import numpy as np
+
+MAGIC = 0x52444D414C4142  # "RDMALAB"
+PREFIX = "rdmalab-"
+HEADER_BYTES = 4096  # data starts page-aligned, as pyverbs' MR buffers are
+W_MAGIC, W_OWNER_PID = 0, 1  # the first two header words of every segment
+
+
+def directory():
+    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
+
+
+def _path(name):
+    return os.path.join(directory(), PREFIX + name)
+
+
+class Segment:
+    """One mapped file: `words` is its int64 header, `data` its byte area (a numpy view)."""
+
+    def __init__(self, fd, path, owner):
+        self.fd, self.path, self.owner = fd, path, owner
+        size = os.fstat(fd).st_size
+        self.mm = mmap.mmap(fd, size)
+        raw = np.frombuffer(self.mm, dtype=np.uint8)
+        self.words = raw[:HEADER_BYTES].view(np.int64)
+        self.data = raw[HEADER_BYTES:]
+        self.address = raw.ctypes.data + HEADER_BYTES  # where `data` starts in this process
+        self._finalizer = weakref.finalize(self, _release, self.mm, fd, path if owner else None)
+
+    @classmethod
+    def create(cls, name, data_bytes):
+        """Create `name` exclusively (FileExistsError if taken), sized for a header plus data."""
+        path = _path(name)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.ftruncate(fd, HEADER_BYTES + max(int(data_bytes), 0))
+            seg = cls(fd, path, owner=True)
+        except BaseException:
+            os.close(fd)
+            os.unlink(path)
+            raise
+        seg.words[W_OWNER_PID] = os.getpid()
+        seg.words[W_MAGIC] = MAGIC
+        return seg
+
+    @classmethod
+    def attach(cls, name):
+        """Map someone else's segment; None if it does not exist (or is not ours to read)."""
+        try:
+            fd = os.open(_path(name), os.O_RDWR)
+        except (FileNotFoundError, PermissionError):
+            return None
+        try:
+            if os.fstat(fd).st_size < HEADER_BYTES:
+                os.close(fd)
+                return None
+            seg = cls(fd, _path(name), owner=False)
+        except (OSError, ValueError):
+            os.close(fd)
+            return None
+        return seg if seg.words[W_MAGIC] == MAGIC else None
+
+    def close(self):
+        """Unmap (and, for the owner, unlink). Safe to call twice."""
+        self.words = self.data = None
+        self._finalizer()
+
+
+def _release(mm, fd, path_to_unlink):
+    if path_to_unlink:
+        try:
+            os.unlink(path_to_unlink)
+        except FileNotFoundError:
+            pass
+    try:
+        mm.close()
+    except BufferError:
+        pass  # a numpy view handed out by the program still holds it; the OS frees it with the view
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+
+
+def pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie (killed, not yet waited for) holds no memory any more
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except OSError:
+        return True
+
+
+def reap_orphans():
+    """Remove segments whose owner process is gone (killed before it could clean up). Returns their names."""
+    reaped = []
+    folder = directory()
+    for entry in os.scandir(folder):
+        if not entry.name.startswith(PREFIX):
+            continue
+        try:
+            with open(entry.path, "rb") as f:
+                head = np.frombuffer(f.read(16), dtype=np.int64)
+        except (OSError, ValueError):
+            continue
+        if len(head) == 2 and head[W_MAGIC] == MAGIC and not pid_alive(int(head[W_OWNER_PID])):
+            try:
+                os.unlink(entry.path)
+                reaped.append(entry.name)
+            except OSError:
+                pass
+    return reaped
+
+
+def leftovers(pid=None):
+    """Names of rdmalab segments present now (of one owner pid, if given): for tests and `doctor`."""
+    names = []
+    for entry in os.scandir(directory()):
+        if entry.name.startswith(PREFIX):
+            if pid is None:
+                names.append(entry.name)
+                continue
+            try:
+                with open(entry.path, "rb") as f:
+                    head = np.frombuffer(f.read(16), dtype=np.int64)
+                if len(head) == 2 and head[W_OWNER_PID] == pid:
+                    names.append(entry.name)
+            except OSError:
+                pass
+    return names

@@ -1,0 +1,60 @@
+"""Work requests and scatter/gather elements, as pyverbs.wr has them.
+
+As in pyverbs, a work request copies its SGEs when it is built: changing an SGE afterwards does not
+change the request.
+"""
+import ctypes
+
+from .enums import IBV_SEND_SIGNALED, IBV_WR_BIND_MW, IBV_WR_LOCAL_INV, IBV_WR_SEND, IBV_WR_SEND_WITH_INV
+from .pyverbs_error import PyverbsUserError
+
+
+class SGE:
+    """One piece of local memory: address, length and the lkey of the MR that holds it."""
+
+    def __init__(self, addr, length, lkey):
+        self.addr, self.length, self.lkey = addr, length, lkey
+
+    def read(self, length, offset):
+        return ctypes.string_at(self.addr + offset, length)
+
+    def __str__(self):
+        return f"{'Address':22}: {hex(self.addr):<20}\n{'Length':22}: {self.length:<20}\n{'Key':22}: {hex(self.lkey):<20}\n"
+
+
+def _copy_sges(sg, num_sge):
+    if num_sge < 1 or sg is None:
+        raise PyverbsUserError("A WR needs at least one SGE")
+    return tuple((s.addr, s.length, s.lkey) for s in sg[:num_sge])
+
+
+class RecvWR:
+    def __init__(self, wr_id=0, num_sge=0, sg=None, next_wr=None):
+        self.sges = _copy_sges(sg, num_sge)
+        self.num_sge, self.wr_id, self.next_wr = num_sge, wr_id, next_wr
+
+
+class SendWR:
+    def __init__(self, wr_id=0, opcode=IBV_WR_SEND, num_sge=0, imm_data=0, sg=None,
+                 send_flags=IBV_SEND_SIGNALED, next_wr=None):
+        no_data = opcode in (IBV_WR_LOCAL_INV, IBV_WR_BIND_MW, IBV_WR_SEND_WITH_INV)
+        self.sges = () if no_data and (num_sge < 1 or sg is None) else _copy_sges(sg, num_sge)
+        self.wr_id, self.opcode, self.num_sge, self.imm_data = wr_id, opcode, num_sge, imm_data
+        self.send_flags, self.next_wr = send_flags, next_wr
+        self.remote_addr = self.rkey = self.compare_add = self.swap = 0
+
+    def set_wr_rdma(self, rkey, addr):
+        """Target of RDMA WRITE/READ: the peer's rkey and an address inside its MR."""
+        self.rkey, self.remote_addr = rkey, addr
+
+    def set_wr_atomic(self, rkey, addr, compare_add, swap=0):
+        """Target of an atomic: an 8-byte aligned word in the peer's MR."""
+        self.rkey, self.remote_addr, self.compare_add, self.swap = rkey, addr, compare_add, swap
+
+    @property
+    def sg_list(self):
+        return self.sges
+
+    @sg_list.setter
+    def sg_list(self, sge):
+        self.sges = ((sge.addr, sge.length, sge.lkey),)
