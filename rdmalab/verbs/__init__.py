@@ -9,7 +9,8 @@ active port exists, else soft. `PROVIDER` says which was taken and `REASON` why.
 import importlib
 import os
 
-MODULES = ("device", "pd", "mr", "cq", "qp", "wr", "addr", "pyverbs_error", "libibverbs_enums")
+MODULES = ("device", "pd", "mr", "cq", "qp", "wr", "addr", "pyverbs_error")
+ENUM_MODULES = ("enums", "libibverbs_enums")  # pyverbs <= 58 has the first, >= 59 the second
 CHOICES = ("auto", "soft", "pyverbs")
 
 
@@ -62,11 +63,16 @@ PROVIDER, REASON = select()
 _package = "rdmalab.verbs.soft" if PROVIDER == "soft" else "pyverbs"
 for _name in MODULES:
     globals()[_name] = importlib.import_module(f"{_package}.{_name}")
-try:  # the flat enum module: pyverbs.enums up to 58, libibverbs_enums (flat names too) from 59
-    enums = importlib.import_module(f"{_package}.enums")
-except ImportError:
-    enums = libibverbs_enums  # noqa: F821 (set in the loop above)
-
+# The enums: `enums` (flat names, pyverbs <= 58) and `libibverbs_enums` (IntEnum classes plus flat
+# names, pyverbs >= 59). Whichever exists stands in for the other, so `enums.IBV_...` always works.
+_found = {}
+for _name in ENUM_MODULES:
+    try:
+        _found[_name] = importlib.import_module(f"{_package}.{_name}")
+    except ImportError:
+        pass
+enums = _found.get("enums") or _found["libibverbs_enums"]
+libibverbs_enums = _found.get("libibverbs_enums", enums)
 
 def as_array(mr, dtype="uint8"):
     """A numpy array over an MR's buffer: writes to it are what the NIC reads, and vice versa."""
@@ -76,3 +82,22 @@ def as_array(mr, dtype="uint8"):
     import ctypes
     raw = (ctypes.c_char * mr.length).from_address(mr.buf)
     return np.frombuffer(raw, dtype=dtype)
+
+
+IPV4_MAPPED_PREFIX = "0000:0000:0000:0000:0000:ffff:"
+
+
+def routable_gid_index(ctx, port=1):
+    """The GID index to use on RoCE: the IPv4-mapped RoCE v2 GID (::ffff:a.b.c.d).
+
+    A link-local or RoCE v1 GID gives RETRY_EXC_ERR (status 12) on Soft-RoCE; InfiniBand ports
+    have no IPv4-mapped GID and use index 0.
+    """
+    table_len = ctx.query_port(port).gid_tbl_len
+    for index in range(min(table_len, 16)):
+        try:
+            if str(ctx.query_gid(port, index)).startswith(IPV4_MAPPED_PREFIX):
+                return index
+        except Exception:
+            continue
+    return 0

@@ -8,7 +8,7 @@ import importlib
 import runpy
 import sys
 
-from . import MODULES
+from . import ENUM_MODULES, MODULES
 
 SOFT = "rdmalab.verbs.soft"
 
@@ -16,7 +16,7 @@ SOFT = "rdmalab.verbs.soft"
 def install():
     """Make `pyverbs` and its modules name the emulated NIC in this interpreter."""
     sys.modules["pyverbs"] = importlib.import_module(SOFT)
-    for name in MODULES + ("enums",):
+    for name in MODULES + ENUM_MODULES:
         sys.modules[f"pyverbs.{name}"] = importlib.import_module(f"{SOFT}.{name}")
 
 

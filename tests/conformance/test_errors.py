@@ -1,0 +1,267 @@
+"""Failures: the completion status each side gets, the QP states after, and memory left untouched.
+
+Every expectation here is what real Soft-RoCE (rxe, Linux 6.1) does; several differ from what the
+man pages suggest (an unknown lkey is LOC_QP_OP_ERR, a too-small receive fails the responder with
+LOC_QP_OP_ERR and the requester with REM_OP_ERR).
+"""
+import pytest
+
+from rdmalab import verbs as v
+from .conftest import ALL_ACCESS, e, poll, rdma_error, recv_wr, send_wr, states, to_init, to_rtr, to_rts
+
+RTS, ERR = e.IBV_QPS_RTS, e.IBV_QPS_ERR
+NO_WRITE = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_READ | e.IBV_ACCESS_REMOTE_ATOMIC
+NO_READ = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_ATOMIC
+NO_ATOMIC = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
+
+
+def rdma(p, opcode, rkey=None, offset=0, length=8, **kw):
+    w = send_wr(p.src, length, opcode, **kw)
+    if opcode in (e.IBV_WR_ATOMIC_FETCH_AND_ADD, e.IBV_WR_ATOMIC_CMP_AND_SWP):
+        w.set_wr_atomic(p.dst.rkey if rkey is None else rkey, p.dst.buf + offset, 1, 0)
+    else:
+        w.set_wr_rdma(p.dst.rkey if rkey is None else rkey, p.dst.buf + offset)
+    return w
+
+
+def scenario_bad_rkey(p):
+    return rdma(p, e.IBV_WR_RDMA_WRITE, rkey=p.dst.rkey ^ 0x100)
+
+
+def scenario_remote_out_of_bounds(p):
+    return rdma(p, e.IBV_WR_RDMA_WRITE, offset=4096 - 8, length=64)
+
+
+def scenario_mr_without_remote_write(p):
+    p.keep = v.mr.MR(p.pd, 64, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_READ)
+    w = send_wr(p.src, 8, e.IBV_WR_RDMA_WRITE)
+    w.set_wr_rdma(p.keep.rkey, p.keep.buf)
+    return w
+
+
+def scenario_mr_without_remote_read(p):
+    p.keep = v.mr.MR(p.pd, 64, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE)
+    w = send_wr(p.src, 8, e.IBV_WR_RDMA_READ)
+    w.set_wr_rdma(p.keep.rkey, p.keep.buf)
+    return w
+
+
+def scenario_read_out_of_bounds(p):
+    return rdma(p, e.IBV_WR_RDMA_READ, offset=4090, length=16)
+
+
+def scenario_atomic_out_of_bounds(p):
+    return rdma(p, e.IBV_WR_ATOMIC_FETCH_AND_ADD, offset=4096)
+
+
+def scenario_deregistered_mr(p):
+    mr = v.mr.MR(p.pd, 64, ALL_ACCESS)
+    key, addr = mr.rkey, mr.buf
+    mr.close()
+    w = send_wr(p.src, 8, e.IBV_WR_RDMA_WRITE)
+    w.set_wr_rdma(key, addr)
+    return w
+
+
+def scenario_mr_of_another_pd(p):
+    p.keep_pd = v.pd.PD(p.ctx)
+    p.keep = v.mr.MR(p.keep_pd, 64, ALL_ACCESS)
+    w = send_wr(p.src, 8, e.IBV_WR_RDMA_WRITE)
+    w.set_wr_rdma(p.keep.rkey, p.keep.buf)
+    return w
+
+
+def scenario_write(p):
+    return rdma(p, e.IBV_WR_RDMA_WRITE)
+
+
+def scenario_read(p):
+    return rdma(p, e.IBV_WR_RDMA_READ)
+
+
+def scenario_atomic(p):
+    return rdma(p, e.IBV_WR_ATOMIC_FETCH_AND_ADD)
+
+
+def scenario_bad_lkey(p):
+    return rdma(p, e.IBV_WR_RDMA_WRITE, lkey=p.src.lkey ^ 0x100)
+
+
+def scenario_local_out_of_bounds(p):
+    w = send_wr(p.src, 64, e.IBV_WR_RDMA_WRITE, offset=4096 - 8)
+    w.set_wr_rdma(p.dst.rkey, p.dst.buf)
+    return w
+
+
+def scenario_read_into_mr_without_local_write(p):
+    p.keep = v.mr.MR(p.pd, 64, 0)
+    w = send_wr(p.keep, 8, e.IBV_WR_RDMA_READ)
+    w.set_wr_rdma(p.dst.rkey, p.dst.buf)
+    return w
+
+
+def scenario_unknown_opcode(p):
+    return rdma(p, 77)
+
+
+def scenario_send_without_receive(p):
+    return send_wr(p.src, 8, e.IBV_WR_SEND)
+
+
+def scenario_write_imm_without_receive(p):
+    return rdma(p, e.IBV_WR_RDMA_WRITE_WITH_IMM, imm=5)
+
+
+def scenario_send_into_small_receive(p):
+    p.b.post_recv(recv_wr(p.dst, 16, wr_id=77))
+    p.b.post_recv(recv_wr(p.dst, 16, wr_id=78))
+    return send_wr(p.src, 32, e.IBV_WR_SEND)
+
+
+def scenario_send_into_receive_with_bad_lkey(p):
+    p.b.post_recv(recv_wr(p.dst, 64, wr_id=79, lkey=0xBAD))
+    return send_wr(p.src, 32, e.IBV_WR_SEND)
+
+
+# name, pair options, requester status, responder completions, requester state, responder state
+CASES = [
+    (scenario_bad_rkey, {}, e.IBV_WC_REM_ACCESS_ERR, [], ERR, ERR),
+    (scenario_remote_out_of_bounds, {}, e.IBV_WC_REM_ACCESS_ERR, [], ERR, ERR),
+    (scenario_mr_without_remote_write, {}, e.IBV_WC_REM_ACCESS_ERR, [], ERR, ERR),
+    (scenario_mr_without_remote_read, {}, e.IBV_WC_REM_ACCESS_ERR, [], ERR, ERR),
+    (scenario_read_out_of_bounds, {}, e.IBV_WC_REM_ACCESS_ERR, [], ERR, ERR),
+    (scenario_atomic_out_of_bounds, {}, e.IBV_WC_REM_ACCESS_ERR, [], ERR, ERR),
+    (scenario_deregistered_mr, {}, e.IBV_WC_REM_ACCESS_ERR, [], ERR, ERR),
+    (scenario_mr_of_another_pd, {}, e.IBV_WC_REM_ACCESS_ERR, [], ERR, ERR),
+    (scenario_write, {"access_b": NO_WRITE}, e.IBV_WC_REM_INV_REQ_ERR, [], ERR, ERR),
+    (scenario_read, {"access_b": NO_READ}, e.IBV_WC_REM_INV_REQ_ERR, [], ERR, ERR),
+    (scenario_atomic, {"access_b": NO_ATOMIC}, e.IBV_WC_REM_INV_REQ_ERR, [], ERR, ERR),
+    (scenario_bad_lkey, {}, e.IBV_WC_LOC_QP_OP_ERR, [], ERR, RTS),
+    (scenario_local_out_of_bounds, {}, e.IBV_WC_LOC_PROT_ERR, [], ERR, RTS),
+    (scenario_read_into_mr_without_local_write, {}, e.IBV_WC_LOC_PROT_ERR, [], ERR, RTS),
+    (scenario_unknown_opcode, {}, e.IBV_WC_LOC_QP_OP_ERR, [], ERR, RTS),
+    (scenario_send_without_receive, {"rnr_retry": 0}, e.IBV_WC_RNR_RETRY_EXC_ERR, [], ERR, RTS),
+    (scenario_send_without_receive, {"rnr_retry": 2}, e.IBV_WC_RNR_RETRY_EXC_ERR, [], ERR, RTS),
+    (scenario_write_imm_without_receive, {"rnr_retry": 1}, e.IBV_WC_RNR_RETRY_EXC_ERR, [], ERR, RTS),
+    (scenario_send_into_small_receive, {}, e.IBV_WC_REM_OP_ERR,
+     [(77, e.IBV_WC_LOC_QP_OP_ERR), (78, e.IBV_WC_WR_FLUSH_ERR)], ERR, ERR),
+    (scenario_send_into_receive_with_bad_lkey, {}, e.IBV_WC_REM_OP_ERR, [(79, e.IBV_WC_LOC_QP_OP_ERR)], ERR, ERR),
+]
+
+
+@pytest.mark.parametrize("scenario, options, status, responder, state_a, state_b", CASES,
+                         ids=[f"{c[0].__name__[9:]}{'-' + '-'.join(f'{k}{w}' for k, w in c[1].items() if k != 'access_b') if c[1] else ''}"
+                              for c in CASES])
+def test_error_completion_states_and_untouched_memory(make_pair, scenario, options, status, responder, state_a, state_b):
+    p = make_pair(**options)
+    p.src.write(b"z" * 64, 64)
+    before = p.dst.read(4096, 0)
+    p.a.post_send(scenario(p))
+    [wc] = poll(p.cq_a, 1, 5.0)
+    assert (wc["status"], wc["opcode"], wc["byte_len"]) == (status, 0, 0)
+    assert [(c["wr_id"], c["status"]) for c in poll(p.cq_b, len(responder) or 1, 1.0 if responder else 0.2)] == responder
+    assert p.a.qp_state == RTS  # libibverbs' cached state changes only on modify() or query()
+    assert states(p.a) == (RTS, state_a)
+    assert states(p.b)[1] == state_b
+    assert p.a.qp_state == state_a
+    assert p.dst.read(4096, 0) == before  # a rejected operation leaves the target untouched
+
+
+def test_after_an_error_later_wrs_flush(make_pair):
+    p = make_pair()
+    p.a.post_send(scenario_bad_rkey(p))
+    poll(p.cq_a)
+    w = send_wr(p.src, 8, e.IBV_WR_RDMA_WRITE, wr_id=99, flags=0)  # unsignaled: flushes still complete
+    w.set_wr_rdma(p.dst.rkey, p.dst.buf)
+    p.a.post_send(w)
+    assert [(c["wr_id"], c["status"], c["opcode"]) for c in poll(p.cq_a)] == [(99, e.IBV_WC_WR_FLUSH_ERR, 0)]
+    assert p.dst.read(8, 0) == bytes(8)
+
+
+def test_responder_receives_are_flushed_when_a_remote_error_kills_its_qp(make_pair):
+    p = make_pair()
+    p.b.post_recv(recv_wr(p.dst, 64, wr_id=1))
+    p.a.post_send(scenario_bad_rkey(p))
+    poll(p.cq_a)
+    assert [(c["wr_id"], c["status"]) for c in poll(p.cq_b)] == [(1, e.IBV_WC_WR_FLUSH_ERR)]
+
+
+def test_moving_to_err_flushes_posted_receives(make_pair):
+    p = make_pair()
+    for i in range(3):
+        p.b.post_recv(recv_wr(p.dst, 64, wr_id=100 + i))
+    p.b.modify(v.qp.QPAttr(qp_state=ERR), e.IBV_QP_STATE)
+    assert [(c["wr_id"], c["status"]) for c in poll(p.cq_b, 3)] == [(100 + i, e.IBV_WC_WR_FLUSH_ERR) for i in range(3)]
+
+
+def test_send_posted_in_err_flushes(make_pair):
+    p = make_pair()
+    p.b.modify(v.qp.QPAttr(qp_state=ERR), e.IBV_QP_STATE)
+    w = send_wr(p.dst, 8, e.IBV_WR_RDMA_WRITE, wr_id=22)
+    w.set_wr_rdma(p.dst.rkey, p.dst.buf)
+    p.b.post_send(w)
+    assert [(c["wr_id"], c["status"]) for c in poll(p.cq_b)] == [(22, e.IBV_WC_WR_FLUSH_ERR)]
+
+
+def test_peer_in_err_never_answers_retry_exceeded(make_pair):
+    p = make_pair()
+    p.b.modify(v.qp.QPAttr(qp_state=ERR), e.IBV_QP_STATE)
+    p.a.post_send(scenario_write(p))
+    assert [c["status"] for c in poll(p.cq_a, 1, 10)] == [e.IBV_WC_RETRY_EXC_ERR]
+    assert states(p.a)[1] == ERR
+
+
+def test_nonexistent_destination_qp_retry_exceeded(ctx, gid_index, make_pair):
+    p = make_pair(connect=False)
+    to_init(p.a)
+    to_rtr(ctx, gid_index, p.a, 0xFFFFF0)
+    to_rts(p.a)
+    p.a.post_send(scenario_write(p))
+    assert [c["status"] for c in poll(p.cq_a, 1, 10)] == [e.IBV_WC_RETRY_EXC_ERR]
+
+
+@pytest.mark.parametrize("sq_psn, rq_psn", [(0, 1000), (1000, 0)])
+def test_psn_mismatch_retry_exceeded_and_nothing_lands(ctx, gid_index, make_pair, sq_psn, rq_psn):
+    p = make_pair(connect=False)
+    to_init(p.a)
+    to_init(p.b)
+    to_rtr(ctx, gid_index, p.a, p.b.qp_num)
+    to_rtr(ctx, gid_index, p.b, p.a.qp_num, rq_psn=rq_psn)
+    to_rts(p.a, sq_psn=sq_psn)
+    to_rts(p.b)
+    p.src.write(b"PSNPSNPS", 8)
+    p.a.post_send(scenario_write(p))
+    assert [c["status"] for c in poll(p.cq_a, 1, 10)] == [e.IBV_WC_RETRY_EXC_ERR]
+    assert p.dst.read(8, 0) == bytes(8)
+    assert states(p.b)[1] == RTS
+
+
+def test_rnr_waits_for_a_late_receive_and_queue_full_is_enomem(make_pair):
+    p = make_pair(cap=v.qp.QPCap(max_send_wr=2, max_recv_wr=2))  # capacity 3 each
+    results = [rdma_error(lambda i=i: p.a.post_send(send_wr(p.src, 8, e.IBV_WR_SEND, wr_id=300 + i))) for i in range(5)]
+    assert results == [None, None, None, 12, 12]
+    results = [rdma_error(lambda i=i: p.b.post_recv(recv_wr(p.dst, 8, wr_id=400 + i))) for i in range(5)]
+    assert results == [None, None, None, 12, 12]
+    assert [(c["wr_id"], c["status"]) for c in poll(p.cq_a, 3)] == [(300 + i, e.IBV_WC_SUCCESS) for i in range(3)]
+
+
+@pytest.mark.parametrize("build", ["unaligned", "short"])
+def test_malformed_atomics_are_refused_at_post(make_pair, build):
+    p = make_pair()
+    w = send_wr(p.src, 8 if build == "unaligned" else 4, e.IBV_WR_ATOMIC_FETCH_AND_ADD)
+    w.set_wr_atomic(p.dst.rkey, p.dst.buf + (1 if build == "unaligned" else 0), 3, 0)
+    assert rdma_error(lambda: p.a.post_send(w)) == 22
+    assert poll(p.cq_a, 1, 0.2) == []
+
+
+def test_too_many_sges_and_oversized_inline_are_refused_at_post(make_pair):
+    p = make_pair()
+    w = v.wr.SendWR(wr_id=1, opcode=e.IBV_WR_RDMA_WRITE, num_sge=3, sg=[v.wr.SGE(p.src.buf, 8, p.src.lkey)] * 3)
+    w.set_wr_rdma(p.dst.rkey, p.dst.buf)
+    assert rdma_error(lambda: p.a.post_send(w)) == 22
+    w = send_wr(p.src, 100, e.IBV_WR_RDMA_WRITE, flags=e.IBV_SEND_SIGNALED | e.IBV_SEND_INLINE)
+    w.set_wr_rdma(p.dst.rkey, p.dst.buf)
+    assert rdma_error(lambda: p.a.post_send(w)) == 22
+    sg = [v.wr.SGE(p.dst.buf, 4, p.dst.lkey)] * 3
+    assert rdma_error(lambda: p.b.post_recv(v.wr.RecvWR(wr_id=9, num_sge=3, sg=sg))) == 22
+    assert states(p.a) == (RTS, RTS)
