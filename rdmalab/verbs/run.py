@@ -5,6 +5,7 @@
 Its `import pyverbs...` lines resolve to rdmalab.verbs.soft, whose modules carry pyverbs' names.
 """
 import importlib
+import os
 import runpy
 import sys
 
@@ -25,15 +26,12 @@ def main(argv=None):
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__.strip())
         return 0 if argv else 2
+    if not os.path.isfile(argv[0]):
+        print(f"rdmalab.verbs.run: no such program: {argv[0]}", file=sys.stderr)
+        return 2
     install()
     sys.argv = list(argv)
-    try:
-        runpy.run_path(argv[0], run_name="__main__")
-    except FileNotFoundError as error:
-        if error.filename == argv[0]:
-            print(f"rdmalab.verbs.run: no such program: {argv[0]}", file=sys.stderr)
-            return 2
-        raise
+    runpy.run_path(argv[0], run_name="__main__")
     return 0
 
 

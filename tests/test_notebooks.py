@@ -1,0 +1,34 @@
+"""Every lesson runs under papermill (QUICK=True) and is committed clean."""
+import glob
+import json
+import os
+import re
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NOTEBOOKS = sorted(glob.glob(os.path.join(ROOT, "notebooks", "*.ipynb")))
+NAMES = [os.path.basename(p) for p in NOTEBOOKS]
+
+
+def test_there_are_lessons():
+    assert NOTEBOOKS, "notebooks/ holds no lesson"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=NAMES)
+def test_notebook_is_committed_clean(path):
+    nb = json.load(open(path))
+    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    assert all(not c.get("outputs") and c.get("execution_count") is None for c in code), "strip the outputs"
+    tagged = [c for c in code if "parameters" in c.get("metadata", {}).get("tags", [])]
+    assert len(tagged) == 1 and re.search(r"^QUICK\s*=\s*False", "".join(tagged[0]["source"]), re.M)
+    assert nb["metadata"]["kernelspec"]["name"] == "python3"
+    text = json.dumps(nb)
+    assert not re.search(r"(/home/|/root/|/work/|/tmp/|[A-Z]:\\\\)", text), "no absolute paths in lessons"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=NAMES)
+def test_notebook_runs_under_papermill(path, tmp_path):
+    import papermill
+    papermill.execute_notebook(path, str(tmp_path / os.path.basename(path)), parameters={"QUICK": True},
+                               kernel_name="python3", cwd=os.path.dirname(path), progress_bar=False)

@@ -1,0 +1,69 @@
+"""One-sided RDMA across processes: the target's memory changes while the target runs no code."""
+import hashlib
+import json
+import os
+import resource
+import subprocess
+import sys
+
+from rdmalab import verbs as v
+
+e = v.enums
+HERE = os.path.dirname(os.path.abspath(__file__))
+SIZE = 1 << 20
+
+
+def test_rdma_write_lands_in_a_sleeping_process_without_its_cpu(tmp_path):
+    target = subprocess.Popen([sys.executable, os.path.join(HERE, "one_sided_target.py"), str(SIZE)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                              # OpenBLAS worker threads spin for ~35 ms of CPU after numpy's import,
+                              # in any process: one thread keeps the target truly idle.
+                              env={**os.environ, "PYTHONPATH": os.path.dirname(HERE), "OPENBLAS_NUM_THREADS": "1"})
+    try:
+        remote = json.loads(target.stdout.readline())
+        ctx = v.device.Context(name=v.device.get_device_list()[0].name.decode())
+        gid_index = v.routable_gid_index(ctx)
+        pd = v.pd.PD(ctx)
+        src = v.mr.MR(pd, SIZE, e.IBV_ACCESS_LOCAL_WRITE)
+        cq = v.cq.CQ(ctx, 16)
+        qp = v.qp.QP(pd, v.qp.QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=v.qp.QPCap(4, 4)))
+        target.stdin.write(json.dumps({"qp_num": qp.qp_num, "psn": 0, "gid": str(ctx.query_gid(1, gid_index))}) + "\n")
+        target.stdin.flush()
+        a = v.qp.QPAttr(port_num=1, path_mtu=e.IBV_MTU_1024)
+        a.pkey_index, a.qp_access_flags = 0, e.IBV_ACCESS_LOCAL_WRITE
+        a.ah_attr = v.addr.AHAttr(port_num=1, is_global=1, gr=v.addr.GlobalRoute(
+            dgid=v.addr.GID(remote["gid"]), sgid_index=gid_index, hop_limit=64))
+        a.dest_qp_num, a.rq_psn, a.max_dest_rd_atomic, a.min_rnr_timer = remote["qp_num"], remote["psn"], 1, 12
+        a.sq_psn, a.timeout, a.retry_cnt, a.rnr_retry, a.max_rd_atomic = 0, 14, 7, 7, 1
+        qp.to_rts(a)
+        before = json.loads(target.stdout.readline())
+        assert before["ready"]
+
+        mine = resource.getrusage(resource.RUSAGE_SELF)
+        payload = bytes(range(256)) * (SIZE // 256)
+        for round_ in range(50):  # 50 MiB into the sleeping process, 1 MiB at a time
+            src.write(payload[round_:] + payload[:round_], SIZE)
+            w = v.wr.SendWR(wr_id=round_, opcode=e.IBV_WR_RDMA_WRITE, num_sge=1,
+                            sg=[v.wr.SGE(src.buf, SIZE, src.lkey)], send_flags=e.IBV_SEND_SIGNALED)
+            w.set_wr_rdma(remote["rkey"], remote["addr"])
+            qp.post_send(w)
+            n, wcs = 0, []
+            while n == 0:
+                n, wcs = cq.poll(1)
+            assert wcs[0].status == e.IBV_WC_SUCCESS
+        done = resource.getrusage(resource.RUSAGE_SELF)
+        initiator_cpu = (done.ru_utime + done.ru_stime) - (mine.ru_utime + mine.ru_stime)
+
+        target.stdin.write("check\n")
+        target.stdin.flush()
+        after = json.loads(target.stdout.readline())
+        last = payload[49:] + payload[:49]
+        assert after["sha256"] == hashlib.sha256(last).hexdigest()  # the last write landed, whole
+        target_cpu = after["cpu"] - before["cpu"]
+        # The target's CPU stays (all but) flat while the initiator did the copying: relative, not timed.
+        assert target_cpu <= max(0.005, initiator_cpu / 20), (target_cpu, initiator_cpu)
+        for obj in (qp, cq, src, pd, ctx):
+            obj.close()
+    finally:
+        target.stdin.close()
+        target.wait(timeout=30)

@@ -1,0 +1,77 @@
+"""The emulated NIC's shared memory: private to its owner, released on close, exit, exception and SIGKILL."""
+import os
+import signal
+import stat
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from rdmalab import verbs as v
+from rdmalab.verbs.soft import shm
+
+pytestmark = pytest.mark.skipif(v.PROVIDER != "soft", reason="shared-memory segments belong to the emulated NIC")
+e = v.enums
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+HOLDER = textwrap.dedent("""
+    import os, sys, time
+    from rdmalab import verbs as v
+    e = v.enums
+    ctx = v.device.Context(name="soft0")
+    pd = v.pd.PD(ctx)
+    mrs = [v.mr.MR(pd, 1 << 16, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE) for _ in range(3)]
+    cq = v.cq.CQ(ctx, 8)
+    qp = v.qp.QP(pd, v.qp.QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=v.qp.QPCap(4, 4)))
+    print("ready", flush=True)
+    if sys.argv[1] == "raise":
+        raise RuntimeError("a failing notebook cell")
+    time.sleep(60)
+""")
+
+
+def run_holder(mode):
+    return subprocess.Popen([sys.executable, "-c", HOLDER, mode], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, "PYTHONPATH": ROOT})
+
+
+def test_segments_are_private_to_their_owner():
+    with v.device.Context(name="soft0") as ctx:
+        mr = v.mr.MR(v.pd.PD(ctx), 4096, e.IBV_ACCESS_LOCAL_WRITE)
+        path = mr._segment.path
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+        mr.close()
+        assert not os.path.exists(path)
+
+
+def test_closing_the_context_releases_everything():
+    before = set(shm.leftovers(os.getpid()))
+    with v.device.Context(name="soft0") as ctx:
+        pd = v.pd.PD(ctx)
+        v.mr.MR(pd, 4096, e.IBV_ACCESS_LOCAL_WRITE)
+        cq = v.cq.CQ(ctx, 4)
+        v.qp.QP(pd, v.qp.QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq))
+        assert len(set(shm.leftovers(os.getpid())) - before) == 2  # one MR, one QP
+    assert set(shm.leftovers(os.getpid())) == before
+
+
+def test_a_process_that_raises_leaves_nothing():
+    holder = run_holder("raise")
+    holder.wait(timeout=60)
+    assert holder.returncode != 0 and "a failing notebook cell" in holder.stderr.read()
+    assert shm.leftovers(holder.pid) == []
+
+
+def test_sigkill_orphans_are_reaped_by_the_next_start():
+    holder = run_holder("sleep")
+    assert holder.stdout.readline().strip() == "ready"
+    held = shm.leftovers(holder.pid)
+    assert len(held) == 4  # three MRs and a QP
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.wait(timeout=30)
+    assert shm.leftovers(holder.pid) == held  # SIGKILL runs no cleanup: they are orphans now
+    starter = subprocess.run([sys.executable, "-c", "from rdmalab import verbs as v; v.device.Context(name='soft0')"],
+                             env={**os.environ, "PYTHONPATH": ROOT}, timeout=60)
+    assert starter.returncode == 0
+    assert shm.leftovers(holder.pid) == []
