@@ -75,3 +75,18 @@ def test_sigkill_orphans_are_reaped_by_the_next_start():
                              env={**os.environ, "PYTHONPATH": ROOT}, timeout=60)
     assert starter.returncode == 0
     assert shm.leftovers(holder.pid) == []
+
+
+def test_closing_a_pd_closes_its_mrs_and_qps_as_pyverbs_does():
+    with v.device.Context(name="soft0") as ctx:
+        pd = v.pd.PD(ctx)
+        mr = v.mr.MR(pd, 64, e.IBV_ACCESS_LOCAL_WRITE)
+        cq = v.cq.CQ(ctx, 4)
+        qp = v.qp.QP(pd, v.qp.QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq))
+        pd.close()
+        # real pyverbs frees them too, then crashes on use; here the use is a clear error
+        with pytest.raises(v.pyverbs_error.PyverbsUserError, match="MR is closed"):
+            mr.read(4, 0)
+        with pytest.raises(v.pyverbs_error.PyverbsUserError, match="QP is closed"):
+            qp.query(e.IBV_QP_STATE)
+        assert cq.poll(1) == (0, [])  # the CQ did not depend on the PD
