@@ -27,7 +27,6 @@ import ctypes
 import fcntl
 import threading
 import time
-from collections import deque
 
 import numpy as np
 
@@ -459,6 +458,3 @@ def harvest_receives(qp, out, limit, make_wc):
         polled += 1
     words[Q_RQ_POLLED] = polled
 
-
-def new_send_queue():
-    return deque()

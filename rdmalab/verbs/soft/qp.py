@@ -11,9 +11,10 @@ must be in the mask and those that may; anything else, or an illegal jump, raise
 with errno 22 and changes nothing.
 """
 import random
+from collections import deque
 
 from . import nic, shm
-from .addr import AHAttr, GID, GlobalRoute
+from .addr import AHAttr
 from .base import Resource
 from .cq import CQ
 from .device import DEVICE_ATTR, GIDS, GID_TABLE_LEN, PORT_ATTR
@@ -120,7 +121,7 @@ class QP(Resource):
         w = self._words
         w[Q_PD], w[Q_RQ_SIZE], w[Q_RQ_MAX_SGE], w[Q_STATE], w[Q_ALIVE] = \
             creator.handle, self._rq_size, self.cap.max_recv_sge, RESET, 1
-        self._sq = nic.new_send_queue()
+        self._sq = deque()  # WQEs waiting for an RNR timer or an ACK timeout
         self._reset_attributes()
         nic.LOCAL_QPS[self.qp_num] = self
         rcq._recv_qps.append(self)
