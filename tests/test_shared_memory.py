@@ -90,3 +90,13 @@ def test_closing_a_pd_closes_its_mrs_and_qps_as_pyverbs_does():
         with pytest.raises(v.pyverbs_error.PyverbsUserError, match="QP is closed"):
             qp.query(e.IBV_QP_STATE)
         assert cq.poll(1) == (0, [])  # the CQ did not depend on the PD
+
+
+def test_mr_write_names_the_problem_instead_of_corrupting_memory():
+    with v.device.Context(name="soft0") as ctx:
+        mr = v.mr.MR(v.pd.PD(ctx), 64, e.IBV_ACCESS_LOCAL_WRITE)
+        with pytest.raises(v.pyverbs_error.PyverbsUserError, match="do not fit in this MR of 64 bytes"):
+            mr.write(b"x" * 10, 10, 60)
+        with pytest.raises(v.pyverbs_error.PyverbsUserError, match="has only 3"):
+            mr.write(b"abc", 8)
+        assert mr.read(64, 0) == bytes(64)  # nothing was written

@@ -58,7 +58,10 @@ class MR(Resource):
         if isinstance(data, str):
             data = data.encode()
         self._check_range(length, offset)
-        self.data[offset:offset + length] = memoryview(data).cast("B")[:length]
+        source = memoryview(data).cast("B")
+        if len(source) < length:
+            raise PyverbsUserError(f"write() asked for {length} bytes but the data has only {len(source)}")
+        self.data[offset:offset + length] = source[:length]
 
     def read(self, length, offset):
         """Return `length` bytes from the buffer at `offset`."""
