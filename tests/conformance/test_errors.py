@@ -123,6 +123,20 @@ def scenario_send_into_receive_with_bad_lkey(p):
     return send_wr(p.src, 32, e.IBV_WR_SEND)
 
 
+def scenario_receive_in_mr_without_local_write(p):
+    p.keep = v.mr.MR(p.pd, 64, e.IBV_ACCESS_REMOTE_READ)
+    p.b.post_recv(recv_wr(p.keep, 64, wr_id=5))
+    return send_wr(p.src, 8, e.IBV_WR_SEND)
+
+
+def scenario_lkey_of_another_pd(p):
+    p.keep_pd = v.pd.PD(p.ctx)
+    p.keep = v.mr.MR(p.keep_pd, 64, ALL_ACCESS)
+    w = send_wr(p.keep, 8, e.IBV_WR_RDMA_WRITE)
+    w.set_wr_rdma(p.dst.rkey, p.dst.buf)
+    return w
+
+
 # name, pair options, requester status, responder completions, requester state, responder state
 CASES = [
     (scenario_bad_rkey, {}, e.IBV_WC_REM_ACCESS_ERR, [], ERR, ERR),
@@ -146,6 +160,8 @@ CASES = [
     (scenario_send_into_small_receive, {}, e.IBV_WC_REM_OP_ERR,
      [(77, e.IBV_WC_LOC_QP_OP_ERR), (78, e.IBV_WC_WR_FLUSH_ERR)], ERR, ERR),
     (scenario_send_into_receive_with_bad_lkey, {}, e.IBV_WC_REM_OP_ERR, [(79, e.IBV_WC_LOC_QP_OP_ERR)], ERR, ERR),
+    (scenario_receive_in_mr_without_local_write, {}, e.IBV_WC_REM_OP_ERR, [(5, e.IBV_WC_LOC_QP_OP_ERR)], ERR, ERR),
+    (scenario_lkey_of_another_pd, {}, e.IBV_WC_LOC_QP_OP_ERR, [], ERR, RTS),
 ]
 
 

@@ -181,3 +181,18 @@ def test_psns_advance_by_packets(make_pair):
     poll(p.cq_a)
     attr, _ = p.a.query(e.IBV_QP_SQ_PSN)
     assert attr.sq_psn == 5
+
+
+def test_link_local_gid_reaches_a_qp_of_the_same_device(ctx, make_pair):
+    from .conftest import to_init, to_rtr, to_rts
+    p = make_pair(connect=False)
+    for qp, peer in ((p.a, p.b), (p.b, p.a)):
+        to_init(qp)
+        to_rtr(ctx, 0, qp, peer.qp_num)  # GID 0: link-local
+        to_rts(qp)
+    p.src.write(b"linklocl", 8)
+    w = send_wr(p.src, 8, e.IBV_WR_RDMA_WRITE)
+    w.set_wr_rdma(p.dst.rkey, p.dst.buf)
+    p.a.post_send(w)
+    assert [c["status"] for c in poll(p.cq_a)] == [e.IBV_WC_SUCCESS]
+    assert p.dst.read(8, 0) == b"linklocl"

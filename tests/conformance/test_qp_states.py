@@ -114,3 +114,19 @@ def test_post_recv_fails_in_reset_and_works_in_init(pd, qp):
 def test_too_many_send_sges_at_creation_is_refused(pd, cq):
     attr = v.qp.QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=v.qp.QPCap(max_send_sge=1000))
     assert rdma_error(lambda: v.qp.QP(pd, attr)) == 22
+
+
+def test_rtr_needs_a_global_route_on_roce(ctx, gid_index, qp):
+    if ctx.query_port(1).link_layer != e.IBV_LINK_LAYER_ETHERNET:
+        pytest.skip("InfiniBand port: a local route needs no GRH")
+    to_init(qp)
+    a = rtr_attr(ctx, gid_index, qp.qp_num)
+    a.ah_attr = v.addr.AHAttr(port_num=1, is_global=0)
+    assert rdma_error(lambda: qp.modify(a, RTR_MASK)) == 22
+
+
+def test_an_empty_source_gid_index_is_enodata(ctx, gid_index, qp):
+    to_init(qp)
+    empty = next(i for i in range(2, 64) if str(ctx.query_gid(1, i)) == ":".join(["0000"] * 8))
+    assert rdma_error(lambda: qp.modify(rtr_attr(ctx, empty, qp.qp_num), RTR_MASK)) == 61
+    assert states(qp) == (e.IBV_QPS_INIT, e.IBV_QPS_INIT)

@@ -34,7 +34,7 @@ from .nic import (Q_ACCESS, Q_ALIVE, Q_EXPECTED_PSN, Q_MIN_RNR_TIMER, Q_PD, Q_RQ
 from .pd import PD
 from .pyverbs_error import PyverbsRDMAError, PyverbsUserError
 
-EINVAL, ENOMEM, EOPNOTSUPP = 22, 12, 95
+EINVAL, ENOMEM, ENODATA, EOPNOTSUPP = 22, 12, 61, 95
 STATE_NAMES = {0: "RESET", 1: "INIT", 2: "RTR", 3: "RTS", 4: "SQD", 5: "SQE", 6: "ERR"}
 
 # (current, next) -> (attributes that must be in the mask, attributes that may be)
@@ -161,6 +161,8 @@ class QP(Resource):
         self._check_open()
         current = int(self._words[Q_STATE])
         target = qp_attr.qp_state if comp_mask & STATE else current
+        if comp_mask & AV and len(GIDS) <= qp_attr.ah_attr.gr.sgid_index < GID_TABLE_LEN:
+            raise PyverbsRDMAError("Failed to modify QP", ENODATA)  # the kernel finds no GID at that index
         rule = TRANSITIONS.get((current, target))
         if rule is None or comp_mask & rule[0] != rule[0] or comp_mask & ~(rule[0] | rule[1] | STATE) \
                 or not self._attributes_valid(qp_attr, comp_mask):
