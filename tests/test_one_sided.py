@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 from rdmalab import verbs as v
+from rdmalab.verbs import rc
 
 e = v.enums
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -22,20 +23,14 @@ def test_rdma_write_lands_in_a_sleeping_process_without_its_cpu(tmp_path):
     try:
         remote = json.loads(target.stdout.readline())
         ctx = v.device.Context(name=v.device.get_device_list()[0].name.decode())
-        gid_index = v.routable_gid_index(ctx)
         pd = v.pd.PD(ctx)
         src = v.mr.MR(pd, SIZE, e.IBV_ACCESS_LOCAL_WRITE)
         cq = v.cq.CQ(ctx, 16)
         qp = v.qp.QP(pd, v.qp.QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=v.qp.QPCap(4, 4)))
-        target.stdin.write(json.dumps({"qp_num": qp.qp_num, "psn": 0, "gid": str(ctx.query_gid(1, gid_index))}) + "\n")
+        mine = rc.endpoint(ctx, qp)
+        target.stdin.write(json.dumps(mine) + "\n")
         target.stdin.flush()
-        a = v.qp.QPAttr(port_num=1, path_mtu=e.IBV_MTU_1024)
-        a.pkey_index, a.qp_access_flags = 0, e.IBV_ACCESS_LOCAL_WRITE
-        a.ah_attr = v.addr.AHAttr(port_num=1, is_global=1, gr=v.addr.GlobalRoute(
-            dgid=v.addr.GID(remote["gid"]), sgid_index=gid_index, hop_limit=64))
-        a.dest_qp_num, a.rq_psn, a.max_dest_rd_atomic, a.min_rnr_timer = remote["qp_num"], remote["psn"], 1, 12
-        a.sq_psn, a.timeout, a.retry_cnt, a.rnr_retry, a.max_rd_atomic = 0, 14, 7, 7, 1
-        qp.to_rts(a)
+        rc.connect(ctx, qp, mine, remote, access=0)
         before = json.loads(target.stdout.readline())
         assert before["ready"]
 
@@ -47,10 +42,7 @@ def test_rdma_write_lands_in_a_sleeping_process_without_its_cpu(tmp_path):
                             sg=[v.wr.SGE(src.buf, SIZE, src.lkey)], send_flags=e.IBV_SEND_SIGNALED)
             w.set_wr_rdma(remote["rkey"], remote["addr"])
             qp.post_send(w)
-            n, wcs = 0, []
-            while n == 0:
-                n, wcs = cq.poll(1)
-            assert wcs[0].status == e.IBV_WC_SUCCESS
+            assert rc.wait_for_completion(cq).status == e.IBV_WC_SUCCESS
         done = resource.getrusage(resource.RUSAGE_SELF)
         initiator_cpu = (done.ru_utime + done.ru_stime) - (mine.ru_utime + mine.ru_stime)
 

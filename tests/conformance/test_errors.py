@@ -165,9 +165,16 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("scenario, options, status, responder, state_a, state_b", CASES,
-                         ids=[f"{c[0].__name__[9:]}{'-' + '-'.join(f'{k}{w}' for k, w in c[1].items() if k != 'access_b') if c[1] else ''}"
-                              for c in CASES])
+def case_id(case):
+    """The scenario's name and what the options change: send_without_receive-rnr_retry2, write-qp_forbids_it."""
+    scenario, options = case[0], case[1]
+    parts = [scenario.__name__.removeprefix("scenario_")]
+    parts += [f"rnr_retry{options['rnr_retry']}"] if "rnr_retry" in options else []
+    parts += ["qp_forbids_it"] if "access_b" in options else []
+    return "-".join(parts)
+
+
+@pytest.mark.parametrize("scenario, options, status, responder, state_a, state_b", CASES, ids=[case_id(c) for c in CASES])
 def test_error_completion_states_and_untouched_memory(make_pair, scenario, options, status, responder, state_a, state_b):
     p = make_pair(**options)
     p.src.write(b"z" * 64, 64)

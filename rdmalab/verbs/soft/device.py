@@ -14,7 +14,6 @@ DEVICE_NAME = "soft0"
 NODE_GUID = 0x0002C9FFFE5AB000
 GIDS = ["fe80:0000:0000:0000:0202:c9ff:fe5a:b000",   # 0: link-local (reaches this host only)
         "0000:0000:0000:0000:0000:ffff:7f00:0001"]   # 1: ::ffff:127.0.0.1, IPv4-mapped RoCE v2
-ROUTABLE_GID_INDEX = 1
 GID_TABLE_LEN = 1024
 EINVAL = 22
 

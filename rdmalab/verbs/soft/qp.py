@@ -186,7 +186,7 @@ class QP(Resource):
         if mask & AV:
             ah = a.ah_attr
             # RoCE needs a GRH (is_global), and the source GID must be a populated entry
-            if not ah.is_global or ah.port_num != 1 or not 0 <= ah.gr.sgid_index < min(len(GIDS), GID_TABLE_LEN):
+            if not ah.is_global or ah.port_num != 1 or not 0 <= ah.gr.sgid_index < len(GIDS):
                 return False
         limit = DEVICE_ATTR["max_qp_rd_atom"]
         if mask & MAX_DEST_RD_ATOMIC and a.max_dest_rd_atomic > limit or mask & MAX_QP_RD_ATOMIC and a.max_rd_atomic > limit:

@@ -115,19 +115,24 @@ def pid_alive(pid):
         return True
 
 
-def reap_orphans():
-    """Remove segments whose owner process is gone (killed before it could clean up). Returns their names."""
-    reaped = []
-    folder = directory()
-    for entry in os.scandir(folder):
+def _segments():
+    """(directory entry, owner pid or None if unreadable) for every rdmalab segment present now."""
+    for entry in os.scandir(directory()):
         if not entry.name.startswith(PREFIX):
             continue
         try:
             with open(entry.path, "rb") as f:
                 head = np.frombuffer(f.read(16), dtype=np.int64)
-        except (OSError, ValueError):
-            continue
-        if len(head) == 2 and head[W_MAGIC] == MAGIC and not pid_alive(int(head[W_OWNER_PID])):
+        except OSError:
+            head = ()
+        yield entry, int(head[W_OWNER_PID]) if len(head) == 2 and head[W_MAGIC] == MAGIC else None
+
+
+def reap_orphans():
+    """Remove segments whose owner process is gone (killed before it could clean up). Returns their names."""
+    reaped = []
+    for entry, owner in _segments():
+        if owner is not None and not pid_alive(owner):
             try:
                 os.unlink(entry.path)
                 reaped.append(entry.name)
@@ -138,17 +143,4 @@ def reap_orphans():
 
 def leftovers(pid=None):
     """Names of rdmalab segments present now (of one owner pid, if given): for tests and `doctor`."""
-    names = []
-    for entry in os.scandir(directory()):
-        if entry.name.startswith(PREFIX):
-            if pid is None:
-                names.append(entry.name)
-                continue
-            try:
-                with open(entry.path, "rb") as f:
-                    head = np.frombuffer(f.read(16), dtype=np.int64)
-                if len(head) == 2 and head[W_OWNER_PID] == pid:
-                    names.append(entry.name)
-            except OSError:
-                pass
-    return names
+    return [entry.name for entry, owner in _segments() if pid is None or owner == pid]
