@@ -57,8 +57,9 @@ class CQ(Resource):
     def poll(self, num_entries=1):
         """Returns (number polled, [WC, ...]), at most num_entries, without waiting."""
         self._check_open()
-        for qp in list(self._waiting):
-            nic.progress(qp)
+        if self._waiting:
+            for qp in list(self._waiting):
+                nic.progress(qp)
         wcs = []
         local = self._completions
         while local and len(wcs) < num_entries:

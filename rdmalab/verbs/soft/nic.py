@@ -67,7 +67,7 @@ RNR_TIMER_MS = [655.36, 0.01, 0.02, 0.03, 0.04, 0.06, 0.08, 0.12, 0.16, 0.24, 0.
 
 LOCAL_QPS = {}  # qp_num -> QP of this process
 _attached_mrs = {}  # key -> Segment of another process's MR
-_attached_qps = {}  # qp_num -> Segment of another process's QP
+_attached_qps = {}  # qp_num -> (Segment, receive slots) of another process's QP
 _lock = threading.Lock()  # with fcntl record locks: atomics and receive queues, across threads and processes
 
 
@@ -92,21 +92,22 @@ def mr_segment(key):
 
 
 def qp_words(qp_num):
-    """The shared header of a QP by number, or None when no QP answers to it."""
+    """(shared header, segment, receive slots) of a QP by number, or None when no QP answers to it."""
     qp = LOCAL_QPS.get(qp_num)
     if qp is not None:
-        return qp._words, qp._segment
-    seg = _attached_qps.get(qp_num)
-    if seg is not None and not seg.words[Q_ALIVE]:
+        return qp._words, qp._segment, qp._slots
+    found = _attached_qps.get(qp_num)
+    if found is not None and not found[0].words[Q_ALIVE]:
         del _attached_qps[qp_num]
-        seg.close()
-        seg = None
-    if seg is None:
+        found[0].close()
+        found = None
+    if found is None:
         seg = shm.Segment.attach(f"qp-{qp_num:06x}")
         if seg is None or not seg.words[Q_ALIVE]:
             return None
-        _attached_qps[qp_num] = seg
-    return seg.words, seg
+        found = _attached_qps[qp_num] = (seg, receive_slots(seg, int(seg.words[Q_RQ_SIZE]), int(seg.words[Q_RQ_MAX_SGE])))
+    seg, slots = found
+    return seg.words, seg, slots
 
 
 def _region(seg, addr, length, pd, need):
@@ -259,11 +260,11 @@ def _path_answers(qp):
     found = qp_words(qp._dest_qp_num)
     if found is None:
         return None
-    words, seg = found
+    words = found[0]
     state = words[Q_STATE]
     if (state != IBV_QPS_RTR and state != IBV_QPS_RTS) or words[Q_EXPECTED_PSN] != qp._sq_psn:
         return None  # a QP not ready to receive, or a PSN it does not expect, drops the packet
-    return words, seg
+    return found
 
 
 def execute(qp, wqe, pending):
@@ -281,12 +282,11 @@ def execute(qp, wqe, pending):
         if isinstance(payload, int):
             fail(qp, wqe, payload)
             return None
-        length = len(payload)
 
     peer = _path_answers(qp)
     if peer is None:
         return _wait_for_ack(qp, wqe, pending)
-    peer_words, peer_seg = peer
+    peer_words, peer_seg, peer_slots = peer
 
     # responder checks, in rxe's order
     need = NEEDS_ACCESS[opcode]
@@ -295,7 +295,7 @@ def execute(qp, wqe, pending):
         return None
     if opcode in CONSUMES_RECEIVE:
         with _LockedWord(peer_seg, 0):
-            outcome = _respond_with_receive(qp, wqe, pending, peer_words, peer_seg, payload, length)
+            outcome = _respond_with_receive(qp, wqe, pending, peer_words, peer_slots, payload, length)
     else:
         outcome = _respond_rdma(qp, wqe, peer_words, payload, length)
     return outcome
@@ -304,10 +304,9 @@ def execute(qp, wqe, pending):
 def _respond_rdma(qp, wqe, peer_words, payload, length):
     """RDMA WRITE, READ or an atomic into the peer's memory."""
     opcode = wqe.opcode
-    if opcode in ATOMICS:
-        length = 8
+    remote_length = 8 if opcode in ATOMICS else length
     seg = mr_segment(wqe.rkey)
-    offset = _region(seg, wqe.remote_addr, length, peer_words[Q_PD], NEEDS_ACCESS[opcode])
+    offset = _region(seg, wqe.remote_addr, remote_length, peer_words[Q_PD], NEEDS_ACCESS[opcode])
     if offset is None:
         fail(qp, wqe, IBV_WC_REM_ACCESS_ERR, peer_words)
         return None
@@ -316,17 +315,17 @@ def _respond_rdma(qp, wqe, peer_words, payload, length):
         target[offset:offset + length] = payload
     elif opcode == READ:
         if not _scatter_local(qp, wqe, target[offset:offset + length]):
-            _advance_psn(qp, peer_words, length)
+            _advance_psn(qp, peer_words, remote_length)
             fail(qp, wqe, IBV_WC_LOC_PROT_ERR)
             return None
     else:
         old = _atomic(seg, offset, opcode, wqe.compare_add, wqe.swap)
         if not _scatter_local(qp, wqe, np.frombuffer(old.to_bytes(8, "little"), dtype=np.uint8)):
-            _advance_psn(qp, peer_words, length)
+            _advance_psn(qp, peer_words, remote_length)
             fail(qp, wqe, IBV_WC_LOC_PROT_ERR)
             return None
-    _advance_psn(qp, peer_words, length)
-    complete(qp, wqe, IBV_WC_SUCCESS, sum(sge[1] for sge in wqe.sges) if opcode != WRITE else length)
+    _advance_psn(qp, peer_words, remote_length)
+    complete(qp, wqe, IBV_WC_SUCCESS, length)
     return None
 
 
@@ -342,14 +341,12 @@ def _atomic(seg, offset, opcode, compare_add, swap):
     return old
 
 
-def _respond_with_receive(qp, wqe, pending, peer_words, peer_seg, payload, length):
+def _respond_with_receive(qp, wqe, pending, peer_words, slots, payload, length):
     """SEND, SEND_WITH_IMM and WRITE_WITH_IMM: each consumes the peer's next posted receive."""
     consumed = int(peer_words[Q_RQ_CONSUMED])
     if consumed == peer_words[Q_RQ_POSTED]:
         return _wait_for_receive(qp, wqe, pending)
-    size = int(peer_words[Q_RQ_SIZE])
-    slots = receive_slots(peer_seg, size, int(peer_words[Q_RQ_MAX_SGE]))
-    slot = slots[consumed % size]
+    slot = slots[consumed % len(slots)]
     peer_pd = peer_words[Q_PD]
     opcode = wqe.opcode
     if opcode == WRITE_WITH_IMM:
