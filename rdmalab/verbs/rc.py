@@ -2,20 +2,19 @@
 
 Each side publishes its endpoint, `(qp_num, psn, gid)` plus whatever memory it exposes
 `(rkey, addr)`, over any side channel; then connect() walks its QP RESET -> INIT -> RTR -> RTS
-with ibv_rc_pingpong's values (MTU 1024, min_rnr_timer 12, timeout 14, retry 7, rnr_retry 7).
+with ibv_rc_pingpong's values (min_rnr_timer 12, timeout 14, retry 7, rnr_retry 7) on the route
+rdmalab.verbs.route_of() picks: the first active port, its routable GID, its active MTU.
 """
 import random
 import time
 
-from . import addr, enums as e, qp as qpmod, routable_gid_index
-
-PORT = 1
+from . import addr, enums as e, qp as qpmod, route_of
 
 
 def endpoint(ctx, qp, mr=None, psn=None):
     """What a peer needs to reach this QP (and this MR): a plain dict, ready to send as JSON."""
     info = {"qp_num": qp.qp_num, "psn": random.getrandbits(24) if psn is None else psn,
-            "gid": str(ctx.query_gid(PORT, routable_gid_index(ctx, PORT)))}
+            "gid": route_of(ctx, "this device").gid}
     if mr is not None:
         info.update(rkey=mr.rkey, addr=mr.buf)
     return info
@@ -23,10 +22,11 @@ def endpoint(ctx, qp, mr=None, psn=None):
 
 def connect(ctx, qp, local, remote, access=e.IBV_ACCESS_REMOTE_WRITE):
     """Bring `qp` to RTS, connected to `remote` (its endpoint dict); `local` is this QP's own endpoint."""
-    a = qpmod.QPAttr(port_num=PORT, path_mtu=min(e.IBV_MTU_1024, ctx.query_port(PORT).active_mtu))
+    route = route_of(ctx, "this device")
+    a = qpmod.QPAttr(port_num=route.port, path_mtu=route.path_mtu)
     a.pkey_index, a.qp_access_flags = 0, access
-    a.ah_attr = addr.AHAttr(port_num=PORT, is_global=1, gr=addr.GlobalRoute(
-        dgid=addr.GID(remote["gid"]), sgid_index=routable_gid_index(ctx, PORT), hop_limit=64))
+    a.ah_attr = addr.AHAttr(port_num=route.port, is_global=1, gr=addr.GlobalRoute(
+        dgid=addr.GID(remote["gid"]), sgid_index=route.gid_index, hop_limit=64))
     a.dest_qp_num, a.rq_psn, a.max_dest_rd_atomic, a.min_rnr_timer = remote["qp_num"], remote["psn"], 1, 12
     a.sq_psn, a.timeout, a.retry_cnt, a.rnr_retry, a.max_rd_atomic = local["psn"], 14, 7, 7, 1
     qp.to_rts(a)

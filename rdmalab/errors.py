@@ -1,0 +1,70 @@
+"""rdmalab's errors, and what a failed verb or a bad completion most likely means.
+
+Real pyverbs reports errno numbers and completion status codes; these turn them into the next step.
+Nothing here imports a provider, so it works even when choosing one fails.
+"""
+import errno
+
+
+class ProviderError(RuntimeError):
+    """The provider asked for cannot run here; the message says what to do."""
+
+WC_STATUS_NAMES = {0: "SUCCESS", 1: "LOC_LEN_ERR", 2: "LOC_QP_OP_ERR", 4: "LOC_PROT_ERR",
+                   5: "WR_FLUSH_ERR", 9: "REM_INV_REQ_ERR", 10: "REM_ACCESS_ERR", 11: "REM_OP_ERR",
+                   12: "RETRY_EXC_ERR", 13: "RNR_RETRY_EXC_ERR", 20: "RESP_TIMEOUT_ERR"}
+
+STATUS_HINTS = {
+    1: "a receive buffer is smaller than the message sent into it, or an SGE is longer than its MR",
+    2: "a work request names an lkey that is not a registered MR of this PD, or breaks the QP's limits",
+    4: "the local SGE lies outside its MR, or the MR lacks the access flag the operation needs "
+       "(LOCAL_WRITE to receive into it or RDMA READ into it)",
+    5: "the QP was already in ERR: an earlier completion failed; look for that one first",
+    9: "the peer rejected the request: message longer than the peer accepts, or an operation its QP "
+       "does not allow",
+    10: "the peer's rkey or address range is wrong, or the peer's MR or QP lacks REMOTE_WRITE / "
+        "REMOTE_READ / REMOTE_ATOMIC",
+    11: "the peer could not complete the operation: typically a SEND larger than its posted receive",
+    12: "the peer never answered: wrong destination QP number or PSN, the peer QP not in RTR/RTS, or "
+        "a GID that cannot route (on RoCE use the IPv4-mapped RoCE v2 GID: rdmalab.verbs.routable_gid_index)",
+    13: "the peer had no receive posted for a SEND (RNR) after all retries: post_recv before the peer sends",
+}
+
+ERRNO_HINTS = {
+    errno.ENOMEM: "the locked-memory limit is too low for this registration, or a queue is full: "
+                  "raise `ulimit -l` (containers: --ulimit memlock=-1), or poll completions before posting more",
+    errno.ENODATA: "that GID table entry is empty: use rdmalab.verbs.routable_gid_index(ctx, port)",
+    errno.EINVAL: "an attribute or mask is wrong for this QP state transition, or the QP is not in a "
+                  "state that allows the call (post_send needs RTS)",
+    errno.EPERM: "not permitted: the process may lack CAP_IPC_LOCK or access to /dev/infiniband",
+    errno.EACCES: "no access to /dev/infiniband/uverbs*: add the user to the 'rdma' group or run as root",
+}
+
+
+def status_name(status):
+    return WC_STATUS_NAMES.get(status, f"status {status}")
+
+
+def explain_status(status):
+    """'12 (RETRY_EXC_ERR): the peer never answered: ...'"""
+    hint = STATUS_HINTS.get(status)
+    return f"{status} ({status_name(status)})" + (f": {hint}" if hint else "")
+
+
+def explain_error(error):
+    """The hint for a PyverbsRDMAError (its errno), or '' when there is none."""
+    return ERRNO_HINTS.get(getattr(error, "error_code", -1), "")
+
+
+class CompletionError(RuntimeError):
+    """A work request completed with an error status; the message says what it likely means."""
+
+    def __init__(self, wc, what="the work request"):
+        self.wc = wc
+        super().__init__(f"{what} completed with status {explain_status(wc.status)}")
+
+
+def check(wc, what="the work request"):
+    """Returns `wc` when it succeeded; raises CompletionError with a hint otherwise."""
+    if wc.status != 0:
+        raise CompletionError(wc, what)
+    return wc
