@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# softroce/vm.sh - run a command inside a QEMU guest that has a real Soft-RoCE device, rxe0.
+#
+#   softroce/vm.sh [CMD ARGS...]     (default: sh softroce/guest-tests.sh)
+#
+# The guest is Debian 12 with Linux's rdma_rxe driver, rdma-core, Debian's python3-pyverbs and a
+# venv /opt/rdmalab holding softroce/requirements-guest.txt. This checkout (tracked and untracked
+# files, not ignored ones) is copied to /project, where CMD runs. Prints CMD's output and exits
+# with its status; 124 = the guest gave no status (timeout, crash), 125 = the guest failed to start.
+#
+# First run: needs root, qemu/debootstrap (installed with apt-get if missing) and a Debian mirror;
+# builds the guest in about 3-5 minutes and caches it. Later runs boot in about 20 s.
+# Why a VM: this machine's kernel has no RDMA; under QEMU's software CPU emulation (TCG) a stock
+# Debian kernel runs rdma_rxe. Timings inside say nothing about real performance.
+#
+# Knobs: RDMALAB_VM_DIR (cache, default ~/.cache/rdmalab/softroce-vm), RDMALAB_VM_MEM (MiB, 2048),
+#        RDMALAB_VM_SMP (2), RDMALAB_VM_TIMEOUT (s, 1500), RDMALAB_VM_MIRROR (Debian mirror URL).
+set -euo pipefail
+
+HERE=$(cd "$(dirname "$0")" && pwd)
+PROJECT=$(dirname "$HERE")
+W=${RDMALAB_VM_DIR:-$HOME/.cache/rdmalab/softroce-vm}
+MEM=${RDMALAB_VM_MEM:-2048}
+SMP=${RDMALAB_VM_SMP:-2}
+TIMEOUT=${RDMALAB_VM_TIMEOUT:-1500}
+# x86-64-v2: PyPI's numpy needs SSE4.2 and POPCNT, which QEMU's default qemu64 model lacks
+CPU=qemu64,+ssse3,+sse4.1,+sse4.2,+popcnt,+cx16
+SUITE=bookworm
+GUEST_PACKAGES=python3,python3-venv,python3-pyverbs,rdma-core,ibverbs-providers,ibverbs-utils,perftest,iproute2,kmod,ca-certificates
+MODULES="rdma_rxe rdma_ucm crc32_generic dummy"
+
+say() { echo "[softroce-vm] $*" >&2; }
+fail() { say "$*"; exit 2; }
+
+# Each cached stage is keyed by what it was built from, so an edited recipe rebuilds what it changed.
+ROOTFS_KEY=$( { echo "$SUITE $GUEST_PACKAGES"; cat "$HERE/requirements-guest.txt"; } | sha256sum | cut -c1-16)
+GUEST_KEY=$( { echo "$ROOTFS_KEY $MODULES"; cat "$HERE/init"; } | sha256sum | cut -c1-16)
+
+build_needed() { [ "$(cat "$W/kernel/.key" 2>/dev/null)" != done ] || [ "$(cat "$W/guest.key" 2>/dev/null)" != "$GUEST_KEY" ]; }
+
+# 0. What the first build needs -----------------------------------------------------------------
+if build_needed && [ "$(id -u)" != 0 ]; then
+  fail "building the Soft-RoCE guest needs root (apt-get, debootstrap, chroot): run 'sudo make test-softroce'"
+fi
+missing=()
+for tool in qemu-system-x86:qemu-system-x86_64 debootstrap:debootstrap cpio:cpio kmod:depmod; do
+  command -v "${tool#*:}" >/dev/null || missing+=("${tool%%:*}")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null ||
+    fail "missing ${missing[*]}: install them (Debian/Ubuntu: apt-get install ${missing[*]}) and run again"
+  say "installing ${missing[*]}"
+  { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"; } \
+    > /tmp/rdmalab-apt.log 2>&1 || { tail -5 /tmp/rdmalab-apt.log >&2; fail "apt-get could not install ${missing[*]}"; }
+fi
+mkdir -p "$W"
+exec 9>"$W/.lock"; flock 9          # one build at a time; runs themselves can overlap
+
+# 1. A Debian kernel, which ships rdma_rxe as a module -------------------------------------------
+kernel_package() { apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/{print $2; exit}'; }
+if [ "$(cat "$W/kernel/.key" 2>/dev/null)" != done ]; then
+  pkg=$(kernel_package); [ -n "$pkg" ] || { apt-get update -q >/dev/null 2>&1 || true; pkg=$(kernel_package); }
+  [ -n "$pkg" ] || fail "apt cannot find linux-image-amd64: this host needs a reachable Debian/Ubuntu mirror"
+  say "downloading $pkg"
+  rm -rf "$W/kernel" "$W/download"; mkdir -p "$W/kernel" "$W/download"
+  (cd "$W/download" && apt-get download -q "$pkg" >/dev/null 2>&1) || fail "apt-get download $pkg failed (mirror unreachable?)"
+  dpkg-deb -x "$W"/download/*.deb "$W/kernel"; rm -rf "$W/download"
+  echo done > "$W/kernel/.key"
+fi
+KVER=$(ls "$W/kernel/lib/modules" | head -1)
+
+# 2. The guest's root filesystem: Debian minbase, RDMA packages, the lab's Python venv ----------
+R="$W/rootfs"
+if [ "$(cat "$R/.key" 2>/dev/null)" != "$ROOTFS_KEY" ]; then
+  MIRROR=${RDMALAB_VM_MIRROR:-$(awk '/^URIs:/ && !/security/ {print $2; exit}' /etc/apt/sources.list.d/*.sources 2>/dev/null || true)}
+  [ -n "$MIRROR" ] || MIRROR=$(awk '$1=="deb" && $3 !~ /security/ {print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)
+  MIRROR=${MIRROR:-http://deb.debian.org/debian}
+  say "debootstrap $SUITE from $MIRROR (about 2 minutes)"
+  rm -rf "$R"
+  debootstrap --variant=minbase --include="$GUEST_PACKAGES" "$SUITE" "$R" "$MIRROR" > "$W/debootstrap.log" 2>&1 ||
+    { tail -15 "$W/debootstrap.log" >&2; fail "debootstrap failed (log: $W/debootstrap.log); set RDMALAB_VM_MIRROR to a Debian mirror"; }
+  say "installing the lab's Python packages into the guest's /opt/rdmalab"
+  cp "$HERE/requirements-guest.txt" "$R/tmp/requirements.txt"
+  cp /etc/resolv.conf "$R/etc/resolv.conf"
+  # pip in the chroot trusts what the host trusts (a proxy's own CA included) and ignores the
+  # host's pip settings that name host paths
+  for ca in "${PIP_CERT:-}" "${SSL_CERT_FILE:-}" /etc/ssl/certs/ca-certificates.crt; do
+    [ -f "$ca" ] && { cp "$ca" "$R/tmp/host-ca.crt"; break; }
+  done
+  mount -t proc proc "$R/proc"
+  trap 'umount "$R/proc" 2>/dev/null || true' EXIT
+  ca=/tmp/host-ca.crt
+  env -u PIP_FIND_LINKS -u PIP_CONSTRAINT PIP_CERT=$ca REQUESTS_CA_BUNDLE=$ca CURL_CA_BUNDLE=$ca SSL_CERT_FILE=$ca chroot "$R" /bin/sh -c 'set -e
+    python3 -m venv --system-site-packages /opt/rdmalab
+    /opt/rdmalab/bin/pip install --quiet --no-cache-dir -r /tmp/requirements.txt
+    # warm the caches every boot would otherwise rebuild under slow CPU emulation
+    HOME=/root MPLBACKEND=Agg /opt/rdmalab/bin/python -c "import matplotlib.pyplot, pyverbs.device"' \
+    > "$W/pip.log" 2>&1 || { tail -15 "$W/pip.log" >&2; fail "pip install in the guest failed (log: $W/pip.log; PyPI unreachable?)"; }
+  umount "$R/proc"; trap - EXIT
+  rm -rf "$R"/var/cache/apt/archives/*.deb "$R"/var/lib/apt/lists/* "$R"/usr/share/{doc,man,locale,info} "$R"/tmp/{requirements.txt,host-ca.crt}
+  echo "$ROOTFS_KEY" > "$R/.key"
+fi
+
+# 3. Kernel modules and /init, packed as an uncompressed initramfs (fastest to unpack under TCG) --
+if [ "$(cat "$W/guest.key" 2>/dev/null)" != "$GUEST_KEY" ]; then
+  say "packing the guest"
+  rm -rf "$R/lib/modules"; mkdir -p "$R/lib/modules/$KVER"
+  depmod -b "$W/kernel" "$KVER"
+  for m in $MODULES; do modprobe -d "$W/kernel" -S "$KVER" --show-depends "$m"; done |
+    awk '$1 == "insmod" {print $2}' | sort -u | while read -r f; do
+      rel=${f#"$W/kernel/"}; mkdir -p "$R/$(dirname "$rel")"; cp "$f" "$R/$rel"; done
+  cp "$W/kernel/lib/modules/$KVER"/modules.{order,builtin,builtin.modinfo} "$R/lib/modules/$KVER/"
+  depmod -b "$R" "$KVER"
+  install -m 755 "$HERE/init" "$R/init"
+  (cd "$R" && find . -path ./.key -prune -o -print0 | cpio --null -o -H newc --quiet) > "$W/guest.cpio.new"
+  mv "$W/guest.cpio.new" "$W/guest.cpio"
+  echo "$GUEST_KEY" > "$W/guest.key"
+fi
+flock -u 9
+
+# 4. This run: the project and the command, appended as a second initramfs; boot ----------------
+[ $# -gt 0 ] || set -- sh softroce/guest-tests.sh
+RUN=$(mktemp -d "$W/run.XXXXXX")
+trap 'rm -rf "$RUN"' EXIT
+mkdir -p "$RUN/overlay/project"
+{ printf 'exec'; printf ' %q' "$@"; printf '\n'; } > "$RUN/overlay/run.sh"
+if git -C "$PROJECT" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+  (cd "$PROJECT" && git ls-files -z --cached --others --exclude-standard | while IFS= read -r -d '' f; do [ -e "$f" ] && printf '%s\0' "$f"; done |
+     cpio --null -pdm --quiet "$RUN/overlay/project")
+else
+  cp -a "$PROJECT"/{pyproject.toml,rdmalab,tests,notebooks,examples,softroce} "$RUN/overlay/project/"
+fi
+(cd "$RUN/overlay" && find . -print0 | cpio --null -o -H newc --quiet) > "$RUN/overlay.cpio"
+cat "$W/guest.cpio" "$RUN/overlay.cpio" > "$RUN/initrd"
+: > "$RUN/status"
+say "booting the guest (Linux $KVER, rxe0 over dummy0; about 20 s before the command starts)"
+set +e
+timeout "$TIMEOUT" qemu-system-x86_64 -accel tcg -cpu "$CPU" -smp "$SMP" -m "$MEM" \
+  -display none -monitor none -no-reboot -nic none \
+  -kernel "$W/kernel/boot/vmlinuz-$KVER" -initrd "$RUN/initrd" \
+  -append "console=ttyS0 panic=-1 quiet mitigations=off" \
+  -serial file:"$RUN/console.log" -serial stdio -serial file:"$RUN/status" < /dev/null
+qemu_rc=$?
+set -e
+rc=$(sed -n 's/^RDMALAB_VM_EXIT=\([0-9]*\).*/\1/p' "$RUN/status" | tail -1)
+if [ -z "$rc" ]; then
+  say "the guest reported no exit status (qemu exit $qemu_rc; 124 = timed out after ${TIMEOUT}s). Console tail:"
+  tail -20 "$RUN/console.log" >&2
+  exit 124
+fi
+exit "$rc"

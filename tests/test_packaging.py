@@ -1,0 +1,50 @@
+"""The setup promises: the README's commands, the guest's Python packages, the VM harness's errors."""
+import os
+import re
+import shutil
+import subprocess
+import tomllib
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def names(requirements):
+    return {re.split(r"[<>=!~\[ ;]", r.strip(), maxsplit=1)[0].lower() for r in requirements
+            if r.strip() and not r.strip().startswith("#")}
+
+
+def test_readme_opens_with_the_two_commands():
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    first_block = readme.split("```")[1]
+    assert "make lab" in first_block and "make test" in first_block
+    assert "make test-softroce" in readme
+
+
+def test_the_guest_has_every_package_the_tests_and_lessons_need():
+    project = tomllib.load(open(os.path.join(ROOT, "pyproject.toml"), "rb"))["project"]
+    needed = names(project["dependencies"] + project["optional-dependencies"]["test"]) - {"jupyterlab"}
+    guest = names(open(os.path.join(ROOT, "softroce", "requirements-guest.txt")).read().splitlines())
+    assert needed <= guest, f"add {sorted(needed - guest)} to softroce/requirements-guest.txt"
+
+
+def test_ci_runs_both_suites_and_fails_on_no_tests():
+    ci = open(os.path.join(ROOT, ".ci", "run")).read()
+    assert "make test;" in ci.replace("run make test;", "make test;") and "make test-softroce" in ci
+    assert '"$rc" -eq 5' in ci
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"),
+                    reason="needs root and setpriv to run the harness as an unprivileged user")
+def test_building_the_guest_without_root_says_so_and_fails(tmp_path):
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    os.chmod(tmp_path, 0o755)
+    os.chmod(cache, 0o777)
+    out = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "bash",
+                          os.path.join(ROOT, "softroce", "vm.sh"), "true"],
+                         env=dict(os.environ, RDMALAB_VM_DIR=str(cache), HOME=str(tmp_path)),
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert "needs root" in out.stderr and "sudo make test-softroce" in out.stderr
