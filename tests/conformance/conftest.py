@@ -3,6 +3,9 @@
 It runs on whichever provider rdmalab.verbs picked (RDMALAB_PROVIDER): on `soft` here, and on a
 real Soft-RoCE device in the VM suite, where every test must give the same outcome.
 """
+import hashlib
+import json
+import os
 import time
 
 import pytest
@@ -13,6 +16,29 @@ e = v.enums
 ALL_ACCESS = (e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
               | e.IBV_ACCESS_REMOTE_ATOMIC)
 PORT = 1
+
+# Differential truth: with RDMALAB_TRACE=<file>, every observable outcome the tests look at (completions,
+# errnos, QP states, the pairs' memory) is recorded per test and written to <file> as JSON.
+# softroce/compare_traces.py then checks that soft0 and rxe0 gave the same outcomes, test by test.
+TRACE = {}
+_observations = []
+
+
+@pytest.fixture(autouse=True)
+def _trace(request):
+    global _observations
+    _observations = TRACE.setdefault(request.node.nodeid, [])
+    yield
+
+
+def observe(kind, value):
+    _observations.append([kind, value])
+
+
+def pytest_sessionfinish(session):
+    if os.environ.get("RDMALAB_TRACE"):
+        with open(os.environ["RDMALAB_TRACE"], "w") as out:
+            json.dump({"provider": v.PROVIDER, "tests": TRACE}, out, indent=1)
 
 
 @pytest.fixture(scope="session")
@@ -103,6 +129,8 @@ def make_pair(ctx, gid_index, pd):
         return made[-1]
     yield factory
     for p in made:
+        observe("memory sha256 (src, dst)", [hashlib.sha256(mr.read(mr.length, 0)).hexdigest()[:16]
+                                             for mr in (p.src, p.dst)])
         p.close()
 
 
@@ -123,14 +151,17 @@ def poll(cq, count=1, timeout=3.0):
     while len(found) < count and time.monotonic() < deadline:
         n, wcs = cq.poll(count - len(found))
         found += wcs
-    return [dict(wr_id=w.wr_id, status=w.status, opcode=w.opcode, byte_len=w.byte_len, imm_data=w.imm_data,
-                 wc_flags=w.wc_flags, qp_num=w.qp_num) for w in found]
+    found = [dict(wr_id=w.wr_id, status=w.status, opcode=w.opcode, byte_len=w.byte_len, imm_data=w.imm_data,
+                  wc_flags=w.wc_flags, qp_num=w.qp_num) for w in found]
+    observe("completions", [{k: c[k] for k in c if k != "qp_num"} for c in found])  # QP numbers differ by device
+    return found
 
 
 def states(qp):
     """(qp.qp_state before querying, the state query() reports)."""
     cached = qp.qp_state
     attr, _ = qp.query(e.IBV_QP_STATE)
+    observe("qp_state (cached, queried)", [cached, attr.qp_state])
     return cached, attr.qp_state
 
 
@@ -138,6 +169,8 @@ def rdma_error(fn):
     """Run fn; return the PyverbsRDMAError's errno it raised (None if it raised nothing)."""
     try:
         fn()
+        code = None
     except v.pyverbs_error.PyverbsRDMAError as error:
-        return error.error_code
-    return None
+        code = error.error_code
+    observe("errno", code)
+    return code

@@ -259,13 +259,23 @@ def test_psn_mismatch_retry_exceeded_and_nothing_lands(ctx, gid_index, make_pair
     assert states(p.b)[1] == RTS
 
 
-def test_rnr_waits_for_a_late_receive_and_queue_full_is_enomem(make_pair):
+def test_a_full_receive_queue_is_enomem(make_pair):
+    p = make_pair(cap=v.qp.QPCap(max_send_wr=2, max_recv_wr=2))  # capacity 3 each
+    results = [rdma_error(lambda i=i: p.b.post_recv(recv_wr(p.dst, 8, wr_id=400 + i))) for i in range(5)]
+    assert results == [None, None, None, 12, 12]
+
+
+def test_rnr_waits_for_a_late_receive_and_a_full_send_queue_is_enomem(make_pair):
+    # No receive posted: the SENDs sit in the send queue, retrying after RNR NAKs, until receives come.
+    # (rxe frees a receive slot as a message lands, so receives are posted only into free space here.)
     p = make_pair(cap=v.qp.QPCap(max_send_wr=2, max_recv_wr=2))  # capacity 3 each
     results = [rdma_error(lambda i=i: p.a.post_send(send_wr(p.src, 8, e.IBV_WR_SEND, wr_id=300 + i))) for i in range(5)]
     assert results == [None, None, None, 12, 12]
-    results = [rdma_error(lambda i=i: p.b.post_recv(recv_wr(p.dst, 8, wr_id=400 + i))) for i in range(5)]
-    assert results == [None, None, None, 12, 12]
+    assert poll(p.cq_a, 1, 0.3) == []
+    for i in range(3):
+        p.b.post_recv(recv_wr(p.dst, 8, wr_id=400 + i))
     assert [(c["wr_id"], c["status"]) for c in poll(p.cq_a, 3)] == [(300 + i, e.IBV_WC_SUCCESS) for i in range(3)]
+    assert [(c["wr_id"], c["status"]) for c in poll(p.cq_b, 3)] == [(400 + i, e.IBV_WC_SUCCESS) for i in range(3)]
 
 
 @pytest.mark.parametrize("build", ["unaligned", "short"])
