@@ -80,7 +80,7 @@ def mr_segment(key):
         return mr._segment
     seg = _attached_mrs.get(key)
     if seg is not None:
-        if seg.words[W_VALID]:
+        if seg.header[W_VALID]:
             return seg
         del _attached_mrs[key]
         seg.close()
@@ -156,6 +156,71 @@ def snapshot(wr):
 
 def gather_inline(wr):
     return b"".join(ctypes.string_at(addr, length) for addr, length, _ in wr.sges)
+
+
+class RemoteRoute:
+    """What a NIC keeps in its caches for one connection and one remote MR: the peer QP's context and
+    the MR's translation (base address, length, where its pages are). Built once, after the full checks;
+    what can change afterwards (QP state, PSN, access flags, deregistration) is re-read on every WR."""
+    __slots__ = ("opcode", "dest_qp_num", "rkey", "lkey", "peer", "mr_header", "remote", "base", "length",
+                 "local_mr", "local", "local_base", "local_length")
+
+    def __init__(self, qp, wr, lkey):
+        mr = REGISTERED.get(lkey)
+        found = qp_words(qp._dest_qp_num)
+        seg = mr_segment(wr.rkey)
+        if mr is None or mr.pd is not qp.pd or found is None or seg is None or qp._dgid not in GIDS:
+            raise LookupError
+        peer, h = found[1].header, seg.header
+        if h[W_PD] != peer[Q_PD] or not h[W_ACCESS] & NEEDS_ACCESS[wr.opcode] \
+                or wr.opcode == READ and not mr.access & LOCAL_WRITE:
+            raise LookupError
+        self.opcode, self.dest_qp_num, self.rkey, self.lkey = wr.opcode, qp._dest_qp_num, wr.rkey, lkey
+        self.peer, self.mr_header, self.remote, self.base, self.length = peer, h, seg.bytes, h[W_ADDR], h[W_LENGTH]
+        self.local_mr, self.local, self.local_base, self.local_length = mr, mr._segment.bytes, mr.buf, mr.length
+
+
+def fast_rdma(qp, wr):
+    """The common case in one pass: an RDMA WRITE or READ of one SGE on a healthy, idle connection.
+
+    Makes the same checks as execute() (local key and bounds; peer QP alive, RTR/RTS, expecting our
+    PSN, allowing the operation; remote key valid, same PD, the access, in bounds), the constant ones
+    through a RemoteRoute cached on the QP. Returns False, having done nothing, when anything is
+    unusual: the general path then handles it and reports the error.
+    """
+    sges = wr.sges
+    if len(sges) != 1:
+        return False
+    addr, length, lkey = sges[0]
+    opcode, route = wr.opcode, qp._remote_route
+    try:
+        if route is None or route.rkey != wr.rkey or route.lkey != lkey or route.opcode != opcode \
+                or route.dest_qp_num != qp._dest_qp_num:
+            route = qp._remote_route = RemoteRoute(qp, wr, lkey)
+        peer = route.peer
+        state = peer[Q_STATE]
+        if (state != IBV_QPS_RTR and state != IBV_QPS_RTS) or not peer[Q_ALIVE] \
+                or peer[Q_EXPECTED_PSN] != qp._sq_psn or not peer[Q_ACCESS] & NEEDS_ACCESS[opcode] \
+                or not route.mr_header[W_VALID] or route.local_mr._closed:
+            return False
+        start, offset = addr - route.local_base, wr.remote_addr - route.base
+        if start < 0 or start + length > route.local_length or offset < 0 or offset + length > route.length \
+                or wr.send_flags & IBV_SEND_INLINE and (length > qp.cap.max_inline_data or opcode == READ):
+            return False
+        if opcode == WRITE:
+            route.remote[offset:offset + length] = route.local[start:start + length]
+        else:
+            route.local[start:start + length] = route.remote[offset:offset + length]
+    except (LookupError, ValueError):   # nothing cacheable, or a peer closed since (its views released)
+        qp._remote_route = None
+        return False
+    mtu = qp._mtu_bytes
+    packets = (length + mtu - 1) // mtu or 1
+    qp._sq_psn = (qp._sq_psn + packets) % PSN_MOD
+    peer[Q_EXPECTED_PSN] = (peer[Q_EXPECTED_PSN] + packets) % PSN_MOD
+    if wr.send_flags & IBV_SEND_SIGNALED or qp._sq_sig_all:
+        qp._send_cq._completions.append((wr.wr_id, IBV_WC_SUCCESS, WC_OPCODE[opcode], length, qp.qp_num, 0, 0))
+    return True
 
 
 def post(qp, wr):

@@ -28,7 +28,7 @@ from .enums import (
     IBV_QP_SQ_PSN as SQ_PSN, IBV_QP_STATE as STATE, IBV_QP_TIMEOUT as TIMEOUT,
     IBV_QPS_ERR as ERR, IBV_QPS_INIT as INIT, IBV_QPS_RESET as RESET, IBV_QPS_RTR as RTR,
     IBV_QPS_RTS as RTS, IBV_MTU_1024, IBV_QPT_RC, IBV_QPT_UD, IBV_SEND_INLINE,
-    IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD)
+    IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE)
 from .nic import (Q_ACCESS, Q_ALIVE, Q_EXPECTED_PSN, Q_MIN_RNR_TIMER, Q_PD, Q_RQ_CONSUMED, Q_RQ_MAX_SGE,
                   Q_RQ_POLLED, Q_RQ_POSTED, Q_RQ_SIZE, Q_STATE, R_NUM_SGE, R_SGES, R_WR_ID)
 from .pd import PD
@@ -122,6 +122,7 @@ class QP(Resource):
         w[Q_PD], w[Q_RQ_SIZE], w[Q_RQ_MAX_SGE], w[Q_STATE], w[Q_ALIVE] = \
             creator.handle, self._rq_size, self.cap.max_recv_sge, RESET, 1
         self._sq = deque()  # WQEs waiting for an RNR timer or an ACK timeout
+        self._remote_route = None  # nic.RemoteRoute: the fast path's cache for the last RDMA WRITE/READ
         self._reset_attributes()
         nic.LOCAL_QPS[self.qp_num] = self
         rcq._recv_qps.append(self)
@@ -142,6 +143,7 @@ class QP(Resource):
         self._cached_state = RESET
         self._receives_flushed = False
         self._sq.clear()
+        self._remote_route = None
         w = self._words
         w[Q_ACCESS] = w[Q_EXPECTED_PSN] = w[Q_MIN_RNR_TIMER] = 0
         w[Q_RQ_POSTED] = w[Q_RQ_CONSUMED] = w[Q_RQ_POLLED] = 0
@@ -276,8 +278,12 @@ class QP(Resource):
 
     def post_send(self, wr, bad_wr=None):
         """Post a chain of send WRs. Errors found at post time raise (EINVAL, ENOMEM); later ones complete."""
-        self._check_open()
-        state = self._words[Q_STATE]
+        if self._closed:
+            self._check_open()
+        state = self._segment.header[Q_STATE]
+        if state == RTS and (wr.opcode == IBV_WR_RDMA_WRITE or wr.opcode == IBV_WR_RDMA_READ) \
+                and wr.next_wr is None and not self._sq and nic.fast_rdma(self, wr):
+            return
         if state != RTS and state != ERR:  # rxe's kernel refuses the doorbell before RTS
             raise PyverbsRDMAError("Failed to post send", EINVAL)
         while wr is not None:
