@@ -1,4 +1,4 @@
-"""The `rdmalab` command: `rdmalab doctor [--json]`."""
+"""The `rdmalab` command: `rdmalab doctor [--json]`, `rdmalab bench TEST|compare [...]`."""
 import argparse
 import sys
 
@@ -10,18 +10,63 @@ def parser():
     commands = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
     doc = commands.add_parser("doctor", help="what this machine offers for RDMA, and the next step")
     doc.add_argument("--json", action="store_true", help="print the findings as JSON")
+
+    from .bench import TESTS
+    bench = commands.add_parser("bench", help="perftest-style benchmarks: RDMA against TCP",
+                                description="Run a perftest-style test between two processes, or `compare` "
+                                            "RDMA and TCP side by side. Tests: " + ", ".join(TESTS) + ".")
+    bench.add_argument("test", choices=[*TESTS, "compare"], metavar="TEST", help=f"{', '.join(TESTS)} or compare")
+    sizes = bench.add_mutually_exclusive_group()
+    sizes.add_argument("--size", "-s", type=_size, action="append",
+                       help="message size in bytes (1K, 64K, 1M allowed); repeat for several")
+    sizes.add_argument("-a", "--all", action="store_true", help="sweep 2 B .. 8 MiB, as perftest -a")
+    bench.add_argument("--iters", "-n", type=int, help="iterations per size (default: perftest's 1000 latency, "
+                       "5000 bandwidth, capped at 1 GiB moved per size)")
+    bench.add_argument("--provider", choices=["auto", "soft", "pyverbs"], help="verbs provider for the RDMA side")
+    bench.add_argument("--json", action="store_true", help="print the results as JSON")
     return top
+
+
+def _size(text):
+    """'64', '4K', '1M' -> bytes."""
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    text = text.strip().upper().rstrip("B").rstrip("I")
+    try:
+        return int(text[:-1]) * units[text[-1]] if text and text[-1] in units else int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size: use bytes, or a number with K or M (64K)")
+
+
+def _bench(args):
+    from . import bench
+    sizes = bench.ALL_SIZES if args.all else args.size
+
+    def progress(row, done, total):
+        print(f"  {done}/{total}: {row['size']} bytes done", file=sys.stderr, flush=True)
+
+    if args.test == "compare":
+        result = bench.compare(sizes=sizes or (8, 65536, 1 << 20), iters=args.iters, provider=args.provider,
+                               progress=progress)
+    else:
+        result = bench.run(args.test, sizes=sizes, iters=args.iters, provider=args.provider, progress=progress)
+    print(result.to_json() if args.json else result.text())
+    return 0
 
 
 def main(argv=None):
     args = parser().parse_args(argv)
+    from .bench import BenchError
     try:
         if args.command == "doctor":
             from .diagnose import main as run
-        return run(args)
-    except ProviderError as error:
+            return run(args)
+        return _bench(args)
+    except (ProviderError, BenchError) as error:
         print(f"rdmalab: {error}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("rdmalab: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -1,0 +1,270 @@
+"""The data path of each benchmark, one class per transport, run inside rdmalab.bench's child processes.
+
+Each side owns its resources for the whole run (registered once, at the largest size: registration
+is far too slow to sit in a timed loop) and times only what perftest times.
+"""
+import time
+
+from . import procstat, sockets
+from .bench import CQ_MOD, TESTS, TX_DEPTH
+
+SIGNAL_EVERY = 64      # latency loops: one signaled WR in 64 keeps the send queue drained
+RECEIVE_DEPTH = 128    # receives kept posted in send_lat
+SPIN_TIMEOUT = 30.0    # a peer that stops answering is an error, never a hang
+
+
+def make_side(role, test, max_size, host):
+    cls = RdmaSide if TESTS[test].transport == "rdma" else TcpSide
+    return cls(role, test, max_size, host)
+
+
+def _wait_for_byte(view, index, value, what):
+    """Spin until view[index] == value (the peer's write landed); TimeoutError if it never does."""
+    spins = 0
+    while view[index] != value:
+        spins += 1
+        if spins & 0xFFFFF == 0 and time.monotonic() > _deadline[0]:
+            raise TimeoutError(f"{what}: no data from the peer for {SPIN_TIMEOUT:.0f} s")
+
+
+_deadline = [0.0]
+
+
+def _measured(loop, warmup, iters, *args):
+    """Run `loop` for warmup iterations, then for iters under accounting. Returns (timestamps, spent)."""
+    _deadline[0] = time.monotonic() + SPIN_TIMEOUT
+    if warmup:
+        loop(warmup, *args)
+    _deadline[0] = time.monotonic() + SPIN_TIMEOUT
+    procstat.self_overhead()
+    before = procstat.snapshot()
+    stamps = loop(iters, *args)
+    return stamps, procstat.since(before)
+
+
+class TcpSide:
+    def __init__(self, role, test, max_size, host):
+        self.role, self.test, self.host = role, test, host
+        self.sock = self.server = None
+        if role == "target":
+            self.server, self.port = sockets.listen(host)
+
+    def endpoint(self):
+        info = {"port": self.port} if self.role == "target" else {"provider": "tcp", "device": "loopback"}
+        return info
+
+    def connect(self, peer):
+        if self.role == "target":
+            self.sock = sockets.accept(self.server)
+        else:
+            self.sock = sockets.connect(self.host, peer["port"])
+
+    def prepare(self, size, iters):
+        pass
+
+    def serve(self, size, iters, warmup):
+        """The target's part; returns what its measured iterations cost."""
+        if self.test == "tcp_lat":
+            return _measured(lambda n: sockets.pingpong_server(self.sock, size, n), warmup, iters)[1]
+        if warmup:
+            sockets.stream_receive(self.sock, size, warmup, ack=False)
+        return _measured(lambda n: sockets.stream_receive(self.sock, size, n), 0, iters)[1]
+
+    def run(self, size, iters, warmup):
+        if self.test == "tcp_lat":
+            stamps, spent = _measured(lambda n: sockets.pingpong_client(self.sock, size, n), warmup, iters)
+            return {"tposted": stamps, "spent": spent}
+        # the target receives warmup + iters messages as one stream: the warm-up part goes first, unacknowledged
+        if warmup:
+            sockets.stream_send(self.sock, size, warmup, ack=False)
+        (tposted, tcompleted), spent = _measured(lambda n: sockets.stream_send(self.sock, size, n), 0, iters)
+        return {"tposted": tposted, "tcompleted": tcompleted, "cq_mod": 1, "spent": spent}
+
+    def close(self):
+        for s in (self.sock, self.server):
+            if s is not None:
+                s.close()
+
+
+class RdmaSide:
+    """Both roles of the RDMA tests. The MR holds an outbox (first half) and an inbox (second half)."""
+
+    def __init__(self, role, test, max_size, host):
+        from . import verbs as v
+        from .verbs import rc
+        self.v, self.rc, self.role, self.test = v, rc, role, test
+        e = v.enums
+        self.route = v.choose_route()
+        self.ctx = v.device.Context(name=self.route.device)
+        self.pd = v.pd.PD(self.ctx)
+        self.send_cq, self.recv_cq = v.cq.CQ(self.ctx, 1024), v.cq.CQ(self.ctx, 1024)
+        cap = v.qp.QPCap(max_send_wr=256, max_recv_wr=256, max_send_sge=1, max_recv_sge=1)
+        self.qp = v.qp.QP(self.pd, v.qp.QPInitAttr(qp_type=e.IBV_QPT_RC, scq=self.send_cq, rcq=self.recv_cq, cap=cap,
+                                                      sq_sig_all=0))   # pyverbs signals every WR by default
+        self.access = (e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ)
+        self.half = max(max_size, 64)
+        self.mr = v.mr.MR(self.pd, 2 * self.half, self.access)
+        self.mem = memoryview(v.as_array(self.mr))
+        self.local = rc.endpoint(self.ctx, self.qp, self.mr)
+        self.local["addr"] = self.mr.buf + self.half   # peers write into our inbox
+        self.counter = 0                                # the value the next ping-pong message carries
+        self.receives_posted, self.recv_wr = False, None
+
+    def endpoint(self):
+        return {**self.local, "provider": self.v.PROVIDER, "device": self.route.device}
+
+    def connect(self, peer):
+        self.peer = peer
+        self.rc.connect(self.ctx, self.qp, self.local, peer, self.access)
+
+    # ------------------------------------------------------------ work requests
+
+    def _wr(self, opcode, size, signaled, wr_id=0, local_offset=0):
+        v, e = self.v, self.v.enums
+        sge = v.wr.SGE(self.mr.buf + local_offset, size, self.mr.lkey)
+        flags = e.IBV_SEND_SIGNALED if signaled else 0
+        wr = v.wr.SendWR(wr_id=wr_id, opcode=opcode, num_sge=1, sg=[sge], send_flags=flags)
+        if opcode != e.IBV_WR_SEND:
+            wr.set_wr_rdma(self.peer["rkey"], self.peer["addr"])
+        return wr
+
+    def _post_recv(self):
+        """A receive for a message of any size up to the largest, into the inbox (one WR, posted again and again)."""
+        if self.recv_wr is None:
+            v = self.v
+            self.recv_wr = v.wr.RecvWR(wr_id=0, num_sge=1, sg=[v.wr.SGE(self.mr.buf + self.half, self.half, self.mr.lkey)])
+        self.qp.post_recv(self.recv_wr)
+
+    def _poll(self, cq, what):
+        from .errors import check
+        deadline = time.monotonic() + SPIN_TIMEOUT
+        while True:
+            n, wcs = cq.poll(1)
+            if n:
+                return check(wcs[0], what)
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{what}: no completion for {SPIN_TIMEOUT:.0f} s")
+
+    # ------------------------------------------------------------ the target's side
+
+    def prepare(self, size, iters):
+        if self.test == "write_lat":
+            self.mem[self.half + size - 1] = 0   # no stale counter from an earlier size may pass for an answer
+        if self.test == "send_lat" and not self.receives_posted:   # kept topped up: one repost per receive
+            for _ in range(RECEIVE_DEPTH):
+                self._post_recv()
+            self.receives_posted = True
+
+    def serve(self, size, iters, warmup):
+        """The target's part; returns what its measured iterations cost (None: it does nothing at all,
+        read_lat and write_bw, and the orchestrator reads its counters from outside)."""
+        if self.test == "write_lat":
+            return _measured(self._write_pingpong, warmup, iters, size, False)[1]
+        if self.test == "send_lat":
+            return _measured(self._send_pingpong, warmup, iters, size, False)[1]
+        return None
+
+    # ------------------------------------------------------------ the initiator's side
+
+    def run(self, size, iters, warmup):
+        e = self.v.enums
+        if self.test == "write_lat":
+            stamps, spent = _measured(self._write_pingpong, warmup, iters, size, True)
+        elif self.test == "send_lat":
+            self.prepare(size, warmup + iters)
+            stamps, spent = _measured(self._send_pingpong, warmup, iters, size, True)
+        elif self.test == "read_lat":
+            stamps, spent = _measured(self._read_loop, warmup, iters, size)
+        else:
+            (stamps, completed), spent = _measured(self._write_stream, warmup, iters, size)
+            return {"tposted": stamps, "tcompleted": completed, "cq_mod": min(CQ_MOD, iters), "spent": spent}
+        return {"tposted": stamps, "spent": spent}
+
+    def _write_pingpong(self, iters, size, first):
+        """perftest's write_lat: write `size` bytes whose last byte carries a counter; the peer spins
+        on its inbox's last byte, then writes back."""
+        e = self.v.enums
+        quiet, loud = self._wr(e.IBV_WR_RDMA_WRITE, size, False), self._wr(e.IBV_WR_RDMA_WRITE, size, True)
+        mem, out_last, in_last = self.mem, size - 1, self.half + size - 1
+        if first:
+            mem[in_last] = 0   # no stale counter from an earlier size may pass for an answer
+        post, clock = self.qp.post_send, time.perf_counter_ns
+        stamps = [0] * iters
+        for i in range(iters):
+            self.counter = self.counter % 255 + 1
+            value = self.counter
+            if not first:
+                _wait_for_byte(mem, in_last, value, "write_lat")
+            mem[out_last] = value
+            stamps[i] = clock()
+            if i % SIGNAL_EVERY == SIGNAL_EVERY - 1:
+                post(loud)
+                self._poll(self.send_cq, "RDMA WRITE")
+            else:
+                post(quiet)
+            if first:
+                _wait_for_byte(mem, in_last, value, "write_lat")
+        return stamps
+
+    def _send_pingpong(self, iters, size, first):
+        e = self.v.enums
+        quiet, loud = self._wr(e.IBV_WR_SEND, size, False), self._wr(e.IBV_WR_SEND, size, True)
+        post, clock = self.qp.post_send, time.perf_counter_ns
+        stamps = [0] * iters
+        for i in range(iters):
+            if not first:
+                self._poll(self.recv_cq, "RECV")
+                self._post_recv()
+            stamps[i] = clock()
+            if i % SIGNAL_EVERY == SIGNAL_EVERY - 1:
+                post(loud)
+                self._poll(self.send_cq, "SEND")
+            else:
+                post(quiet)
+            if first:
+                self._poll(self.recv_cq, "RECV")
+                self._post_recv()
+        return stamps
+
+    def _read_loop(self, iters, size):
+        e = self.v.enums
+        wr = self._wr(e.IBV_WR_RDMA_READ, size, True)
+        post, clock = self.qp.post_send, time.perf_counter_ns
+        stamps = [0] * iters
+        for i in range(iters):
+            stamps[i] = clock()
+            post(wr)
+            self._poll(self.send_cq, "RDMA READ")
+        return stamps
+
+    def _write_stream(self, iters, size):
+        """perftest's write_bw: up to TX_DEPTH writes in flight, one signaled in every cq_mod."""
+        from .errors import check
+        e = self.v.enums
+        cq_mod = min(CQ_MOD, iters)
+        quiet = self._wr(e.IBV_WR_RDMA_WRITE, size, False)
+        loud = [self._wr(e.IBV_WR_RDMA_WRITE, size, True, wr_id=j) for j in range(iters)
+                if j % cq_mod == cq_mod - 1 or j == iters - 1]
+        loud_at = {w.wr_id: w for w in loud}
+        post, poll, clock = self.qp.post_send, self.send_cq.poll, time.perf_counter_ns
+        tposted, tcompleted = [0] * iters, [0] * iters
+        posted = completed = 0
+        deadline = time.monotonic() + SPIN_TIMEOUT
+        while completed < iters:
+            while posted < iters and posted - completed < TX_DEPTH:
+                tposted[posted] = clock()
+                post(loud_at.get(posted, quiet))
+                posted += 1
+            n, wcs = poll(16)
+            now = clock()
+            for wc in wcs:
+                check(wc, "RDMA WRITE")
+                tcompleted[wc.wr_id] = now
+                completed = wc.wr_id + 1
+            if not n and time.monotonic() > deadline:
+                raise TimeoutError(f"write_bw: no completion for {SPIN_TIMEOUT:.0f} s")
+        return tposted, tcompleted
+
+    def close(self):
+        for obj in (self.qp, self.mr, self.send_cq, self.recv_cq, self.pd, self.ctx):
+            obj.close()

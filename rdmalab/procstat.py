@@ -1,0 +1,77 @@
+"""What a process spent, read from the kernel: CPU time, read/write syscalls, context switches, bytes.
+
+    before = procstat.snapshot(pid); ...; spent = procstat.since(before)
+
+Syscalls are the read-like and write-like calls of /proc/<pid>/io (syscr, syscw: read, readv, write
+and friends; not recv()/send(), which is why rdmalab.sockets uses read() and write()), and
+rchar/wchar the bytes they moved. For this process, CPU time and context switches come from
+getrusage(), which is exact at any moment; for another process, from /proc/<pid>/task/*/schedstat
+and status, which are exact while it is blocked (the kernel updates them when a task is switched
+out: a process measured from outside while it runs shows up to a scheduler tick too little).
+A process measuring itself also counts the reads of /proc that measuring takes; since() subtracts
+that (measured once, `self_overhead()`), so a loop that makes no syscall shows 0. Linux only.
+"""
+import os
+import resource
+
+TICKS_PER_SECOND = os.sysconf("SC_CLK_TCK")
+
+
+def _fields(path):
+    with open(path) as f:
+        return dict(line.split(":", 1) for line in f if ":" in line)
+
+
+def snapshot(pid=None):
+    """Counters of process `pid` (default: this one), summed over its threads."""
+    own = pid is None or pid == os.getpid()
+    pid = os.getpid() if own else pid
+    base = f"/proc/{pid}"
+    io = {k: int(v) for k, v in _fields(f"{base}/io").items()}   # first: the reads below count next time
+    snap = {"pid": pid, "syscr": io["syscr"], "syscw": io["syscw"], "rchar": io["rchar"], "wchar": io["wchar"]}
+    if own:
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        snap.update(user_s=r.ru_utime, system_s=r.ru_stime, voluntary=r.ru_nvcsw, involuntary=r.ru_nivcsw)
+        return snap
+    run_ns = voluntary = involuntary = 0
+    for task in os.listdir(f"{base}/task"):
+        try:
+            with open(f"{base}/task/{task}/schedstat") as f:
+                run_ns += int(f.read().split()[0])
+            status = _fields(f"{base}/task/{task}/status")
+        except (FileNotFoundError, ProcessLookupError):
+            continue   # a thread that ended meanwhile
+        voluntary += int(status["voluntary_ctxt_switches"])
+        involuntary += int(status["nonvoluntary_ctxt_switches"])
+    with open(f"{base}/stat") as f:
+        stat = f.read().rsplit(")", 1)[1].split()
+    utime, stime = int(stat[11]), int(stat[12])
+    user_share = utime / (utime + stime) if utime + stime else 1.0   # ticks only say how to split it
+    snap.update(user_s=run_ns / 1e9 * user_share, system_s=run_ns / 1e9 * (1 - user_share),
+                voluntary=voluntary, involuntary=involuntary)
+    return snap
+
+
+_overhead = None
+
+
+def self_overhead():
+    """(read syscalls, bytes read) that one snapshot of this process adds to its own counters."""
+    global _overhead
+    if _overhead is None:
+        a = snapshot()
+        b = snapshot()
+        _overhead = (b["syscr"] - a["syscr"], b["rchar"] - a["rchar"])
+    return _overhead
+
+
+def since(before, after=None):
+    """What the process spent between two snapshots (the second taken now if not given)."""
+    reads, read_bytes = self_overhead() if before["pid"] == os.getpid() else (0, 0)
+    after = after or snapshot(before["pid"])
+    d = {k: after[k] - before[k] for k in before if k != "pid"}
+    user, system = max(d["user_s"], 0.0), max(d["system_s"], 0.0)
+    return {"cpu_s": user + system, "user_s": user, "system_s": system,
+            "read_syscalls": d["syscr"] - reads, "write_syscalls": d["syscw"],
+            "bytes_read": d["rchar"] - read_bytes, "bytes_written": d["wchar"],
+            "voluntary_switches": d["voluntary"], "involuntary_switches": d["involuntary"]}
