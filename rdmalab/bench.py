@@ -83,10 +83,19 @@ class _Child:
         except BrokenPipeError:
             self._died()
 
-    def reply(self, timeout=REPLY_TIMEOUT):
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
-        if not ready:
-            raise BenchError(f"the {self.role} gave no answer within {timeout:.0f} s")
+    def reply(self, timeout=REPLY_TIMEOUT, watch=()):
+        """The next answer. If a `watch`ed process (the peer) dies meanwhile, that is the error."""
+        deadline = time.monotonic() + timeout
+        while True:
+            ready, _, _ = select.select([self.proc.stdout], [], [], 0.2)
+            if ready:
+                break
+            for other in watch:
+                if other.proc.poll() is not None:
+                    raise BenchError(f"the {other.role} process died (exit {other.proc.returncode}) "
+                                     f"while the {self.role} was working")
+            if time.monotonic() > deadline:
+                raise BenchError(f"the {self.role} gave no answer within {timeout:.0f} s")
         line = self.proc.stdout.readline()
         if not line:
             self._died()
@@ -148,7 +157,7 @@ def run(test, sizes=None, iters=None, provider=None, host="127.0.0.1", warmup=No
             target.reply()
             before = procstat.snapshot(target.proc.pid)
             initiator.send(op="run", size=size, iters=count, warmup=warm)
-            result = initiator.reply()
+            result = initiator.reply(watch=[target])
             target_spent = procstat.since(before)   # the target sat blocked throughout: exact
             if not t.passive_target:                 # it served: it counted its measured part itself
                 target.send(op="report")

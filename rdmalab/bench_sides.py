@@ -36,7 +36,6 @@ def _measured(loop, warmup, iters, *args):
     if warmup:
         loop(warmup, *args)
     _deadline[0] = time.monotonic() + SPIN_TIMEOUT
-    procstat.self_overhead()
     before = procstat.snapshot()
     stamps = loop(iters, *args)
     return stamps, procstat.since(before)
@@ -167,7 +166,6 @@ class RdmaSide:
     # ------------------------------------------------------------ the initiator's side
 
     def run(self, size, iters, warmup):
-        e = self.v.enums
         if self.test == "write_lat":
             stamps, spent = _measured(self._write_pingpong, warmup, iters, size, True)
         elif self.test == "send_lat":

@@ -10,7 +10,6 @@ import os
 import platform
 import resource
 import subprocess
-import sys
 
 from . import __version__
 

@@ -25,6 +25,8 @@ def _fields(path):
 def snapshot(pid=None):
     """Counters of process `pid` (default: this one), summed over its threads."""
     own = pid is None or pid == os.getpid()
+    if own and _overhead is None and not _calibrating:
+        self_overhead()   # measured before any snapshot it will be subtracted from
     pid = os.getpid() if own else pid
     base = f"/proc/{pid}"
     io = {k: int(v) for k, v in _fields(f"{base}/io").items()}   # first: the reads below count next time
@@ -53,14 +55,17 @@ def snapshot(pid=None):
 
 
 _overhead = None
+_calibrating = False
 
 
 def self_overhead():
     """(read syscalls, bytes read) that one snapshot of this process adds to its own counters."""
-    global _overhead
+    global _overhead, _calibrating
     if _overhead is None:
+        _calibrating = True
         a = snapshot()
         b = snapshot()
+        _calibrating = False
         _overhead = (b["syscr"] - a["syscr"], b["rchar"] - a["rchar"])
     return _overhead
 

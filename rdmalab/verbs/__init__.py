@@ -24,7 +24,7 @@ def _real_pyverbs_status():
         return False, ("pyverbs is not installed (on Debian/Ubuntu: apt-get install python3-pyverbs; "
                        "`make lab` links it into the lab's .venv)")
     try:
-        names = [d.name.decode() for d in device.get_device_list()]
+        names = [d.name.decode() for d in device.get_device_list()]  # noqa: F821 (`device` is set above, per provider)
     except Exception:  # pyverbs raises 'Failed to get devices list' when there is no RDMA device at all
         names = []
     if not names:
@@ -32,7 +32,7 @@ def _real_pyverbs_status():
                        "rdma link add rxe0 type rxe netdev <interface>)")
     for name in names:
         try:
-            with device.Context(name=name) as ctx:
+            with device.Context(name=name) as ctx:  # noqa: F821
                 if ctx.query_port(1).state == 4:
                     return True, f"pyverbs found {name} with an active port"
         except Exception:
@@ -142,12 +142,12 @@ def route_of(ctx, device_name, port=None):
 def choose_route(device_name=None):
     """The Route to use on this machine: the named device (RDMALAB_DEVICE) or the first with an active port."""
     wanted = device_name or os.environ.get("RDMALAB_DEVICE")
-    names = [d.name.decode() for d in device.get_device_list()]
+    names = [d.name.decode() for d in device.get_device_list()]  # noqa: F821 (`device` is set above, per provider)
     if wanted and wanted not in names:
         raise ProviderError(f"no RDMA device {wanted!r}; this machine has {', '.join(names) or 'none'}")
     problems = []
     for name in [wanted] if wanted else names:
-        with device.Context(name=name) as ctx:
+        with device.Context(name=name) as ctx:  # noqa: F821
             try:
                 return route_of(ctx, name)
             except ProviderError as error:

@@ -1,0 +1,103 @@
+"""Charts of rdmalab.bench results: latency and bandwidth against size, and what each side spent.
+
+Every line is labelled with the transport and provider that produced it (an emulated-NIC figure is
+never mistaken for hardware); published hardware figures appear as dashed reference lines, each
+with its source. Functions draw on a matplotlib Axes (a new figure when none is given) and return it.
+"""
+import matplotlib.pyplot as plt
+
+# Published figures, for scale. Sources as given in the lab's reference notes (FACTS.md).
+PUBLISHED_LATENCY_US = [
+    (0.93, "ConnectX (mlx5) ib_write_lat, inline: 0.93 us [perftest issue 131]"),
+    (1.32, "ConnectX (mlx5) ib_write_lat: 1.32 us [perftest issue 131]"),
+]
+PUBLISHED_BANDWIDTH_GBPS = [
+    (96.6, "EDR 100G ib_write_bw: 96.6 Gb/s [NVIDIA forum]"),
+    (400.0, "NDR 400 Gb/s line rate, ConnectX-7 [NVIDIA]"),
+]
+
+
+def _axes(ax, title):
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 4.2))
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    return ax
+
+
+def _references(ax, published):
+    """Dashed horizontal lines for published figures, each annotated with its source."""
+    for value, label in published:
+        ax.axhline(value, linestyle="--", linewidth=1, color="grey", alpha=0.7)
+        ax.annotate(label, (0.01, value), xycoords=("axes fraction", "data"), fontsize=7, color="grey", va="bottom")
+
+
+def _size_axis(ax):
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("message size [bytes]")
+
+
+def latency(results, ax=None, published=True):
+    """t_typical (median) against size, log-log, with the min..99% range shaded."""
+    ax = _axes(ax, "Latency (perftest t_typical; write/send: half round trip)")
+    for r in results:
+        sizes = [row["size"] for row in r.rows]
+        line, = ax.plot(sizes, [row["t_typical"] for row in r.rows], marker="o", label=r.label())
+        ax.fill_between(sizes, [row["t_min"] for row in r.rows], [row["p99"] for row in r.rows],
+                        color=line.get_color(), alpha=0.15)
+    if published:
+        _references(ax, PUBLISHED_LATENCY_US)
+    _size_axis(ax)
+    ax.set_yscale("log")
+    ax.set_ylabel("latency [usec]")
+    ax.legend(fontsize=8)
+    return ax
+
+
+def bandwidth(results, ax=None, published=True):
+    """BW average against size, in Gb/s (perftest --report_gbits)."""
+    ax = _axes(ax, "Bandwidth (perftest BW average)")
+    for r in results:
+        ax.plot([row["size"] for row in r.rows], [row["bw_avg_gbps"] for row in r.rows], marker="o", label=r.label())
+    if published:
+        _references(ax, PUBLISHED_BANDWIDTH_GBPS)
+    _size_axis(ax)
+    ax.set_yscale("log")
+    ax.set_ylabel("bandwidth [Gb/s]")
+    ax.legend(fontsize=8, loc="lower right")
+    return ax
+
+
+def costs(results, ax=None, size=None):
+    """CPU time and read/write syscalls of each side, per transport, at one size (default: the largest
+    all results share): where RDMA's advantage comes from."""
+    ax = _axes(ax, "What each side spent")
+    common = set.intersection(*[{row["size"] for row in r.rows} for r in results]) if results else set()
+    size = size or (max(common) if common else None)
+    labels, init_cpu, target_cpu, calls = [], [], [], []
+    for r in results:
+        row = next((row for row in r.rows if row["size"] == size), None)
+        if row is None:
+            continue
+        labels.append(f"{r.test}\n({r.provider})")
+        init_cpu.append(row["initiator"]["cpu_s"] * 1e3 / row["iterations"] * 1e3)
+        target_cpu.append(row["target"]["cpu_s"] * 1e3 / row["iterations"] * 1e3)
+        calls.append(sum(row[side]["read_syscalls"] + row[side]["write_syscalls"] for side in ("initiator", "target"))
+                     / row["iterations"])
+    x = range(len(labels))
+    ax.bar([i - 0.2 for i in x], init_cpu, width=0.4, label="initiator CPU")
+    ax.bar([i + 0.2 for i in x], target_cpu, width=0.4, label="target CPU")
+    ax.set_xticks(list(x), labels, fontsize=8)
+    ax.set_ylabel(f"CPU per message [usec] ({size} B)")
+    for i, n in enumerate(calls):
+        ax.annotate(f"{n:.1f} syscalls/msg", (i, max(init_cpu[i], target_cpu[i])), ha="center", va="bottom", fontsize=8)
+    ax.legend(fontsize=8)
+    return ax
+
+
+def png(fig, dpi=90):
+    """A figure as PNG bytes (for an ipywidgets.Image)."""
+    import io
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
+    return buf.getvalue()

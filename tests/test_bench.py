@@ -1,0 +1,182 @@
+"""rdmalab.bench: perftest's statistics on known samples, the tests themselves, their accounting,
+the CLI's columns, and what happens when a side dies. No timing is asserted: these machines are noisy."""
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from rdmalab import bench, perfstats, procstat
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def posts_from_deltas(deltas_ns):
+    stamps = [1_000_000]
+    for d in deltas_ns:
+        stamps.append(stamps[-1] + d)
+    return stamps
+
+
+def test_latency_statistics_follow_perftest_on_known_samples():
+    # 8 iterations -> 7 deltas; sorted (us): 1 2 3 4 5 7 9; the top 2 dropped leaves n = 5: 1..5
+    stamps = posts_from_deltas([5000, 1000, 3000, 2000, 4000, 9000, 7000])
+    s = perfstats.latency(stamps, rtt_factor=1)
+    assert (s["iterations"], s["t_min"], s["t_typical"], s["t_avg"]) == (8, 1.0, 3.0, 3.0)
+    assert s["t_max"] == 7.0                       # perftest prints sorted[n], the first dropped sample
+    assert s["t_stdev"] == pytest.approx(math.sqrt(2))   # deviations 2 1 0 -1 -2
+    assert s["p99"] == 7.0 and s["p99_9"] == 7.0   # sorted[ceil(5 * 0.99)] = sorted[5]
+
+
+def test_half_round_trips_and_perftests_truncated_stdev():
+    s = perfstats.latency(posts_from_deltas([5000, 1000, 3000, 2000, 4000, 9000, 7000]), rtt_factor=2)
+    assert (s["t_min"], s["t_typical"], s["t_avg"], s["t_max"]) == (0.5, 1.5, 1.5, 3.5)
+    # deviations 1.0 0.5 0 -0.5 -1.0 truncate to 1 0 0 0 -1 as perftest's (int) does: sqrt(2/5)
+    assert s["t_stdev"] == pytest.approx(math.sqrt(0.4))
+    assert s["t_stdev_exact"] == pytest.approx(math.sqrt(0.5))
+
+
+def test_median_of_an_even_count_averages_the_middle_two():
+    s = perfstats.latency(posts_from_deltas([1000, 2000, 3000, 4000, 5000, 6000, 7000, 8000]), rtt_factor=1)
+    assert s["t_typical"] == 3.5     # n = 6 kept: 1..6 us
+
+
+def test_too_few_iterations_is_a_clear_error():
+    with pytest.raises(ValueError, match="at least 4 iterations"):
+        perfstats.latency([0, 1, 2])
+
+
+def test_bandwidth_statistics_follow_perftest_on_known_samples():
+    # 4 WRs of 1000 B posted at 0, 10, 20, 30 ns; cq_mod 2: completions seen for WR 1 at 100 ns, WR 3 at 400
+    b = perfstats.bandwidth(1000, [0, 10, 20, 30], [0, 100, 0, 400], cq_mod=2)
+    # peak: the best window is WRs 0-1 done in 100 ns: 50 ns per message -> 20e9 B/s
+    assert b["bw_peak_mib"] == pytest.approx(20e9 / 2 ** 20)
+    assert b["bw_avg_mib"] == pytest.approx(4000 / 400e-9 / 2 ** 20)       # 10e9 B/s
+    assert b["bw_avg_gbps"] == pytest.approx(80.0) and b["msg_rate_mpps"] == pytest.approx(10.0)
+
+
+@pytest.mark.parametrize("test", ["write_lat", "read_lat", "send_lat", "tcp_lat"])
+def test_latency_tests_run_and_report_perftests_columns(test):
+    seen = []
+    r = bench.run(test, sizes=[8, 4096], iters=60, progress=lambda row, done, total: seen.append((done, total)))
+    assert [row["size"] for row in r.rows] == [8, 4096] and seen == [(1, 2), (2, 2)]
+    for row in r.rows:
+        assert row["iterations"] == 60 and 0 < row["t_min"] <= row["t_typical"] <= row["t_max"]
+        assert row["t_typical"] <= row["p99"] <= row["p99_9"]
+    text = r.text()
+    assert "#bytes  #iterations t_min[usec] t_max[usec] t_typical[usec] t_avg[usec] t_stdev[usec] " \
+           "99% percentile[usec] 99.9% percentile[usec]" in text
+
+
+def test_write_bw_leaves_the_target_idle_and_makes_no_syscalls():
+    r = bench.run("write_bw", sizes=[1 << 20], iters=200)
+    row = r.rows[0]
+    assert row["bw_avg_mib"] > 0 and row["bw_peak_mib"] >= row["bw_avg_mib"]
+    for side in ("initiator", "target"):
+        assert row[side]["read_syscalls"] == 0 and row[side]["write_syscalls"] == 0, side
+    assert row["target"]["cpu_s"] < row["initiator"]["cpu_s"] / 5
+    assert row["bytes_copied_by_cpu"] == (200 << 20 if r.provider == "soft" else 0)
+    assert "BW peak[MiB/sec] BW average[MiB/sec] BW average[Gb/sec] MsgRate[Mpps]" in r.text()
+
+
+def test_tcp_bw_costs_the_receiver_syscalls_and_copies():
+    r = bench.run("tcp_bw", sizes=[65536], iters=100)
+    row = r.rows[0]
+    assert row["target"]["read_syscalls"] >= 100 and row["initiator"]["write_syscalls"] >= 100
+    assert row["bytes_copied_by_cpu"] >= 2 * 100 * 65536   # into the kernel and out again
+
+
+def test_compare_gives_both_transports_and_their_ratios():
+    c = bench.compare(sizes=[8], iters=30)
+    assert set(c.results) == {"write_lat", "tcp_lat", "write_bw", "tcp_bw"}
+    ratios = {(r["rdma"], r["size"]): r for r in c.ratios()}
+    lat = ratios[("write_lat", 8)]
+    assert lat["rdma_over_tcp"] == pytest.approx(c.results["write_lat"].rows[0]["t_typical"]
+                                                 / c.results["tcp_lat"].rows[0]["t_typical"])
+    assert "write_lat/tcp_lat" in c.text() and json.loads(c.to_json())["ratios"]
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(test="ib_write_lat"), "unknown test 'ib_write_lat'"),
+    (dict(test="write_lat", sizes=[0]), "sizes must be whole numbers of bytes from 1"),
+    (dict(test="write_lat", iters=3), "at least 8"),
+])
+def test_bad_arguments_say_what_is_wrong(kwargs, message):
+    with pytest.raises(bench.BenchError, match=message):
+        bench.run(**kwargs)
+
+
+def children_running(role):
+    out = []
+    for pid in os.listdir("/proc"):
+        try:
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+            stat = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        except (OSError, ValueError):
+            continue
+        if b"rdmalab.bench" in cmd and role.encode() in cmd and int(stat[1]) == os.getpid() and stat[0] != "Z":
+            out.append(int(pid))
+    return out
+
+
+def test_a_killed_target_is_a_clear_error_soon_and_leaves_nothing_behind():
+    outcome = {}
+
+    def go():
+        try:
+            bench.run("write_lat", sizes=[8], iters=10_000_000)
+        except bench.BenchError as error:
+            outcome["error"] = error
+
+    runner = threading.Thread(target=go)
+    runner.start()
+    deadline = time.monotonic() + 30
+    while not children_running("target") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    victim = children_running("target")[0]
+    time.sleep(0.5)
+    started = time.monotonic()
+    os.kill(victim, signal.SIGKILL)
+    runner.join(30)
+    assert not runner.is_alive(), "the benchmark hung after its target died"
+    assert time.monotonic() - started < 10
+    assert "the target process died" in str(outcome["error"])
+    assert children_running("target") == [] and children_running("initiator") == []
+    from rdmalab import verbs as v
+    if v.PROVIDER == "soft":
+        from rdmalab.verbs.soft import shm
+        shm.reap_orphans()   # what the next process opening soft0 does for a SIGKILLed one
+        assert shm.leftovers(victim) == []
+
+
+def test_cli_prints_perftests_table_and_json():
+    cmd = [sys.executable, "-m", "rdmalab", "bench", "write_lat", "--size", "64", "--iters", "40"]
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith(" #bytes"))
+    assert lines[header + 1].split()[:2] == ["64", "40"]
+    assert "1/1: 64 bytes done" in out.stderr
+    data = json.loads(subprocess.run(cmd + ["--json"], capture_output=True, text=True, env=env, timeout=120).stdout)
+    assert data["test"] == "write_lat" and data["rows"][0]["size"] == 64
+    bad = subprocess.run([sys.executable, "-m", "rdmalab", "bench", "write_lat", "--size", "12Q"],
+                         capture_output=True, text=True, env=env, timeout=60)
+    assert bad.returncode == 2 and "'12Q' is not a size" in bad.stderr
+
+
+def test_self_measurement_counts_no_syscalls_for_a_loop_without_any():
+    before = procstat.snapshot()
+    sum(range(100000))
+    spent = procstat.since(before)
+    assert spent["read_syscalls"] == 0 and spent["write_syscalls"] == 0 and spent["cpu_s"] > 0
+    before = procstat.snapshot()
+    with open(os.devnull, "wb") as f:
+        for _ in range(5):
+            os.write(f.fileno(), b"x")
+    assert procstat.since(before)["write_syscalls"] == 5

@@ -1,0 +1,40 @@
+"""The charts and the dashboard widget, driven headless as a notebook's button would drive them."""
+import matplotlib
+
+matplotlib.use("Agg")
+
+from rdmalab import bench, plots  # noqa: E402
+from rdmalab.widgets import Dashboard  # noqa: E402
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def test_dashboard_runs_headless_and_grows_its_chart_size_by_size():
+    d = Dashboard(tests=("write_lat", "tcp_lat", "write_bw"), sizes=(8, 32), iters=40)
+    assert d.sizes == [8, 16, 32] and d.tests == ["write_lat", "tcp_lat", "write_bw"]
+    charts = []
+    d.chart.observe(lambda change: charts.append(change["new"]), "value")
+    results = d.run()
+    assert set(results) == {"write_lat", "tcp_lat", "write_bw"}
+    assert (d.progress.value, d.progress.max, d.progress.bar_style) == (9, 9, "success")
+    assert len(charts) >= 9 and all(bytes(c[:8]) == PNG_MAGIC for c in charts)   # redrawn after every size
+    assert "latency at 32 B: RDMA/TCP" in d.status.value
+    assert not d.run_button.disabled
+
+
+def test_dashboard_without_a_test_says_so():
+    d = Dashboard(tests=(), sizes=(8, 8), iters=40)
+    assert d.run() == {} and "Choose at least one test" in d.status.value
+
+
+def test_charts_label_the_provider_and_the_published_references():
+    lat = bench.run("write_lat", sizes=[8, 64], iters=40)
+    tcp = bench.run("tcp_lat", sizes=[8, 64], iters=40)
+    ax = plots.latency([lat, tcp])
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels == [lat.label(), tcp.label()] and lat.provider in labels[0]
+    notes = [t.get_text() for t in ax.texts]
+    assert any("perftest issue 131" in n for n in notes)
+    costs = plots.costs([lat, tcp])
+    assert [t.get_text() for t in costs.get_xticklabels()] == [f"write_lat\n({lat.provider})", "tcp_lat\n(tcp)"]
+    assert plots.png(ax.figure).startswith(PNG_MAGIC)
