@@ -107,7 +107,7 @@ class _Child:
     def _died(self):
         self.proc.wait(timeout=10)
         err = self.proc.stderr.read().strip().splitlines()
-        raise BenchError(f"the {self.role} process exited ({self.proc.returncode}): "
+        raise BenchError(f"the {self.role} process died (exit {self.proc.returncode}): "
                          f"{err[-1] if err else 'no message'}")
 
     def close(self):

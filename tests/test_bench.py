@@ -77,8 +77,13 @@ def test_write_bw_leaves_the_target_idle_and_makes_no_syscalls():
     r = bench.run("write_bw", sizes=[1 << 20], iters=200)
     row = r.rows[0]
     assert row["bw_avg_mib"] > 0 and row["bw_peak_mib"] >= row["bw_avg_mib"]
-    for side in ("initiator", "target"):
-        assert row[side]["read_syscalls"] == 0 and row[side]["write_syscalls"] == 0, side
+    assert row["target"]["read_syscalls"] == row["target"]["write_syscalls"] == 0
+    init = row["initiator"]["read_syscalls"] + row["initiator"]["write_syscalls"]
+    if r.device.startswith("rxe"):
+        # Soft-RoCE's NIC is the kernel: each doorbell is a write() into it (a hardware HCA's is an MMIO store)
+        assert init > 0
+    else:
+        assert init == 0
     assert row["target"]["cpu_s"] < row["initiator"]["cpu_s"] / 5
     assert row["bytes_copied_by_cpu"] == (200 << 20 if r.provider == "soft" else 0)
     assert "BW peak[MiB/sec] BW average[MiB/sec] BW average[Gb/sec] MsgRate[Mpps]" in r.text()
@@ -145,7 +150,7 @@ def test_a_killed_target_is_a_clear_error_soon_and_leaves_nothing_behind():
     runner.join(30)
     assert not runner.is_alive(), "the benchmark hung after its target died"
     assert time.monotonic() - started < 10
-    assert "the target process died" in str(outcome["error"])
+    assert "the target process died (exit -9)" in str(outcome["error"])
     assert children_running("target") == [] and children_running("initiator") == []
     from rdmalab import verbs as v
     if v.PROVIDER == "soft":

@@ -1,0 +1,108 @@
+"""Checked exercises: a skeleton for the learner, a check with feedback and hints, a reference solution.
+
+In a lesson:
+    def my_answer(...):
+        ...                      # the learner's code; `return None` (the skeleton) means "not yet"
+    result = exercises.attempt("02.write-not-read", my_answer, pd)
+
+attempt() runs the learner's function and checks what it returns. Right: a green note, and its
+result. Not done yet or wrong: feedback (what is wrong, a hint), then the lesson goes on with the
+reference solution's result, so later cells still work; `exercises.solution(name)` reveals the code.
+Every check is tested to accept the reference and reject typical wrong answers (tests/test_exercises.py).
+"""
+import html
+import inspect
+
+from .errors import explain_error
+
+REGISTRY = {}
+
+
+class Wrong(Exception):
+    """Raised by a check: the message says what is wrong; `hint` how to get it right."""
+
+    def __init__(self, message, hint=""):
+        super().__init__(message)
+        self.hint = hint
+
+
+class Exercise:
+    def __init__(self, name, title, check, reference, hints):
+        self.name, self.title, self.check, self.reference, self.hints = name, title, check, reference, hints
+
+
+def exercise(name, title, hints=()):
+    """Decorator for a check function `check(answer, *args)`; the reference goes in `.reference`."""
+    def register(check):
+        REGISTRY[name] = Exercise(name, title, check, None, list(hints))
+        return check
+    return register
+
+
+def reference(name):
+    """Decorator: the reference solution of exercise `name`."""
+    def register(fn):
+        REGISTRY[name].reference = fn
+        return fn
+    return register
+
+
+class Feedback:
+    """What attempt() found: shown as a coloured box in a notebook, as text elsewhere."""
+
+    def __init__(self, name, status, message, hint=""):
+        self.name, self.status, self.message, self.hint = name, status, message, hint
+
+    @property
+    def passed(self):
+        return self.status == "passed"
+
+    def __str__(self):
+        lines = [f"[{self.status}] {REGISTRY[self.name].title}: {self.message}"]
+        if self.hint:
+            lines.append(f"hint: {self.hint}")
+        if not self.passed:
+            lines.append(f"The lesson continues with the reference solution: exercises.solution({self.name!r}) shows it.")
+        return "\n".join(lines)
+
+    def _repr_html_(self):
+        colour = {"passed": "#1a7f37", "not yet": "#9a6700"}.get(self.status, "#cf222e")
+        body = f"<b>{html.escape(REGISTRY[self.name].title)}</b>: {html.escape(self.message)}"
+        if self.hint:
+            body += f"<br><i>Hint:</i> {html.escape(self.hint)}"
+        if not self.passed:
+            body += (f"<br>The lesson continues with the reference solution; "
+                     f"<code>exercises.solution({self.name!r})</code> shows it.")
+        return f"<div style='border-left:4px solid {colour};padding:4px 10px;margin:4px 0'>{body}</div>"
+
+
+def check(name, answer, *args):
+    """Feedback on a learner's answer (already computed): passed, not yet (None) or wrong."""
+    ex = REGISTRY[name]
+    if answer is None:
+        return Feedback(name, "not yet", "no answer yet (the skeleton returns None).", ex.hints[0] if ex.hints else "")
+    try:
+        ex.check(answer, *args)
+    except Wrong as wrong:
+        return Feedback(name, "wrong", str(wrong), wrong.hint or (ex.hints[0] if ex.hints else ""))
+    return Feedback(name, "passed", "correct.")
+
+
+def attempt(name, fn, *args):
+    """Run the learner's `fn(*args)`, check it, show feedback; returns a correct result either way."""
+    from IPython.display import display
+    ex = REGISTRY[name]
+    try:
+        answer = fn(*args)
+        feedback = check(name, answer, *args)
+    except Exception as error:   # the learner's code raised: that is feedback too
+        feedback = Feedback(name, "wrong", f"your code raised {type(error).__name__}: {error}",
+                            explain_error(error) or (ex.hints[0] if ex.hints else ""))
+    display(feedback)
+    return answer if feedback.passed else ex.reference(*args)
+
+
+def solution(name):
+    """The reference solution's source, to read after trying."""
+    from IPython.display import Code, display
+    display(Code(inspect.getsource(REGISTRY[name].reference), language="python"))
