@@ -18,6 +18,11 @@ from .errors import explain_error
 REGISTRY = {}
 
 
+def _load():
+    """The lessons' exercises register themselves when their module is imported."""
+    from . import exercise_checks  # noqa: F401
+
+
 class Wrong(Exception):
     """Raised by a check: the message says what is wrong; `hint` how to get it right."""
 
@@ -65,6 +70,8 @@ class Feedback:
             lines.append(f"The lesson continues with the reference solution: exercises.solution({self.name!r}) shows it.")
         return "\n".join(lines)
 
+    __repr__ = __str__
+
     def _repr_html_(self):
         colour = {"passed": "#1a7f37", "not yet": "#9a6700"}.get(self.status, "#cf222e")
         body = f"<b>{html.escape(REGISTRY[self.name].title)}</b>: {html.escape(self.message)}"
@@ -77,6 +84,7 @@ class Feedback:
 
 
 def check(name, answer, *args):
+    _load()
     """Feedback on a learner's answer (already computed): passed, not yet (None) or wrong."""
     ex = REGISTRY[name]
     if answer is None:
@@ -88,16 +96,18 @@ def check(name, answer, *args):
     return Feedback(name, "passed", "correct.")
 
 
-def attempt(name, fn, *args):
-    """Run the learner's `fn(*args)`, check it, show feedback; returns a correct result either way."""
+def attempt(name, fn, *args, check_args=()):
+    """Run the learner's `fn(*args)`, check it (with `check_args` too), show feedback; returns a
+    correct result either way: the learner's when it passed, else the reference solution's."""
     from IPython.display import display
+    _load()
     ex = REGISTRY[name]
     try:
         answer = fn(*args)
-        feedback = check(name, answer, *args)
+        feedback = check(name, answer, *args, *check_args)
     except Exception as error:   # the learner's code raised: that is feedback too
         feedback = Feedback(name, "wrong", f"your code raised {type(error).__name__}: {error}",
-                            explain_error(error) or (ex.hints[0] if ex.hints else ""))
+                            (ex.hints[0] if ex.hints else "") or explain_error(error))
     display(feedback)
     return answer if feedback.passed else ex.reference(*args)
 
@@ -105,4 +115,5 @@ def attempt(name, fn, *args):
 def solution(name):
     """The reference solution's source, to read after trying."""
     from IPython.display import Code, display
+    _load()
     display(Code(inspect.getsource(REGISTRY[name].reference), language="python"))

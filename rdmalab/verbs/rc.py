@@ -20,15 +20,16 @@ def endpoint(ctx, qp, mr=None, psn=None):
     return info
 
 
-def connect(ctx, qp, local, remote, access=e.IBV_ACCESS_REMOTE_WRITE):
-    """Bring `qp` to RTS, connected to `remote` (its endpoint dict); `local` is this QP's own endpoint."""
+def connect(ctx, qp, local, remote, access=e.IBV_ACCESS_REMOTE_WRITE, rnr_retry=7):
+    """Bring `qp` to RTS, connected to `remote` (its endpoint dict); `local` is this QP's own endpoint.
+    rnr_retry: how often a SEND that finds no posted receive is retried (7: forever, 0: fail at once)."""
     route = route_of(ctx, "this device")
     a = qpmod.QPAttr(port_num=route.port, path_mtu=route.path_mtu)
     a.pkey_index, a.qp_access_flags = 0, access
     a.ah_attr = addr.AHAttr(port_num=route.port, is_global=1, gr=addr.GlobalRoute(
         dgid=addr.GID(remote["gid"]), sgid_index=route.gid_index, hop_limit=64))
     a.dest_qp_num, a.rq_psn, a.max_dest_rd_atomic, a.min_rnr_timer = remote["qp_num"], remote["psn"], 1, 12
-    a.sq_psn, a.timeout, a.retry_cnt, a.rnr_retry, a.max_rd_atomic = local["psn"], 14, 7, 7, 1
+    a.sq_psn, a.timeout, a.retry_cnt, a.rnr_retry, a.max_rd_atomic = local["psn"], 14, 7, rnr_retry, 1
     qp.to_rts(a)
 
 

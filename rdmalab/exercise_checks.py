@@ -1,0 +1,106 @@
+"""The exercises of the lessons: each a check (raising Wrong with a hint) and a reference solution."""
+from .exercises import Wrong, exercise, reference
+
+# ---------------------------------------------------------------- lesson 01: the socket path
+
+PINGPONGS, MESSAGE = 100, 64 * 1024
+
+
+@exercise("01.predict", "Predict the client's cost of 100 ping-pongs of 64 KiB over TCP",
+          hints=["Count per message: the client write()s it once and read()s the echo at least once; "
+                 "every byte crosses the user/kernel boundary on the way out and again on the way back."])
+def _check_predict(answer):
+    if not isinstance(answer, dict) or not {"writes", "reads_at_least", "bytes_copied"} <= set(answer):
+        raise Wrong("answer with a dict: {'writes': ..., 'reads_at_least': ..., 'bytes_copied': ...}")
+    if answer["writes"] != PINGPONGS:
+        raise Wrong(f"writes: {answer['writes']} is not it.",
+                    "The client writes each of its 100 messages once; the echo is the server's write, not the client's.")
+    if answer["reads_at_least"] != PINGPONGS:
+        raise Wrong(f"reads_at_least: {answer['reads_at_least']} is not it.",
+                    "Each echo needs at least one read() (a 64 KiB message may arrive in pieces: more, never fewer).")
+    if answer["bytes_copied"] != 2 * PINGPONGS * MESSAGE:
+        raise Wrong(f"bytes_copied: {answer['bytes_copied']:,} is not it.",
+                    "Sent bytes are copied into the kernel, and the echo is copied out of it again: count both ways.")
+
+
+@reference("01.predict")
+def _predict():
+    return {"writes": 100, "reads_at_least": 100, "bytes_copied": 2 * 100 * 64 * 1024}
+
+
+# ---------------------------------------------------------------- lesson 02: memory registration
+
+@exercise("02.write-not-read", "Register 4 KiB that a peer may RDMA WRITE into but not RDMA READ",
+          hints=["Access flags are OR-ed IBV_ACCESS_* values; remote write also needs local write "
+                 "(the kernel refuses REMOTE_WRITE without LOCAL_WRITE with errno 22)."])
+def _check_write_not_read(mr, ctx, pd):
+    from . import lessons
+    from .verbs import enums as e
+    if mr.length < 4096:
+        raise Wrong(f"the MR is {mr.length} bytes; register at least 4096.")
+    with lessons.Pair(ctx, pd) as pair:
+        wc = lessons.one_sided(pair, e.IBV_WR_RDMA_WRITE, target=mr)
+        if wc.status != e.IBV_WC_SUCCESS:
+            raise Wrong(f"a peer's RDMA WRITE into it completed with status {wc.status} (REM_ACCESS_ERR is 10).",
+                        "Without IBV_ACCESS_REMOTE_WRITE the rkey is 0 and no peer may write.")
+    with lessons.Pair(ctx, pd) as pair:
+        wc = lessons.one_sided(pair, e.IBV_WR_RDMA_READ, target=mr)
+        if wc.status == e.IBV_WC_SUCCESS:
+            raise Wrong("a peer could RDMA READ it.", "Leave IBV_ACCESS_REMOTE_READ out of the access flags.")
+
+
+@reference("02.write-not-read")
+def _write_not_read(ctx, pd):
+    from .verbs import enums as e, mr
+    return mr.MR(pd, 4096, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE)
+
+
+# ---------------------------------------------------------------- lesson 03: queue pairs
+
+@exercise("03.to-rts", "Bring a QP from RESET to RTS by hand, connected to its peer",
+          hints=["Three modify() calls: INIT (pkey_index, port, access flags), RTR (address vector, path MTU, "
+                 "dest_qp_num, rq_psn, max_dest_rd_atomic, min_rnr_timer), RTS (sq_psn, timeout, retry_cnt, "
+                 "rnr_retry, max_rd_atomic); each mask must name every attribute the step requires."])
+def _check_to_rts(qp, _qp, local, remote, route, lab):
+    from . import lessons
+    from .verbs import enums as e
+    state = lessons.state_of(qp)
+    if state != "RTS":
+        advice = {"RESET": "it never left RESET: start with a modify to INIT.",
+                  "INIT": "INIT can post receives but not send: go on to RTR, then RTS.",
+                  "RTR": "RTR can receive but not send: one more modify, to RTS.",
+                  "ERR": "a modify failed or an error completed: start again from RESET."}.get(state, "")
+        raise Wrong(f"the QP is in {state}, not RTS.", advice)
+    attr, _ = qp.query(e.IBV_QP_DEST_QPN)
+    if attr.dest_qp_num != remote["qp_num"]:
+        raise Wrong(f"it is connected to QP {attr.dest_qp_num}, not to the peer's {remote['qp_num']}.",
+                    "dest_qp_num comes from the peer's endpoint: remote['qp_num'].")
+    wc = lab.send_and_receive(b"checked")
+    if wc.status != e.IBV_WC_SUCCESS:
+        raise Wrong(f"a SEND from it completed with status {wc.status} (12 is RETRY_EXC_ERR: nobody answered).",
+                    "Check the address vector (the peer's GID, is_global=1 on RoCE), dest_qp_num, and that "
+                    "sq_psn is local['psn'] and rq_psn is remote['psn'].")
+
+
+@reference("03.to-rts")
+def _to_rts(qp, local, remote, route):
+    from .verbs import addr, enums as e, qp as qpmod
+    qp.modify(qpmod.QPAttr(qp_state=e.IBV_QPS_RESET), e.IBV_QP_STATE)        # start clean, whatever went before
+
+    init = qpmod.QPAttr(qp_state=e.IBV_QPS_INIT, port_num=route.port)
+    init.pkey_index, init.qp_access_flags = 0, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE
+    qp.modify(init, e.IBV_QP_STATE | e.IBV_QP_PKEY_INDEX | e.IBV_QP_PORT | e.IBV_QP_ACCESS_FLAGS)
+
+    rtr = qpmod.QPAttr(qp_state=e.IBV_QPS_RTR, port_num=route.port, path_mtu=route.path_mtu)
+    rtr.ah_attr = addr.AHAttr(port_num=route.port, is_global=1, gr=addr.GlobalRoute(
+        dgid=addr.GID(remote["gid"]), sgid_index=route.gid_index, hop_limit=64))
+    rtr.dest_qp_num, rtr.rq_psn, rtr.max_dest_rd_atomic, rtr.min_rnr_timer = remote["qp_num"], remote["psn"], 1, 12
+    qp.modify(rtr, e.IBV_QP_STATE | e.IBV_QP_AV | e.IBV_QP_PATH_MTU | e.IBV_QP_DEST_QPN | e.IBV_QP_RQ_PSN
+              | e.IBV_QP_MAX_DEST_RD_ATOMIC | e.IBV_QP_MIN_RNR_TIMER)
+
+    rts = qpmod.QPAttr(qp_state=e.IBV_QPS_RTS)
+    rts.sq_psn, rts.timeout, rts.retry_cnt, rts.rnr_retry, rts.max_rd_atomic = local["psn"], 14, 7, 7, 1
+    qp.modify(rts, e.IBV_QP_STATE | e.IBV_QP_SQ_PSN | e.IBV_QP_TIMEOUT | e.IBV_QP_RETRY_CNT
+              | e.IBV_QP_RNR_RETRY | e.IBV_QP_MAX_QP_RD_ATOMIC)
+    return qp
+

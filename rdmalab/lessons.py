@@ -1,0 +1,179 @@
+"""Helpers the lessons share: the opening question, QP state diagrams, connected pairs, failures on demand.
+
+The point of each lesson stays in the notebook, in plain pyverbs; the plumbing lives here.
+"""
+import json
+import os
+
+import ipywidgets as w
+import matplotlib.pyplot as plt
+
+QUESTION = "Which property of RDMA matters most for AllReduce in a training cluster?"
+CHOICES = [
+    "kernel and CPU bypass, with direct memory-to-memory transfer",
+    "software-defined networking",
+    "IPv6",
+    "a socket-compatible wrapper",
+]
+ANSWER = 0   # revealed with evidence in lesson 05
+ANSWERS_FILE = os.path.join(os.path.expanduser("~"), ".cache", "rdmalab", "answers.json")
+
+
+def quiz(key="00"):
+    """The series' opening question as a widget; the choice is saved so lesson 05 can recall it."""
+    choice = w.RadioButtons(options=CHOICES, value=None, layout=w.Layout(width="auto"))
+    note = w.HTML()
+
+    def saved(change):
+        if change["new"] is not None:
+            save_answer(key, CHOICES.index(change["new"]))
+            note.value = "<i>Saved. Lesson 05 answers this with your own measurements.</i>"
+
+    choice.observe(saved, "value")
+    return w.VBox([w.HTML(f"<b>{QUESTION}</b>"), choice, note])
+
+
+def save_answer(key, index):
+    answers = load_answers()
+    answers[key] = index
+    os.makedirs(os.path.dirname(ANSWERS_FILE), exist_ok=True)
+    with open(ANSWERS_FILE, "w") as f:
+        json.dump(answers, f)
+
+
+def load_answers():
+    try:
+        with open(ANSWERS_FILE) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+# ---------------------------------------------------------------- the QP state machine
+
+STATE_NAMES = {0: "RESET", 1: "INIT", 2: "RTR", 3: "RTS", 4: "SQD", 5: "SQE", 6: "ERR"}
+# What each forward step must carry in its attribute mask (the kernel's table, ib_modify_qp_is_ok, for RC).
+REQUIRED = {
+    ("RESET", "INIT"): ["IBV_QP_STATE", "IBV_QP_PKEY_INDEX", "IBV_QP_PORT", "IBV_QP_ACCESS_FLAGS"],
+    ("INIT", "RTR"): ["IBV_QP_STATE", "IBV_QP_AV", "IBV_QP_PATH_MTU", "IBV_QP_DEST_QPN", "IBV_QP_RQ_PSN",
+                      "IBV_QP_MAX_DEST_RD_ATOMIC", "IBV_QP_MIN_RNR_TIMER"],
+    ("RTR", "RTS"): ["IBV_QP_STATE", "IBV_QP_SQ_PSN", "IBV_QP_TIMEOUT", "IBV_QP_RETRY_CNT", "IBV_QP_RNR_RETRY",
+                     "IBV_QP_MAX_QP_RD_ATOMIC"],
+}
+MEANING = {"RESET": "just created", "INIT": "may post receives", "RTR": "ready to receive",
+           "RTS": "ready to send", "ERR": "flushes everything"}
+
+
+def state_of(qp):
+    """The state the device reports (query), as a name."""
+    from .verbs import enums as e
+    attr, _ = qp.query(e.IBV_QP_STATE)
+    return STATE_NAMES.get(attr.qp_state, str(attr.qp_state))
+
+
+def draw_qp_states(current=None, ax=None):
+    """RESET -> INIT -> RTR -> RTS (and ERR), each arrow labelled with what modify() must set;
+    `current` (a state name or a QP, which is queried) is highlighted."""
+    if current is not None and not isinstance(current, str):
+        current = state_of(current)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(10, 3.2))
+    xs = {"RESET": 0, "INIT": 1, "RTR": 2, "RTS": 3}
+    for name, x in xs.items():
+        on = name == current
+        ax.add_patch(plt.Rectangle((x * 3.2, 1.6), 2, 1, facecolor="#1a7f37" if on else "#f6f8fa",
+                                   edgecolor="#1f2328", linewidth=2 if on else 1))
+        ax.text(x * 3.2 + 1, 2.25, name, ha="center", va="center", fontsize=12, weight="bold",
+                color="white" if on else "#1f2328")
+        ax.text(x * 3.2 + 1, 1.85, MEANING[name], ha="center", va="center", fontsize=8,
+                color="white" if on else "#57606a")
+    for (a, b), masks in REQUIRED.items():
+        x0 = xs[a] * 3.2 + 2
+        ax.annotate("", (x0 + 1.2, 2.1), (x0, 2.1), arrowprops=dict(arrowstyle="->", lw=1.5))
+        ax.text(x0 + 0.6, 1.45, "\n".join(m.replace("IBV_QP_", "") for m in masks[1:]), ha="center", va="top",
+                fontsize=7, family="monospace")
+    on = current == "ERR"
+    ax.add_patch(plt.Rectangle((4.8, 3.2), 2, 0.8, facecolor="#cf222e" if on else "#fff1f0", edgecolor="#cf222e"))
+    ax.text(5.8, 3.6, "ERR (any error)", ha="center", va="center", fontsize=10, color="white" if on else "#cf222e")
+    ax.set_xlim(-0.3, 12.3)
+    ax.set_ylim(-0.6, 4.2)
+    ax.axis("off")
+    ax.set_title(f"RC queue pair states{'' if current is None else f': this QP is in {current}'}")
+    return ax
+
+
+# ---------------------------------------------------------------- pairs of connected QPs for demonstrations
+
+class Pair:
+    """Two RC QPs of one PD, connected to each other in this process, with a 4 KiB MR each.
+    `a` sends, `b` receives; `b_mr` is what a's one-sided operations target."""
+
+    def __init__(self, ctx, pd, b_access=None, rnr_retry=7):
+        from .verbs import cq, enums as e, mr, qp, rc
+        full = (e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
+                | e.IBV_ACCESS_REMOTE_ATOMIC)
+        self.cq_a, self.cq_b = cq.CQ(ctx, 32), cq.CQ(ctx, 32)
+        cap = qp.QPCap(max_send_wr=8, max_recv_wr=8)
+        self.a = qp.QP(pd, qp.QPInitAttr(qp_type=e.IBV_QPT_RC, scq=self.cq_a, rcq=self.cq_a, cap=cap))
+        self.b = qp.QP(pd, qp.QPInitAttr(qp_type=e.IBV_QPT_RC, scq=self.cq_b, rcq=self.cq_b, cap=cap))
+        self.a_mr = mr.MR(pd, 4096, full)
+        self.b_mr = mr.MR(pd, 4096, full if b_access is None else b_access)
+        self.a_end, self.b_end = rc.endpoint(ctx, self.a, self.a_mr), rc.endpoint(ctx, self.b, self.b_mr)
+        rc.connect(ctx, self.a, self.a_end, self.b_end, full, rnr_retry=rnr_retry)
+        rc.connect(ctx, self.b, self.b_end, self.a_end, full)
+
+    def close(self):
+        for obj in (self.a, self.b, self.a_mr, self.b_mr, self.cq_a, self.cq_b):
+            obj.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def one_sided(pair, opcode, length=8, target=None, rkey=None, remote_offset=0, lkey=None):
+    """Post one signaled RDMA operation from pair.a into `target` (default pair.b_mr), optionally with a
+    wrong rkey, offset or lkey; returns its completion."""
+    from .verbs import enums as e, rc, wr
+    target = target or pair.b_mr
+    sge = wr.SGE(pair.a_mr.buf, length, pair.a_mr.lkey if lkey is None else lkey)
+    request = wr.SendWR(wr_id=1, opcode=opcode, num_sge=1, sg=[sge], send_flags=e.IBV_SEND_SIGNALED)
+    request.set_wr_rdma(target.rkey if rkey is None else rkey, target.buf + remote_offset)
+    pair.a.post_send(request)
+    return rc.wait_for_completion(pair.cq_a)
+
+
+class QPLab:
+    """Lesson 03's bench: `qp`, yours, still in RESET; `peer`, already connected to it and waiting;
+    their endpoints `local` and `remote` (as exchanged out of band), and `route` (port, GID index, MTU)."""
+
+    def __init__(self, ctx, pd):
+        from .verbs import choose_route, cq, enums as e, mr, qp, rc, route_of
+        self.ctx, self.route = ctx, route_of(ctx, choose_route().device)
+        access = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE
+        self.cq, self.peer_cq = cq.CQ(ctx, 16), cq.CQ(ctx, 16)
+        cap = qp.QPCap(max_send_wr=4, max_recv_wr=4)
+        self.qp = qp.QP(pd, qp.QPInitAttr(qp_type=e.IBV_QPT_RC, scq=self.cq, rcq=self.cq, cap=cap))
+        self.peer = qp.QP(pd, qp.QPInitAttr(qp_type=e.IBV_QPT_RC, scq=self.peer_cq, rcq=self.peer_cq, cap=cap))
+        self.mr, self.peer_mr = mr.MR(pd, 4096, access), mr.MR(pd, 4096, access)
+        self.local, self.remote = rc.endpoint(ctx, self.qp, self.mr), rc.endpoint(ctx, self.peer, self.peer_mr)
+        rc.connect(ctx, self.peer, self.remote, self.local, access)
+
+    def send_and_receive(self, payload):
+        """The peer posts a receive; your QP SENDs `payload`. Returns your send completion; on success
+        the peer's buffer holds the payload."""
+        from .verbs import enums as e, rc, wr
+        self.peer.post_recv(wr.RecvWR(wr_id=2, num_sge=1, sg=[wr.SGE(self.peer_mr.buf, 4096, self.peer_mr.lkey)]))
+        self.mr.write(payload, len(payload))
+        self.qp.post_send(wr.SendWR(wr_id=1, opcode=e.IBV_WR_SEND, num_sge=1,
+                                    sg=[wr.SGE(self.mr.buf, len(payload), self.mr.lkey)], send_flags=e.IBV_SEND_SIGNALED))
+        sent = rc.wait_for_completion(self.cq, timeout=10)
+        if sent.status == e.IBV_WC_SUCCESS:
+            rc.wait_for_completion(self.peer_cq, timeout=10)
+        return sent
+
+    def close(self):
+        for obj in (self.qp, self.peer, self.mr, self.peer_mr, self.cq, self.peer_cq):
+            obj.close()
