@@ -24,6 +24,19 @@ def parser():
                        "5000 bandwidth, capped at 1 GiB moved per size)")
     bench.add_argument("--provider", choices=["auto", "soft", "pyverbs"], help="verbs provider for the RDMA side")
     bench.add_argument("--json", action="store_true", help="print the results as JSON")
+
+    ar = commands.add_parser("allreduce", help="the hand-built AllReduce on N ranks, nccl-tests' columns",
+                             description="Sum-AllReduce on N local ranks (ipyparallel engines), reported as "
+                                         "nccl-tests' all_reduce_perf reports NCCL's.")
+    ar.add_argument("--ranks", "-n", type=int, default=2, help="number of ranks (default 2)")
+    ar.add_argument("--size", "-s", default="1M", help="sizes in bytes, comma-separated: 1K,1M,64M (default 1M)")
+    ar.add_argument("--algo", choices=["ring", "naive", "hd"], default="ring")
+    ar.add_argument("--transport", choices=["rdma", "tcp"], default="rdma")
+    ar.add_argument("--dtype", choices=["float32", "float64", "int32", "int64"], default="float32")
+    ar.add_argument("--iters", type=int, default=5, help="timed iterations per size (default 5)")
+    ar.add_argument("--provider", choices=["auto", "soft", "pyverbs"], help="verbs provider on the ranks")
+    ar.add_argument("--compare-mpi", action="store_true", help="also time MPI_Allreduce (mpi4py + MPICH)")
+    ar.add_argument("--json", action="store_true", help="print the results as JSON")
     return top
 
 
@@ -35,6 +48,18 @@ def _size(text):
         return int(text[:-1]) * units[text[-1]] if text and text[-1] in units else int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a size: use bytes, or a number with K or M (64K)")
+
+
+def _allreduce(args):
+    from . import allreduce
+    if args.ranks < 1 or args.iters < 1:
+        raise SystemExit("rdmalab allreduce: --ranks and --iters must be at least 1")
+    report = allreduce.run(args.ranks, allreduce.parse_sizes(args.size), args.algo, args.transport, args.dtype,
+                           args.iters, args.compare_mpi, args.provider,
+                           progress=lambda row, done, total: print(f"  {done}/{total}: {row['size']} bytes done",
+                                                                   file=sys.stderr, flush=True))
+    print(report.to_json() if args.json else report.text())
+    return 0 if all(row[p]["wrong"] == 0 for row in report.data["rows"] for p in ("out", "in")) else 1
 
 
 def _bench(args):
@@ -60,8 +85,10 @@ def main(argv=None):
         if args.command == "doctor":
             from .diagnose import main as run
             return run(args)
+        if args.command == "allreduce":
+            return _allreduce(args)
         return _bench(args)
-    except (ProviderError, BenchError) as error:
+    except (ProviderError, BenchError, ValueError, RuntimeError) as error:
         print(f"rdmalab: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

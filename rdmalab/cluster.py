@@ -1,0 +1,246 @@
+"""N ranks as ipyparallel engines, each with a transport connected to all the others.
+
+    from rdmalab.cluster import Cluster
+    with Cluster(ranks=4, transport="rdma") as cluster:      # local engines on this machine
+        cluster.allreduce(1 << 20, "float32", algorithm="ring")
+        cluster.view                                         # an ipyparallel DirectView: %%px works on it
+
+Launchers: `launcher="local"` (default) starts engines as processes here; `launcher="mpi"` starts
+them with mpiexec (mpi4py and MPICH from PyPI on one host; on many nodes, ipyparallel's MPI, Slurm
+and SSH launchers with a host file: see notebooks/README.md). Each rank opens the verbs provider,
+registers its regions, and the ranks swap (qp_num, psn, gid, rkey, addr) through this process, which
+plays the part of an out-of-band bootstrap network. Teardown always runs (close(), `with`, or at exit).
+A rank that dies is noticed within a second: the others are interrupted and ClusterError names it.
+"""
+import atexit
+import os
+import signal
+import socket
+import time
+
+from . import collectives
+
+ENGINE_ENV = {"OPENBLAS_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
+
+
+class ClusterError(RuntimeError):
+    """A rank failed or died; the message says which and what the others were doing."""
+
+
+class Cluster:
+    def __init__(self, ranks=4, transport="rdma", launcher="local", max_bytes=64 << 20, algorithms=("ring",),
+                 provider=None, start=True):
+        if ranks < 1:
+            raise ValueError("a cluster needs at least one rank")
+        if transport not in ("rdma", "tcp"):
+            raise ValueError(f"transport {transport!r}: choose rdma or tcp")
+        self.ranks, self.transport, self.launcher = ranks, transport, launcher
+        self.max_bytes, self.algorithms, self.provider = max_bytes, tuple(algorithms), provider
+        self._ipp = self.client = self.view = None
+        self.pids = []
+        if start:
+            self.start()
+
+    # -------------------------------------------------------------- lifecycle
+
+    def start(self):
+        import ipyparallel as ipp
+        env = dict(ENGINE_ENV)
+        if self.provider:
+            env["RDMALAB_PROVIDER"] = self.provider
+        self._ipp = ipp.Cluster(n=self.ranks, engines=self.launcher, log_level=40)
+        atexit.register(self.close)
+        try:
+            self.client = self._ipp.start_and_connect_sync()
+            self.client.wait_for_engines(self.ranks, timeout=120)
+            self.view = self.client[:]
+            self.view.block = True
+            self.view.apply_sync(_set_env, env)
+            self.pids = self.view.apply_sync(os.getpid)
+            self.hosts = self.view.apply_sync(socket.gethostname)
+            self.view.scatter("rank", list(range(self.ranks)), flatten=True)
+            regions = {"data": self.max_bytes,
+                       "stage": max(collectives.stage_bytes(a, self.ranks, self.max_bytes) for a in self.algorithms)}
+            tcp_host = "127.0.0.1" if len(set(self.hosts)) == 1 else None   # else each rank's own name
+            endpoints = self._gather([self.client[i].apply_async(_setup, i, self.ranks, self.transport, regions,
+                                                                 tcp_host or self.hosts[i]) for i in range(self.ranks)])
+            mine = {i: {peer: endpoints[peer]["to"][i] for peer in range(self.ranks) if peer != i}
+                    for i in range(self.ranks)}
+            pids = {i: (endpoints[i]["host"], endpoints[i]["pid"]) for i in range(self.ranks)}
+            self._gather([self.client[i].apply_async(_connect, mine[i], pids) for i in range(self.ranks)])
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def close(self):
+        """Tear the ranks down: close their verbs objects, stop the engines. Safe to call twice."""
+        if self._ipp is None:
+            return
+        try:
+            if self.client is not None and self.view is not None:
+                try:
+                    self.view.apply_sync(_close)
+                except Exception:
+                    pass
+                self.client.close()
+        finally:
+            try:
+                self._ipp.stop_cluster_sync()
+            except Exception:
+                pass
+            for pid in self.pids:   # whatever survived the stop
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            self._ipp = self.client = self.view = None
+            atexit.unregister(self.close)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -------------------------------------------------------------- running code on every rank
+
+    def run(self, fn, *args, timeout=600):
+        """fn(comm, *args) on every rank, where comm is that rank's Communicator; returns the results."""
+        return self._gather([self.client[i].apply_async(_run, fn, *args) for i in range(self.ranks)], timeout)
+
+    def allreduce(self, count, dtype="float32", algorithm="ring", iters=5, warmup=1, check=True, in_place=True):
+        """Time `iters` AllReduces of `count` elements on every rank; returns per-rank dicts with the
+        times (s) and the number of wrong elements against numpy (0 expected)."""
+        return self.run(timed_allreduce, count, dtype, algorithm, iters, warmup, check, in_place)
+
+    def _gather(self, results, timeout=600):
+        """Wait for every rank's result; if a rank dies meanwhile, interrupt the others and say so."""
+        deadline = time.monotonic() + timeout
+        while not all(r.ready() for r in results):
+            dead = self._dead_ranks()
+            if dead:
+                self._interrupt(exclude=dead)
+                for r in results:
+                    r.wait(5)
+                raise ClusterError(f"rank {', '.join(map(str, dead))} died; the other ranks were interrupted "
+                                   f"and have released their resources")
+            if time.monotonic() > deadline:
+                self._interrupt()
+                raise ClusterError(f"the ranks did not finish within {timeout:.0f} s")
+            results[0].wait(0.2) if not results[0].ready() else time.sleep(0.05)
+        out = []
+        for i, r in enumerate(results):
+            try:
+                out.append(r.get())
+            except Exception as error:
+                raise ClusterError(f"rank {i} failed: {getattr(error, 'ename', type(error).__name__)}: "
+                                   f"{getattr(error, 'evalue', error)}") from None
+        return out
+
+    def _dead_ranks(self):
+        from .verbs.soft.shm import pid_alive
+        if self.launcher == "local" and self.pids:
+            return [i for i, pid in enumerate(self.pids) if not pid_alive(pid)]
+        return [i for i in range(self.ranks) if i not in self.client.ids]
+
+    def _interrupt(self, exclude=()):
+        for i, pid in enumerate(self.pids):
+            if i not in exclude:
+                try:
+                    os.kill(pid, signal.SIGINT)
+                except (ProcessLookupError, PermissionError):
+                    pass
+
+
+# ---------------------------------------------------------------- what runs on each engine
+
+_state = {}
+
+
+def _set_env(env):
+    os.environ.update(env)
+
+
+def _setup(rank, size, transport, regions, host):
+    from rdmalab import transports
+    t = (transports.RdmaTransport(rank, size, regions) if transport == "rdma"
+         else transports.TcpTransport(rank, size, regions, host=host))
+    _state["transport"] = t
+    return {"to": t.endpoints(), "pid": os.getpid(), "host": socket.gethostname()}
+
+
+def _connect(theirs, pids):
+    from rdmalab.collectives import Communicator
+    from rdmalab.verbs.soft.shm import pid_alive
+    t = _state["transport"]
+    t.connect(theirs)
+    here = socket.gethostname()
+    alive = lambda peer: pids[peer][0] != here or pid_alive(pids[peer][1])   # noqa: E731
+    _state["comm"] = Communicator(t, alive)
+    return True
+
+
+def _run(fn, *args):
+    return fn(_state["comm"], *args)
+
+
+def _close():
+    t = _state.pop("transport", None)
+    _state.pop("comm", None)
+    if t is not None:
+        t.close()
+    return True
+
+
+def timed_allreduce(comm, count, dtype, algorithm, iters, warmup, check, in_place):
+    """On one rank, as nccl-tests does: warm up, barrier, `iters` AllReduces back to back (their mean
+    is the time), then one more on known values to count wrong elements against numpy."""
+    import numpy as np
+    dtype = np.dtype(dtype)
+    x = comm.buffer(count, dtype)
+    src = None if in_place else np.array(_values(comm.rank, 0, count, dtype))
+    x[:] = _values(comm.rank, 0, count, dtype)
+
+    def once():
+        comm.allreduce(x if in_place else src, algorithm, out=None if in_place else x)
+
+    for _ in range(warmup):
+        once()
+    comm.barrier()
+    start = time.perf_counter()
+    for _ in range(iters):
+        once()
+    elapsed = (time.perf_counter() - start) / iters
+    wrong = 0
+    if check:
+        values = _values(comm.rank, 1, count, dtype)
+        if in_place:
+            x[:] = values
+        else:
+            src[:] = values
+        once()
+        terms = [_values(r, 1, count, dtype) for r in range(comm.size)]
+        wide = np.float64 if dtype.kind == "f" else dtype
+        wrong = count_wrong(x, sum(t.astype(wide) for t in terms), sum(np.abs(t.astype(wide)) for t in terms),
+                            comm.size)
+    return {"rank": comm.rank, "time": elapsed, "wrong": int(wrong)}
+
+
+def _values(rank, i, count, dtype):
+    import numpy as np
+    rng = np.random.default_rng(1000 * rank + i)
+    if np.issubdtype(dtype, np.integer):
+        return rng.integers(-1000, 1000, count).astype(dtype)
+    return rng.standard_normal(count).astype(dtype)
+
+
+def count_wrong(result, expected, abs_sum, ranks):
+    """Elements outside the bound of rdmalab.collectives' docstring: 2 p eps sum|x_i| for floats
+    (expected and abs_sum in float64), exact equality for integers."""
+    import numpy as np
+    if np.issubdtype(result.dtype, np.integer):
+        return int(np.count_nonzero(result != expected.astype(result.dtype)))
+    eps = np.finfo(result.dtype).eps
+    bound = 2 * ranks * eps * abs_sum + np.finfo(result.dtype).tiny
+    return int(np.count_nonzero(np.abs(result.astype(np.float64) - expected.astype(np.float64)) > bound))

@@ -1,0 +1,190 @@
+"""Sum-AllReduce, written once against rdmalab.transports (RDMA or TCP), three ways.
+
+    comm = Communicator(transport)                 # inside each rank (rdmalab.cluster sets this up)
+    x = comm.buffer(count, "float32")              # registered memory: no copy in or out
+    comm.allreduce(x, algorithm="ring")            # in place: every rank ends with the sum
+
+Algorithms (n elements, p ranks):
+- naive: every rank sends its whole buffer to rank 0, which adds them and sends the sum back.
+  Rank 0 receives and sends (p-1) n: its link is the bottleneck.
+- ring: reduce-scatter then all-gather around the ring, p-1 steps each. The buffer is cut into p
+  chunks (any n: chunk sizes differ by at most one element); in each step a rank sends one chunk to
+  its right neighbour and adds the chunk arriving from its left, pipelined in segments. Every rank
+  sends 2 (p-1)/p n: the optimum, whatever p.
+- hd (recursive halving-doubling, Rabenseifner; p a power of two): reduce-scatter by exchanging
+  halves with a partner at distance p/2, p/4, ..., then all-gather by doubling back. Same bytes as
+  the ring in 2 log2 p steps instead of 2 (p-1): better when latency dominates.
+
+Accuracy: integers are exact (wrapping on overflow, as numpy's). Floats are summed in an order that
+depends on the algorithm and p, so results may differ from numpy's pairwise sum; each element is a sum
+of p terms, so the difference is bounded by about (p - 1) * eps * sum(|x_i|) (eps of the dtype);
+the tests allow 2 * p * eps * sum(|x_i|) per element. Every rank ends with bit-identical results:
+each chunk is reduced by one rank and then copied to all.
+"""
+import numpy as np
+
+ALGORITHMS = ("naive", "ring", "hd")
+DTYPES = ("float32", "float64", "int32", "int64")
+SEGMENT_BYTES = 1 << 20          # ring pipelining: chunks move in pieces of at most this
+
+
+class Communicator:
+    def __init__(self, transport, alive=None):
+        self.t, self.rank, self.size = transport, transport.rank, transport.size
+        self.alive = alive        # optional alive(peer) -> bool, for a faster "peer lost"
+
+    def buffer(self, count, dtype="float32"):
+        """`count` elements in the registered data region (what allreduce works on without copying)."""
+        dtype = np.dtype(dtype)
+        view = self.t.buffer("data")
+        if count * dtype.itemsize > view.nbytes:
+            raise ValueError(f"{count} x {dtype} does not fit the {view.nbytes}-byte data region")
+        return view[:count * dtype.itemsize].view(dtype)
+
+    def allreduce(self, x, algorithm="ring", out=None):
+        """Sum `x` over all ranks. In place (x from buffer()) unless `out` is given or x lives
+        elsewhere, in which case x is copied into the data region first (one local copy)."""
+        if algorithm not in ALGORITHMS:
+            raise ValueError(f"algorithm {algorithm!r}: choose one of {', '.join(ALGORITHMS)}")
+        if x.dtype.name not in DTYPES:
+            raise ValueError(f"dtype {x.dtype}: choose one of {', '.join(DTYPES)}")
+        if algorithm == "hd" and self.size & (self.size - 1):
+            raise ValueError(f"hd needs a power-of-two number of ranks, not {self.size}: use ring")
+        work = self.buffer(x.size, x.dtype)
+        if work.ctypes.data != x.ctypes.data:
+            np.copyto(work, x.reshape(-1))
+        if self.size > 1:
+            getattr(self, "_" + algorithm)(work)
+        if out is not None:
+            np.copyto(out.reshape(-1), work)
+            return out
+        if work.ctypes.data != x.ctypes.data:
+            np.copyto(x.reshape(-1), work)
+        return x
+
+    def barrier(self):
+        """Every rank signals every other and waits for all of them."""
+        others = [r for r in range(self.size) if r != self.rank]
+        for peer in others:
+            self.t.signal(peer)
+        for peer in others:
+            self.t.wait(peer, self.alive)
+        self.t.flush()
+
+    # -------------------------------------------------------------- helpers
+
+    def _handshake(self, writers, targets):
+        """Credits for this call: tell the ranks that will write into us that we are ready, and wait
+        until the ranks we will write into are ready too (they have finished with the last call)."""
+        for peer in writers:
+            self.t.signal(peer)
+        for peer in targets:
+            self.t.wait(peer, self.alive)
+
+    def _send(self, peer, piece, region, offset):
+        self.t.put(peer, piece, region, offset)
+
+    def _recv(self, peer):
+        self.t.wait(peer, self.alive)
+
+    # -------------------------------------------------------------- naive
+
+    def _naive(self, x):
+        p = self.size
+        others = [r for r in range(p) if r != 0]
+        if self.rank == 0:
+            self._handshake(others, others)
+            stage = self.t.buffer("stage")
+            for r in others:   # each rank's buffer arrives into its own slot of the stage
+                self._recv(r)
+                np.add(x, stage[(r - 1) * x.nbytes:r * x.nbytes].view(x.dtype), out=x)
+            for r in others:
+                self._send(r, x, "data", 0)
+            self.t.flush()
+        else:
+            self._handshake([0], [0])
+            self._send(0, x, "stage", (self.rank - 1) * x.nbytes)
+            self._recv(0)
+            self.t.flush()
+
+    # -------------------------------------------------------------- ring
+
+    def _ring(self, x):
+        p, r = self.size, self.rank
+        right, left = (r + 1) % p, (r - 1) % p
+        bounds = np.linspace(0, x.size, p + 1).astype(np.int64)   # chunk c is x[bounds[c]:bounds[c+1]]
+        chunk_bytes = int(max(np.diff(bounds))) * x.itemsize
+        seg = max(SEGMENT_BYTES // x.itemsize, 1)
+        stage = self.t.buffer("stage")
+        self._handshake([left], [right])
+        # reduce-scatter: in step s we send chunk (r - s) and add the incoming chunk (r - s - 1)
+        for s in range(p - 1):
+            send_c, recv_c = (r - s) % p, (r - s - 1) % p
+            lo, hi = bounds[send_c], bounds[send_c + 1]
+            pieces = range(lo, hi, seg) if hi > lo else []
+            for start in pieces:
+                end = min(start + seg, hi)
+                self._send(right, x[start:end], "stage", s * chunk_bytes + (start - lo) * x.itemsize)
+            rlo, rhi = bounds[recv_c], bounds[recv_c + 1]
+            for start in (range(rlo, rhi, seg) if rhi > rlo else []):
+                end = min(start + seg, rhi)
+                self._recv(left)
+                offset = s * chunk_bytes + (start - rlo) * x.itemsize
+                incoming = stage[offset:offset + (end - start) * x.itemsize].view(x.dtype)
+                np.add(x[start:end], incoming, out=x[start:end])
+        # right may still be reading its own chunks for its reduce-scatter: wait for its go-ahead
+        self.t.signal(left)
+        self.t.wait(right, self.alive)
+        # all-gather: in step s we send chunk (r + 1 - s), fully reduced, straight into right's result
+        for s in range(p - 1):
+            send_c = (r + 1 - s) % p
+            lo, hi = bounds[send_c], bounds[send_c + 1]
+            for start in (range(lo, hi, seg) if hi > lo else []):
+                end = min(start + seg, hi)
+                self._send(right, x[start:end], "data", start * x.itemsize)
+            recv_c = (r - s) % p
+            for _ in (range(bounds[recv_c], bounds[recv_c + 1], seg) if bounds[recv_c + 1] > bounds[recv_c] else []):
+                self._recv(left)
+        self.t.flush()
+
+    # -------------------------------------------------------------- recursive halving-doubling
+
+    def _hd(self, x):
+        p, r = self.size, self.rank
+        partners = [r ^ d for d in _halving_distances(p)]
+        stage = self.t.buffer("stage")
+        self._handshake(partners, partners)
+        lo, hi, stage_at, kept = 0, x.size, 0, []
+        for d in _halving_distances(p):        # reduce-scatter: keep the half on our side of the partner
+            partner, mid = r ^ d, (lo + hi) // 2
+            keep, give = ((lo, mid), (mid, hi)) if r & d == 0 else ((mid, hi), (lo, mid))
+            self._send(partner, x[give[0]:give[1]], "stage", stage_at)
+            self._recv(partner)
+            n = keep[1] - keep[0]
+            incoming = stage[stage_at:stage_at + n * x.itemsize].view(x.dtype)
+            np.add(x[keep[0]:keep[1]], incoming, out=x[keep[0]:keep[1]])
+            stage_at += max(give[1] - give[0], n) * x.itemsize
+            kept.append((lo, hi))
+            lo, hi = keep
+        for d in reversed(_halving_distances(p)):   # all-gather: double back, writing into the partner's result
+            partner = r ^ d
+            self._send(partner, x[lo:hi], "data", lo * x.itemsize)
+            self._recv(partner)
+            lo, hi = kept.pop()
+        self.t.flush()
+
+
+def _halving_distances(p):
+    d, out = p // 2, []
+    while d >= 1:
+        out.append(d)
+        d //= 2
+    return out
+
+
+def stage_bytes(algorithm, size, max_bytes):
+    """Stage region needed: naive's rank 0 holds everyone's buffer; ring and hd less than one buffer
+    (plus one element of rounding per chunk)."""
+    if algorithm == "naive":
+        return max(size - 1, 1) * max_bytes
+    return max_bytes + 8 * size * 4
