@@ -114,6 +114,12 @@ class Cluster:
         times (s) and the number of wrong elements against numpy (0 expected)."""
         return self.run(timed_allreduce, count, dtype, algorithm, iters, warmup, check, in_place)
 
+    def check(self, cases):
+        """Run each (count, dtype, algorithm, in_place) once on every rank; returns, per case, the
+        number of wrong elements summed over ranks (one round trip for the whole list)."""
+        per_rank = self.run(check_cases, list(cases))
+        return [sum(r[i] for r in per_rank) for i in range(len(cases))]
+
     def _gather(self, results, timeout=600):
         """Wait for every rank's result; if a rank dies meanwhile, interrupt the others and say so."""
         deadline = time.monotonic() + timeout
@@ -128,7 +134,9 @@ class Cluster:
             if time.monotonic() > deadline:
                 self._interrupt()
                 raise ClusterError(f"the ranks did not finish within {timeout:.0f} s")
-            results[0].wait(0.2) if not results[0].ready() else time.sleep(0.05)
+            pending = [r for r in results if not r.ready()]
+            if pending:
+                pending[0].wait(0.05)
         out = []
         for i, r in enumerate(results):
             try:
@@ -207,11 +215,13 @@ def timed_allreduce(comm, count, dtype, algorithm, iters, warmup, check, in_plac
 
     for _ in range(warmup):
         once()
-    comm.barrier()
-    start = time.perf_counter()
-    for _ in range(iters):
-        once()
-    elapsed = (time.perf_counter() - start) / iters
+    elapsed = None
+    if iters:
+        comm.barrier()
+        start = time.perf_counter()
+        for _ in range(iters):
+            once()
+        elapsed = (time.perf_counter() - start) / iters
     wrong = 0
     if check:
         values = _values(comm.rank, 1, count, dtype)
@@ -225,6 +235,12 @@ def timed_allreduce(comm, count, dtype, algorithm, iters, warmup, check, in_plac
         wrong = count_wrong(x, sum(t.astype(wide) for t in terms), sum(np.abs(t.astype(wide)) for t in terms),
                             comm.size)
     return {"rank": comm.rank, "time": elapsed, "wrong": int(wrong)}
+
+
+def check_cases(comm, cases):
+    """On one rank: each case once, returning the wrong-element counts."""
+    return [timed_allreduce(comm, count, dtype, algorithm, 0, 0, True, in_place)["wrong"]
+            for count, dtype, algorithm, in_place in cases]
 
 
 def _values(rank, i, count, dtype):

@@ -75,11 +75,14 @@ def _check_to_rts(qp, _qp, local, remote, route, lab):
     if attr.dest_qp_num != remote["qp_num"]:
         raise Wrong(f"it is connected to QP {attr.dest_qp_num}, not to the peer's {remote['qp_num']}.",
                     "dest_qp_num comes from the peer's endpoint: remote['qp_num'].")
-    wc = lab.send_and_receive(b"checked")
+    hint = ("Check the address vector (the peer's GID, is_global=1 on RoCE), dest_qp_num, and that "
+            "sq_psn is local['psn'] and rq_psn is remote['psn'].")
+    try:
+        wc = lab.send_and_receive(b"checked")
+    except TimeoutError:   # rxe keeps retrying some PSN errors for a long time
+        raise Wrong("a SEND from it never completed: the peer drops what it sends.", hint) from None
     if wc.status != e.IBV_WC_SUCCESS:
-        raise Wrong(f"a SEND from it completed with status {wc.status} (12 is RETRY_EXC_ERR: nobody answered).",
-                    "Check the address vector (the peer's GID, is_global=1 on RoCE), dest_qp_num, and that "
-                    "sq_psn is local['psn'] and rq_psn is remote['psn'].")
+        raise Wrong(f"a SEND from it completed with status {wc.status} (12 is RETRY_EXC_ERR: nobody answered).", hint)
 
 
 @reference("03.to-rts")

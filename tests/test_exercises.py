@@ -103,7 +103,8 @@ def test_03_a_wrong_psn_means_nobody_answers(ctx, pd):
         _to_rts(qp, {**local, "psn": (local["psn"] + 1) % (1 << 24)}, remote, route)
 
     f = run_03(ctx, pd, wrong_psn)
-    assert f.status == "wrong" and "status 12" in f.message and "sq_psn is local['psn']" in f.hint
+    assert f.status == "wrong" and "sq_psn is local['psn']" in f.hint
+    assert "status 12" in f.message or "never completed" in f.message   # rxe may retry for longer than the check waits
 
 
 def test_03_the_wrong_peer_is_named(ctx, pd):

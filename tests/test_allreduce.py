@@ -1,0 +1,99 @@
+"""The hand-built AllReduce: correct against numpy on both transports, every algorithm and dtype,
+in place and out of place, odd sizes; a killed rank is a clear error within seconds, leaving nothing."""
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from rdmalab import verbs as v
+from rdmalab.cluster import Cluster, ClusterError, count_wrong
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DTYPES = ("float32", "float64", "int32", "int64")
+
+
+def test_the_bound_catches_a_wrong_element():
+    terms = [np.random.default_rng(r).standard_normal(1000).astype(np.float32) for r in range(4)]
+    exact = sum(t.astype(np.float64) for t in terms)
+    abs_sum = sum(np.abs(t.astype(np.float64)) for t in terms)
+    result = sum(terms)                       # float32 rounding: inside the bound
+    assert count_wrong(result, exact, abs_sum, 4) == 0
+    result[17] += 1e-3
+    assert count_wrong(result, exact, abs_sum, 4) == 1
+    ints = np.arange(10, dtype=np.int32)
+    assert count_wrong(ints, ints.astype(np.int32) + np.eye(10, dtype=np.int32)[3], None, 2) == 1
+
+
+@pytest.mark.parametrize("transport", ["rdma", "tcp"])
+def test_every_algorithm_dtype_and_odd_size_on_four_ranks(transport):
+    cases = [(count, dtype, algorithm, in_place) for algorithm in ("naive", "ring", "hd") for dtype in DTYPES
+             for count in (1, 3, 1001, 65537) for in_place in (True, False)]
+    with Cluster(ranks=4, transport=transport, max_bytes=1 << 20, algorithms=("naive", "ring", "hd")) as c:
+        wrong = c.check(cases)
+    assert [case for case, w in zip(cases, wrong) if w] == []
+
+
+@pytest.mark.parametrize("ranks", [1, 3, 8])
+def test_ring_on_other_rank_counts(ranks):
+    with Cluster(ranks=ranks, transport="rdma", max_bytes=1 << 17, algorithms=("naive", "ring")) as c:
+        cases = [(count, dtype, algorithm, True) for count in (1, ranks - 1 or 1, 7, 10007)
+                 for dtype in ("float32", "int64") for algorithm in ("ring", "naive")]
+        assert c.check(cases) == [0] * len(cases)
+
+
+def test_64_mib_on_two_ranks():
+    count = (64 << 20) // 4
+    with Cluster(ranks=2, transport="rdma", max_bytes=64 << 20) as c:
+        assert [r["wrong"] for r in c.allreduce(count, "float32", "ring", iters=1, warmup=0)] == [0, 0]
+
+
+def test_hd_refuses_a_rank_count_that_is_not_a_power_of_two():
+    with Cluster(ranks=3, transport="tcp", max_bytes=1 << 12) as c:
+        with pytest.raises(ClusterError, match="hd needs a power-of-two number of ranks, not 3: use ring"):
+            c.allreduce(10, "float32", "hd", iters=1)
+
+
+def test_a_killed_rank_is_a_clear_error_within_seconds_and_nothing_leaks():
+    c = Cluster(ranks=3, transport="rdma", max_bytes=4 << 20)
+    victim = c.pids[1]
+    survivors = [c.pids[0], c.pids[2]]
+    killer = threading.Timer(2.0, os.kill, (victim, signal.SIGKILL))
+    killer.start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(ClusterError, match="rank 1 died"):
+            c.allreduce((4 << 20) // 4, "float32", "ring", iters=100000, warmup=0, check=False)
+        assert time.monotonic() - started < 2.0 + 10
+    finally:
+        killer.cancel()
+        c.close()
+    for pid in survivors + [victim]:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and os.path.exists(f"/proc/{pid}") and \
+                open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
+            time.sleep(0.1)
+    if v.PROVIDER == "soft":
+        from rdmalab.verbs.soft import shm
+        shm.reap_orphans()
+        assert [name for pid in survivors + [victim] for name in shm.leftovers(pid)] == []
+
+
+def test_cli_prints_nccl_tests_columns():
+    out = subprocess.run([sys.executable, "-m", "rdmalab", "allreduce", "--ranks", "2", "--size", "1K,4K",
+                          "--iters", "2"], capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, PYTHONPATH=ROOT))
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    header = next(line for line in lines if "redop" in line).split()
+    assert header == ["#", "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong",
+                      "time", "algbw", "busbw", "#wrong"]
+    rows = [line.split() for line in lines if line and not line.startswith("#")]
+    assert [r[:5] for r in rows] == [["1024", "256", "float", "sum", "-1"], ["4096", "1024", "float", "sum", "-1"]]
+    assert all(r[8] == "0" and r[12] == "0" for r in rows)
+    assert any(line.startswith("# Avg bus bandwidth    : ") for line in lines)
+    assert "# Out of bounds values : 0 OK" in lines
