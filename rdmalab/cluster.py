@@ -14,8 +14,10 @@ A rank that dies is noticed within a second: the others are interrupted and Clus
 """
 import atexit
 import os
+import shutil
 import signal
 import socket
+import sys
 import time
 
 from . import collectives
@@ -48,6 +50,12 @@ class Cluster:
         env = dict(ENGINE_ENV)
         if self.provider:
             env["RDMALAB_PROVIDER"] = self.provider
+        if self.launcher == "mpi" and shutil.which("mpiexec") is None:
+            # the MPICH wheel puts mpiexec beside this Python, which a venv used without activation
+            # does not have on PATH
+            os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
+            if shutil.which("mpiexec") is None:
+                raise ClusterError("launcher='mpi' needs mpiexec: pip install mpi4py mpich")
         self._ipp = ipp.Cluster(n=self.ranks, engines=self.launcher, log_level=40)
         atexit.register(self.close)
         try:

@@ -97,3 +97,15 @@ MODELS = {  # gradient bytes in bf16 (2 bytes per parameter)
     "7B parameters (bf16)": 7e9 * 2,
     "70B parameters (bf16)": 70e9 * 2,
 }
+
+
+def compute_seconds(parameters, tokens_per_gpu, flops_per_gpu=400e12, utilization=0.4):
+    """Time of one training step's compute on each GPU: about 6 FLOPs per parameter per token
+    (forward and backward), at a fraction `utilization` of the GPU's peak (bf16 ~400-1000 TFLOP/s)."""
+    return 6 * parameters * tokens_per_gpu / (flops_per_gpu * utilization)
+
+
+def comm_share(algorithm, gpus, gradient_bytes, network, compute_s):
+    """Share of a training step spent in the gradient AllReduce, if it does not overlap compute."""
+    t = predict(algorithm, gpus, gradient_bytes, network)
+    return t / (t + compute_s)

@@ -97,3 +97,10 @@ def test_cli_prints_nccl_tests_columns():
     assert all(r[8] == "0" and r[12] == "0" for r in rows)
     assert any(line.startswith("# Avg bus bandwidth    : ") for line in lines)
     assert "# Out of bounds values : 0 OK" in lines
+
+
+def test_mpi_launcher_and_inspecting_ranks_through_the_view():
+    with Cluster(ranks=2, transport="rdma", launcher="mpi", max_bytes=1 << 16) as c:
+        assert c.check([(1000, "float32", "ring", True), (7, "int64", "hd", False)]) == [0, 0]
+        c.view.execute("answer = rank * 10")            # what %%px does in a notebook
+        assert c.view["answer"] == [0, 10] and c.client[1]["rank"] == 1

@@ -45,3 +45,12 @@ def test_bandwidth_term_does_not_grow_with_ranks_but_latency_does():
 def test_networks_are_labelled_with_sources():
     for name, costs in model.NETWORKS.items():
         assert costs.label and "Gb" in name and "GB/s" in costs.label
+
+
+def test_share_of_a_step_spent_communicating():
+    params = 7e9
+    compute = model.compute_seconds(params, tokens_per_gpu=4096)
+    assert compute == pytest.approx(6 * 7e9 * 4096 / (400e12 * 0.4))
+    ib = model.comm_share("ring", 64, params * 2, model.NETWORKS["InfiniBand NDR 400 Gb/s (RDMA)"], compute)
+    tcp = model.comm_share("ring", 64, params * 2, model.NETWORKS["100 GbE TCP"], compute)
+    assert 0 < ib < tcp < 1
