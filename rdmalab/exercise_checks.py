@@ -78,9 +78,10 @@ def _check_to_rts(qp, _qp, local, remote, route, lab):
     hint = ("Check the address vector (the peer's GID, is_global=1 on RoCE), dest_qp_num, and that "
             "sq_psn is local['psn'] and rq_psn is remote['psn'].")
     try:
-        wc = lab.send_and_receive(b"checked")
-    except TimeoutError:   # rxe keeps retrying some PSN errors for a long time
-        raise Wrong("a SEND from it never completed: the peer drops what it sends.", hint) from None
+        wc = lab.send_and_receive(b"checked", timeout=3)
+    except TimeoutError:   # with retry_cnt 7 a request nobody accepts is retried without end
+        raise Wrong("a SEND from it never completed: the peer drops what it sends (with retry_cnt 7 the "
+                    "sender retries forever; a smaller retry_cnt ends in RETRY_EXC_ERR, status 12).", hint) from None
     if wc.status != e.IBV_WC_SUCCESS:
         raise Wrong(f"a SEND from it completed with status {wc.status} (12 is RETRY_EXC_ERR: nobody answered).", hint)
 

@@ -161,7 +161,7 @@ class QPLab:
         self.local, self.remote = rc.endpoint(ctx, self.qp, self.mr), rc.endpoint(ctx, self.peer, self.peer_mr)
         rc.connect(ctx, self.peer, self.remote, self.local, access)
 
-    def send_and_receive(self, payload):
+    def send_and_receive(self, payload, timeout=10):
         """The peer posts a receive; your QP SENDs `payload`. Returns your send completion; on success
         the peer's buffer holds the payload."""
         from .verbs import enums as e, rc, wr
@@ -169,9 +169,9 @@ class QPLab:
         self.mr.write(payload, len(payload))
         self.qp.post_send(wr.SendWR(wr_id=1, opcode=e.IBV_WR_SEND, num_sge=1,
                                     sg=[wr.SGE(self.mr.buf, len(payload), self.mr.lkey)], send_flags=e.IBV_SEND_SIGNALED))
-        sent = rc.wait_for_completion(self.cq, timeout=10)
+        sent = rc.wait_for_completion(self.cq, timeout=timeout)
         if sent.status == e.IBV_WC_SUCCESS:
-            rc.wait_for_completion(self.peer_cq, timeout=10)
+            rc.wait_for_completion(self.peer_cq, timeout=timeout)
         return sent
 
     def close(self):

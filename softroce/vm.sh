@@ -13,14 +13,14 @@
 # Why a VM: this machine's kernel has no RDMA; under QEMU's software CPU emulation (TCG) a stock
 # Debian kernel runs rdma_rxe. Timings inside say nothing about real performance.
 #
-# Knobs: RDMALAB_VM_DIR (cache, default ~/.cache/rdmalab/softroce-vm), RDMALAB_VM_MEM (MiB, 2048),
+# Knobs: RDMALAB_VM_DIR (cache, default ~/.cache/rdmalab/softroce-vm), RDMALAB_VM_MEM (MiB, 4096),
 #        RDMALAB_VM_SMP (2), RDMALAB_VM_TIMEOUT (s, 1500), RDMALAB_VM_MIRROR (Debian mirror URL).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
 PROJECT=$(dirname "$HERE")
 W=${RDMALAB_VM_DIR:-$HOME/.cache/rdmalab/softroce-vm}
-MEM=${RDMALAB_VM_MEM:-2048}
+MEM=${RDMALAB_VM_MEM:-4096}
 SMP=${RDMALAB_VM_SMP:-2}
 TIMEOUT=${RDMALAB_VM_TIMEOUT:-1500}
 # x86-64-v2: PyPI's numpy needs SSE4.2 and POPCNT, which QEMU's default qemu64 model lacks

@@ -29,7 +29,7 @@ def test_the_bound_catches_a_wrong_element():
     assert count_wrong(ints, ints.astype(np.int32) + np.eye(10, dtype=np.int32)[3], None, 2) == 1
 
 
-@pytest.mark.parametrize("transport", ["rdma", "tcp"])
+@pytest.mark.parametrize("transport", ["rdma", pytest.param("tcp", marks=pytest.mark.host_only)])
 def test_every_algorithm_dtype_and_odd_size_on_four_ranks(transport):
     cases = [(count, dtype, algorithm, in_place) for algorithm in ("naive", "ring", "hd") for dtype in DTYPES
              for count in (1, 3, 1001, 65537) for in_place in (True, False)]
@@ -38,6 +38,7 @@ def test_every_algorithm_dtype_and_odd_size_on_four_ranks(transport):
     assert [case for case, w in zip(cases, wrong) if w] == []
 
 
+@pytest.mark.host_only
 @pytest.mark.parametrize("ranks", [1, 3, 8])
 def test_ring_on_other_rank_counts(ranks):
     with Cluster(ranks=ranks, transport="rdma", max_bytes=1 << 17, algorithms=("naive", "ring")) as c:
@@ -46,12 +47,14 @@ def test_ring_on_other_rank_counts(ranks):
         assert c.check(cases) == [0] * len(cases)
 
 
+@pytest.mark.host_only
 def test_64_mib_on_two_ranks():
     count = (64 << 20) // 4
     with Cluster(ranks=2, transport="rdma", max_bytes=64 << 20) as c:
         assert [r["wrong"] for r in c.allreduce(count, "float32", "ring", iters=1, warmup=0)] == [0, 0]
 
 
+@pytest.mark.host_only
 def test_hd_refuses_a_rank_count_that_is_not_a_power_of_two():
     with Cluster(ranks=3, transport="tcp", max_bytes=1 << 12) as c:
         with pytest.raises(ClusterError, match="hd needs a power-of-two number of ranks, not 3: use ring"):
@@ -83,6 +86,7 @@ def test_a_killed_rank_is_a_clear_error_within_seconds_and_nothing_leaks():
         assert [name for pid in survivors + [victim] for name in shm.leftovers(pid)] == []
 
 
+@pytest.mark.host_only
 def test_cli_prints_nccl_tests_columns():
     out = subprocess.run([sys.executable, "-m", "rdmalab", "allreduce", "--ranks", "2", "--size", "1K,4K",
                           "--iters", "2"], capture_output=True, text=True, timeout=300,
@@ -99,6 +103,7 @@ def test_cli_prints_nccl_tests_columns():
     assert "# Out of bounds values : 0 OK" in lines
 
 
+@pytest.mark.host_only
 def test_mpi_launcher_and_inspecting_ranks_through_the_view():
     with Cluster(ranks=2, transport="rdma", launcher="mpi", max_bytes=1 << 16) as c:
         assert c.check([(1000, "float32", "ring", True), (7, "int64", "hd", False)]) == [0, 0]

@@ -60,7 +60,7 @@ def test_bandwidth_statistics_follow_perftest_on_known_samples():
     assert b["bw_avg_gbps"] == pytest.approx(80.0) and b["msg_rate_mpps"] == pytest.approx(10.0)
 
 
-@pytest.mark.parametrize("test", ["write_lat", "read_lat", "send_lat", "tcp_lat"])
+@pytest.mark.parametrize("test", ["write_lat", "read_lat", "send_lat", pytest.param("tcp_lat", marks=pytest.mark.host_only)])
 def test_latency_tests_run_and_report_perftests_columns(test):
     seen = []
     r = bench.run(test, sizes=[8, 4096], iters=60, progress=lambda row, done, total: seen.append((done, total)))
@@ -89,6 +89,7 @@ def test_write_bw_leaves_the_target_idle_and_makes_no_syscalls():
     assert "BW peak[MiB/sec] BW average[MiB/sec] BW average[Gb/sec] MsgRate[Mpps]" in r.text()
 
 
+@pytest.mark.host_only
 def test_tcp_bw_costs_the_receiver_syscalls_and_copies():
     r = bench.run("tcp_bw", sizes=[65536], iters=100)
     row = r.rows[0]
@@ -96,6 +97,7 @@ def test_tcp_bw_costs_the_receiver_syscalls_and_copies():
     assert row["bytes_copied_by_cpu"] >= 2 * 100 * 65536   # into the kernel and out again
 
 
+@pytest.mark.host_only
 def test_compare_gives_both_transports_and_their_ratios():
     c = bench.compare(sizes=[8], iters=30)
     assert set(c.results) == {"write_lat", "tcp_lat", "write_bw", "tcp_bw"}

@@ -1,5 +1,6 @@
 """The charts and the dashboard widget, driven headless as a notebook's button would drive them."""
 import matplotlib
+import pytest
 
 matplotlib.use("Agg")
 
@@ -7,6 +8,7 @@ from rdmalab import bench, plots  # noqa: E402
 from rdmalab.widgets import Dashboard  # noqa: E402
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+pytestmark = pytest.mark.host_only   # charts and widgets: the same on any provider
 
 
 def test_dashboard_runs_headless_and_grows_its_chart_size_by_size():

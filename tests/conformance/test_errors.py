@@ -243,6 +243,19 @@ def test_nonexistent_destination_qp_retry_exceeded(ctx, gid_index, make_pair):
     assert [c["status"] for c in poll(p.cq_a, 1, 10)] == [e.IBV_WC_RETRY_EXC_ERR]
 
 
+@pytest.mark.parametrize("retry_cnt, fails", [(6, True), (7, False)])
+def test_retry_cnt_7_retries_without_end(ctx, gid_index, make_pair, retry_cnt, fails):
+    # rxe reads retry_cnt 7 as "forever", as the spec does rnr_retry 7: with a 1 ms ACK timeout,
+    # 6 retries fail within milliseconds; 7 keep going
+    p = make_pair(connect=False)
+    to_init(p.a)
+    to_rtr(ctx, gid_index, p.a, 0xFFFFF0)
+    to_rts(p.a, timeout=8, retry_cnt=retry_cnt)
+    p.a.post_send(scenario_write(p))
+    assert [c["status"] for c in poll(p.cq_a, 1, 1.5)] == ([e.IBV_WC_RETRY_EXC_ERR] if fails else [])
+    assert states(p.a)[1] == (ERR if fails else RTS)
+
+
 @pytest.mark.parametrize("sq_psn, rq_psn", [(0, 1000), (1000, 0)])
 def test_psn_mismatch_retry_exceeded_and_nothing_lands(ctx, gid_index, make_pair, sq_psn, rq_psn):
     p = make_pair(connect=False)

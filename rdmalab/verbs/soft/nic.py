@@ -481,12 +481,13 @@ def _wait_for_receive(qp, wqe, pending):
 
 
 def _wait_for_ack(qp, wqe, pending):
-    """No answer: retransmit after the ACK timeout (4.096 us * 2**timeout; 0 = never), retry_cnt times."""
+    """No answer: retransmit after the ACK timeout (4.096 us * 2**timeout; 0 = never), retry_cnt times.
+    As in rxe, retry_cnt 7 retries forever (the spec reserves that meaning for rnr_retry only)."""
     first = pending is None or pending.retries_left is None
     if not first and pending.retries_left == 0:
         fail(qp, wqe, IBV_WC_RETRY_EXC_ERR)
         return None
-    retries_left = qp._retry_cnt if first else pending.retries_left - 1
+    retries_left = qp._retry_cnt if first or qp._retry_cnt == 7 else pending.retries_left - 1
     wait = float("inf") if qp._timeout == 0 else 4.096e-6 * (1 << qp._timeout)
     rnr_left = None if pending is None else pending.rnr_left
     return time.monotonic() + wait, rnr_left, retries_left
