@@ -6,8 +6,8 @@
         cluster.view                                         # an ipyparallel DirectView: %%px works on it
 
 Launchers: `launcher="local"` (default) starts engines as processes here; `launcher="mpi"` starts
-them with mpiexec (mpi4py and MPICH from PyPI on one host; on many nodes, ipyparallel's MPI, Slurm
-and SSH launchers with a host file: see notebooks/README.md). Each rank opens the verbs provider,
+them with mpiexec (mpi4py and MPICH from PyPI on one host); on many nodes, ipyparallel's "mpi",
+"slurm" and "ssh" launchers, configured through `ipp_options` (see docs/cluster.md). Each rank opens the verbs provider,
 registers its regions, and the ranks swap (qp_num, psn, gid, rkey, addr) through this process, which
 plays the part of an out-of-band bootstrap network. Teardown always runs (close(), `with`, or at exit).
 A rank that dies is noticed within a second: the others are interrupted and ClusterError names it.
@@ -31,13 +31,14 @@ class ClusterError(RuntimeError):
 
 class Cluster:
     def __init__(self, ranks=4, transport="rdma", launcher="local", max_bytes=64 << 20, algorithms=("ring",),
-                 provider=None, start=True):
+                 provider=None, start=True, ipp_options=None):
         if ranks < 1:
             raise ValueError("a cluster needs at least one rank")
         if transport not in ("rdma", "tcp"):
             raise ValueError(f"transport {transport!r}: choose rdma or tcp")
         self.ranks, self.transport, self.launcher = ranks, transport, launcher
         self.max_bytes, self.algorithms, self.provider = max_bytes, tuple(algorithms), provider
+        self.ipp_options = dict(ipp_options or {})   # passed to ipyparallel.Cluster: hosts, profiles, ...
         self._ipp = self.client = self.view = None
         self.pids = []
         if start:
@@ -56,7 +57,7 @@ class Cluster:
             os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
             if shutil.which("mpiexec") is None:
                 raise ClusterError("launcher='mpi' needs mpiexec: pip install mpi4py mpich")
-        self._ipp = ipp.Cluster(n=self.ranks, engines=self.launcher, log_level=40)
+        self._ipp = ipp.Cluster(n=self.ranks, engines=self.launcher, log_level=40, **self.ipp_options)
         atexit.register(self.close)
         try:
             self.client = self._ipp.start_and_connect_sync()

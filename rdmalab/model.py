@@ -109,3 +109,26 @@ def comm_share(algorithm, gpus, gradient_bytes, network, compute_s):
     """Share of a training step spent in the gradient AllReduce, if it does not overlap compute."""
     t = predict(algorithm, gpus, gradient_bytes, network)
     return t / (t + compute_s)
+
+
+def scaling_table(gpus=(8, 64, 512, 4096, 16384), models=None, networks=None, tokens_per_gpu=4096,
+                  algorithm="ring"):
+    """Predicted gradient AllReduce time and its share of a training step, for each model, network and
+    cluster size: rows of dicts (also printable with format_table)."""
+    rows = []
+    for model_name, grad_bytes in (models or MODELS).items():
+        compute = compute_seconds(grad_bytes / 2, tokens_per_gpu)
+        for net_name, costs in (networks or NETWORKS).items():
+            for p in gpus:
+                t = predict(algorithm, p, grad_bytes, costs)
+                rows.append({"model": model_name, "network": net_name, "gpus": p, "allreduce_s": t,
+                             "compute_s": compute, "comm_share": t / (t + compute)})
+    return rows
+
+
+def format_table(rows):
+    lines = [f"{'model':<22} {'network':<32} {'GPUs':>6} {'AllReduce':>10} {'compute':>9} {'share':>6}"]
+    for r in rows:
+        lines.append(f"{r['model']:<22} {r['network']:<32} {r['gpus']:>6} {r['allreduce_s']:>9.3f}s "
+                     f"{r['compute_s']:>8.2f}s {r['comm_share']:>6.0%}")
+    return "\n".join(lines)

@@ -54,3 +54,12 @@ def test_share_of_a_step_spent_communicating():
     ib = model.comm_share("ring", 64, params * 2, model.NETWORKS["InfiniBand NDR 400 Gb/s (RDMA)"], compute)
     tcp = model.comm_share("ring", 64, params * 2, model.NETWORKS["100 GbE TCP"], compute)
     assert 0 < ib < tcp < 1
+
+
+def test_scaling_table_covers_the_models_networks_and_sizes():
+    rows = model.scaling_table(gpus=(8, 16384))
+    assert len(rows) == len(model.MODELS) * len(model.NETWORKS) * 2
+    by = {(r["model"], r["network"], r["gpus"]): r for r in rows}
+    big = "70B parameters (bf16)"
+    assert by[(big, "100 GbE TCP", 16384)]["comm_share"] > by[(big, "InfiniBand NDR 400 Gb/s (RDMA)", 16384)]["comm_share"]
+    assert "share" in model.format_table(rows).splitlines()[0]
