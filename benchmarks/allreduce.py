@@ -8,13 +8,14 @@ Targets (issue 5): ring over RDMA (soft0 here), 2 ranks, 16 MiB float32: busbw >
 ring times within 25% from 64 KiB to 64 MiB.
 """
 import argparse
-import json
 import os
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from report import emit  # noqa: E402
 from rdmalab import allreduce, bench, model  # noqa: E402
 from rdmalab.cluster import Cluster  # noqa: E402
 
@@ -79,15 +80,7 @@ def main(argv=None):
               "model": {"first_principles": vars(first), "fitted": vars(fitted),
                         "per_size": {str(k): v for k, v in errors.items()}},
               "targets": targets}
-    text = json.dumps(report, indent=1)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
-    print(text)
-    for name, met in targets.items():
-        print(f"{'met   ' if met else 'MISSED'} {name}", file=sys.stderr)
-    return 0
-
+    return emit(report, args.out)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -11,7 +11,6 @@ Latency rounds alternate RDMA and TCP so that both see the same machine; the rat
 the medians of all rounds. Timing on a shared machine is noisy: compare ratios, not absolute times.
 """
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -19,9 +18,11 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import numpy as np  # noqa: E402
 
+from report import emit  # noqa: E402
 from rdmalab import bench  # noqa: E402
 
 BW_SIZE = 16 << 20
@@ -83,15 +84,7 @@ def main(argv=None):
               "device": write_bw.device, "python": platform.python_version(), "cpus": os.cpu_count(),
               "seconds": round(time.time() - started, 1), "figures": figures, "targets": targets,
               "results": {"write_bw": write_bw.to_dict(), "tcp_bw": tcp_bw.to_dict()}}
-    text = json.dumps(report, indent=1)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
-    print(text)
-    for name, met in targets.items():
-        print(f"{'met   ' if met else 'MISSED'} {name}", file=sys.stderr)
-    return 0
-
+    return emit(report, args.out)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -187,3 +187,17 @@ def test_self_measurement_counts_no_syscalls_for_a_loop_without_any():
         for _ in range(5):
             os.write(f.fileno(), b"x")
     assert procstat.since(before)["write_syscalls"] == 5
+
+
+@pytest.mark.host_only
+@pytest.mark.parametrize("script, targets", [
+    ("compare.py", 5), ("allreduce.py", 4)])
+def test_benchmark_scripts_write_json_with_their_targets(script, targets, tmp_path):
+    out = tmp_path / "result.json"
+    run = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", script), "--quick", "--out", str(out)],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    report = json.loads(out.read_text())
+    assert len(report["targets"]) == targets and report["quick"] is True
+    assert all(isinstance(v, bool) for v in report["targets"].values())
+    assert json.loads(run.stdout) == report
