@@ -113,3 +113,35 @@ def test_03_the_wrong_peer_is_named(ctx, pd):
 
     f = run_03(ctx, pd, wrong_peer)
     assert f.status == "wrong" and "not to the peer's" in f.message
+
+
+@pytest.fixture
+def mailbox(ctx, pd):
+    from rdmalab.remote import RemoteBuffer
+    from rdmalab.verbs import rc
+    cq = v.cq.CQ(ctx, 16)
+    qp = v.qp.QP(pd, v.qp.QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=v.qp.QPCap(8, 2), sq_sig_all=0))
+    local = v.mr.MR(pd, 4096, e.IBV_ACCESS_LOCAL_WRITE)
+    target = RemoteBuffer()
+    mine = rc.endpoint(ctx, qp, local)
+    rc.connect(ctx, qp, mine, target.endpoint, e.IBV_ACCESS_LOCAL_WRITE)
+    target.connect(mine)
+    yield qp, cq, local, target
+    target.close()
+    for obj in (qp, local, cq):
+        obj.close()
+
+
+def test_04_mailbox(mailbox):
+    qp, cq, local, target = mailbox
+    message = b"ready"
+    args = (len(message), qp, cq, local, target, message)
+    ex = exercises.REGISTRY["04.mailbox"]
+    assert feedback("04.mailbox", ex.reference(len(message)), *args).passed
+    for wrong, says in [([(0, 8, 0), (8, 5, 8)], "does not set the flag"),
+                        ([(8, 5, 8)], "does not set the flag"),
+                        ([(0, 13, 0)], "no write before the flag"),
+                        ([(16, 5, 8), (0, 8, 0)], "local and remote offsets must match"),
+                        ("flag", "answer with a list")]:
+        f = feedback("04.mailbox", wrong, *args)
+        assert f.status == "wrong" and says in f.message, (wrong, f.message)
