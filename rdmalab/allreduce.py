@@ -26,27 +26,34 @@ def parse_sizes(text):
 
 def run(ranks=2, sizes=(1 << 20,), algorithm="ring", transport="rdma", dtype="float32", iters=5,
         compare_mpi=False, provider=None, progress=None):
+    """Start a cluster, measure, stop it: the CLI's report."""
     from .cluster import Cluster
     itemsize = np.dtype(dtype).itemsize
-    counts = [max(size // itemsize, 1) for size in sizes]
-    rows = []
-    with Cluster(ranks=ranks, transport=transport, max_bytes=max(counts) * itemsize, algorithms=(algorithm,),
-                 provider=provider) as cluster:
-        device = cluster.view.apply_sync(_device)[0] if transport == "rdma" else "tcp"
-        for n, count in enumerate(counts):
-            row = {"size": count * itemsize, "count": count, "type": dtype}
-            for place, in_place in (("out", False), ("in", True)):
-                per_rank = cluster.allreduce(count, dtype, algorithm, iters=iters, in_place=in_place)
-                t = max(r["time"] for r in per_rank)
-                row[place] = _figures(count * itemsize, t, ranks, sum(r["wrong"] for r in per_rank))
-            rows.append(row)
-            if progress:
-                progress(row, n + 1, len(counts))
-    report = {"ranks": ranks, "algorithm": algorithm, "transport": transport, "device": device,
-              "dtype": dtype, "iters": iters, "rows": rows}
+    with Cluster(ranks=ranks, transport=transport, max_bytes=max(max(s // itemsize, 1) for s in sizes) * itemsize,
+                 algorithms=(algorithm,), provider=provider) as cluster:
+        report = measure(cluster, sizes, algorithm, dtype, iters, progress)
     if compare_mpi:
-        report["mpi"] = mpi_allreduce(ranks, counts, dtype, iters)
-    return Report(report)
+        report.data["mpi"] = mpi_allreduce(ranks, [row["count"] for row in report.data["rows"]], dtype, iters)
+    return report
+
+
+def measure(cluster, sizes, algorithm="ring", dtype="float32", iters=5, progress=None):
+    """nccl-tests' measurements on a running cluster: out of place, then in place, per size."""
+    itemsize = np.dtype(dtype).itemsize
+    counts = [max(size // itemsize, 1) for size in sizes]
+    device = cluster.view.apply_sync(_device)[0] if cluster.transport == "rdma" else "tcp"
+    rows = []
+    for n, count in enumerate(counts):
+        row = {"size": count * itemsize, "count": count, "type": dtype}
+        for place, in_place in (("out", False), ("in", True)):
+            per_rank = cluster.allreduce(count, dtype, algorithm, iters=iters, in_place=in_place)
+            t = max(r["time"] for r in per_rank)
+            row[place] = _figures(count * itemsize, t, cluster.ranks, sum(r["wrong"] for r in per_rank))
+        rows.append(row)
+        if progress:
+            progress(row, n + 1, len(counts))
+    return Report({"ranks": cluster.ranks, "algorithm": algorithm, "transport": cluster.transport, "device": device,
+                   "dtype": dtype, "iters": iters, "rows": rows})
 
 
 def _device():

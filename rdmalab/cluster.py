@@ -57,11 +57,13 @@ class Cluster:
             os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
             if shutil.which("mpiexec") is None:
                 raise ClusterError("launcher='mpi' needs mpiexec: pip install mpi4py mpich")
-        self._ipp = ipp.Cluster(n=self.ranks, engines=self.launcher, log_level=40, **self.ipp_options)
+        # engines can take minutes to start on a slow or emulated machine (60 s is ipyparallel's default)
+        options = {"engine_timeout": float(os.environ.get("RDMALAB_ENGINE_TIMEOUT", 300)), **self.ipp_options}
+        self._ipp = ipp.Cluster(n=self.ranks, engines=self.launcher, log_level=40, **options)
         atexit.register(self.close)
         try:
             self.client = self._ipp.start_and_connect_sync()
-            self.client.wait_for_engines(self.ranks, timeout=120)
+            self.client.wait_for_engines(self.ranks, timeout=options["engine_timeout"])
             self.view = self.client[:]
             self.view.block = True
             self.view.apply_sync(_set_env, env)

@@ -174,6 +174,59 @@ class Communicator:
         self.t.flush()
 
 
+# ---------------------------------------------------------------- the ring, unpipelined, for reading (lesson 05)
+
+def chunk_bounds(count, p):
+    """Element boundaries of the p chunks of a ring: chunk c is x[bounds[c]:bounds[c + 1]]."""
+    return np.linspace(0, count, p + 1).astype(np.int64)
+
+
+def reduce_scatter_step(comm, x, step, bounds, stage):
+    """One step of the ring's reduce-scatter on this rank: send chunk (rank - step) to the right
+    neighbour's stage, then add the chunk (rank - step - 1) that the left neighbour sent us."""
+    p, r = comm.size, comm.rank
+    right, left = (r + 1) % p, (r - 1) % p
+    send_c, recv_c = (r - step) % p, (r - step - 1) % p
+    slot = step * int(max(np.diff(bounds))) * x.itemsize          # each step lands in its own stage slot
+    comm.t.put(right, x[bounds[send_c]:bounds[send_c + 1]], "stage", slot)
+    comm.t.wait(left, comm.alive)
+    n = bounds[recv_c + 1] - bounds[recv_c]
+    x[bounds[recv_c]:bounds[recv_c + 1]] += stage[slot:slot + n * x.itemsize].view(x.dtype)
+
+
+def ring_allreduce(comm, x, step=reduce_scatter_step):
+    """The whole ring, one chunk per step: p-1 reduce-scatter steps (`step`), then p-1 all-gather
+    steps writing each finished chunk straight into the right neighbour's buffer."""
+    p, r = comm.size, comm.rank
+    if p == 1:
+        return x
+    right, left = (r + 1) % p, (r - 1) % p
+    bounds, stage = chunk_bounds(x.size, p), comm.t.buffer("stage")
+    comm._handshake([left], [right])
+    for s in range(p - 1):
+        step(comm, x, s, bounds, stage)
+    comm.t.signal(left)                    # our chunks are final: right may write into us
+    comm.t.wait(right, comm.alive)
+    for s in range(p - 1):
+        c = (r + 1 - s) % p
+        comm.t.put(right, x[bounds[c]:bounds[c + 1]], "data", int(bounds[c]) * x.itemsize)
+        comm.t.wait(left, comm.alive)
+    comm.t.flush()
+    return x
+
+
+def check_ring(comm, step, counts=(1, 5, 1003, 65536), dtype="int64"):
+    """On one rank: run ring_allreduce with `step` on known values; wrong elements per count."""
+    wrong = []
+    for count in counts:
+        x = comm.buffer(count, dtype)
+        x[:] = np.arange(count, dtype=dtype) * (comm.rank + 1)
+        ring_allreduce(comm, x, step)
+        expected = np.arange(count, dtype=dtype) * (comm.size * (comm.size + 1) // 2)
+        wrong.append(int(np.count_nonzero(x != expected)))
+    return wrong
+
+
 def _halving_distances(p):
     d, out = p // 2, []
     while d >= 1:

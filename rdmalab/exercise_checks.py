@@ -1,5 +1,5 @@
 """The exercises of the lessons: each a check (raising Wrong with a hint) and a reference solution."""
-from .exercises import Wrong, exercise, reference
+from .exercises import NotYet, Wrong, exercise, reference
 
 # ---------------------------------------------------------------- lesson 01: the socket path
 
@@ -151,3 +151,29 @@ def deliver(plan, qp, cq, local_mr, target, message):
     rc.wait_for_completion(cq)
     return bytes.fromhex(target.wait_for_mail()["message"])
 
+
+
+# ---------------------------------------------------------------- lesson 05: AllReduce by hand
+
+@exercise("05.ring-step", "One reduce-scatter step of the ring, on every rank",
+          hints=["At step s, rank r sends chunk (r - s) mod p to rank r+1 (comm.t.put into its 'stage' at the "
+                 "step's slot), waits for rank r-1 (comm.t.wait), and adds chunk (r - s - 1) mod p from the "
+                 "stage into x."])
+def _check_ring_step(step, cluster):
+    from .cluster import ClusterError
+    from .collectives import check_ring
+    try:
+        wrong = cluster.run(check_ring, step, timeout=120)
+    except ClusterError as error:
+        if "NotImplementedError" in str(error):
+            raise NotYet() from None
+        raise Wrong(f"running it on the ranks failed: {error}") from None
+    if any(any(w) for w in wrong):
+        raise Wrong(f"the sums are wrong (wrong elements per rank and size: {wrong}).",
+                    "Check which chunk you send and which you add: they differ by one, and both shift with the step.")
+
+
+@reference("05.ring-step")
+def _ring_step():
+    from .collectives import reduce_scatter_step
+    return reduce_scatter_step

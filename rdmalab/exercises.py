@@ -23,6 +23,10 @@ def _load():
     from . import exercise_checks  # noqa: F401
 
 
+class NotYet(Exception):
+    """Raised by a check when the learner's code is still the skeleton (NotImplementedError)."""
+
+
 class Wrong(Exception):
     """Raised by a check: the message says what is wrong; `hint` how to get it right."""
 
@@ -91,6 +95,9 @@ def check(name, answer, *args):
         return Feedback(name, "not yet", "no answer yet (the skeleton returns None).", ex.hints[0] if ex.hints else "")
     try:
         ex.check(answer, *args)
+    except NotYet:
+        return Feedback(name, "not yet", "no answer yet (the skeleton raises NotImplementedError).",
+                        ex.hints[0] if ex.hints else "")
     except Wrong as wrong:
         return Feedback(name, "wrong", str(wrong), wrong.hint or (ex.hints[0] if ex.hints else ""))
     return Feedback(name, "passed", "correct.")

@@ -65,13 +65,18 @@ def test_a_killed_rank_is_a_clear_error_within_seconds_and_nothing_leaks():
     c = Cluster(ranks=3, transport="rdma", max_bytes=4 << 20)
     victim = c.pids[1]
     survivors = [c.pids[0], c.pids[2]]
-    killer = threading.Timer(2.0, os.kill, (victim, signal.SIGKILL))
+    killed_at = []
+
+    def kill():
+        killed_at.append(time.monotonic())
+        os.kill(victim, signal.SIGKILL)
+
+    killer = threading.Timer(2.0, kill)
     killer.start()
-    started = time.monotonic()
     try:
         with pytest.raises(ClusterError, match="rank 1 died"):
             c.allreduce((4 << 20) // 4, "float32", "ring", iters=100000, warmup=0, check=False)
-        assert time.monotonic() - started < 2.0 + 10
+        assert time.monotonic() - killed_at[0] < 10, "the others must learn of the death within 10 s"
     finally:
         killer.cancel()
         c.close()

@@ -30,5 +30,7 @@ def test_notebook_is_committed_clean(path):
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=NAMES)
 def test_notebook_runs_under_papermill(path, tmp_path):
     import papermill
+    # a cell that runs for 15 minutes has hung: fail it rather than wait forever
     papermill.execute_notebook(path, str(tmp_path / os.path.basename(path)), parameters={"QUICK": True},
-                               kernel_name="python3", cwd=os.path.dirname(path), progress_bar=False)
+                               kernel_name="python3", cwd=os.path.dirname(path), progress_bar=False,
+                               execution_timeout=900, start_timeout=120)

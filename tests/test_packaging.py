@@ -48,3 +48,27 @@ def test_building_the_guest_without_root_says_so_and_fails(tmp_path):
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2
     assert "needs root" in out.stderr and "sudo make test-softroce" in out.stderr
+
+
+def conda_names(path):
+    names, in_deps = set(), False
+    for line in open(path):
+        stripped = line.strip()
+        if stripped.startswith("dependencies:"):
+            in_deps = True
+        elif in_deps and stripped.startswith("- ") and not stripped.startswith("- pip") and not stripped.startswith("- -e"):
+            names.add(re.split(r"[<>=!~ ]", stripped[2:], maxsplit=1)[0].lower())
+    return names
+
+
+@pytest.mark.parametrize("env", ["environment.yml", "binder/environment.yml"])
+def test_conda_environments_name_every_dependency(env):
+    project = tomllib.load(open(os.path.join(ROOT, "pyproject.toml"), "rb"))["project"]
+    needed = names(project["dependencies"])
+    have = conda_names(os.path.join(ROOT, env))
+    assert needed <= have, f"add {sorted(needed - have)} to {env}"
+
+
+def test_binder_installs_rdmalab_itself():
+    post = open(os.path.join(ROOT, "binder", "postBuild")).read()
+    assert "pip install" in post and "-e ." in post and os.access(os.path.join(ROOT, "binder", "postBuild"), os.X_OK)
