@@ -14,7 +14,7 @@
 # Debian kernel runs rdma_rxe. Timings inside say nothing about real performance.
 #
 # Knobs: RDMALAB_VM_DIR (cache, default ~/.cache/rdmalab/softroce-vm), RDMALAB_VM_MEM (MiB, 4096),
-#        RDMALAB_VM_SMP (2), RDMALAB_VM_TIMEOUT (s, 1500), RDMALAB_VM_MIRROR (Debian mirror URL).
+#        RDMALAB_VM_SMP (2), RDMALAB_VM_TIMEOUT (s, 2400), RDMALAB_VM_MIRROR (Debian mirror URL).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -22,7 +22,7 @@ PROJECT=$(dirname "$HERE")
 W=${RDMALAB_VM_DIR:-$HOME/.cache/rdmalab/softroce-vm}
 MEM=${RDMALAB_VM_MEM:-4096}
 SMP=${RDMALAB_VM_SMP:-2}
-TIMEOUT=${RDMALAB_VM_TIMEOUT:-1500}
+TIMEOUT=${RDMALAB_VM_TIMEOUT:-2400}
 # x86-64-v2: PyPI's numpy needs SSE4.2 and POPCNT, which QEMU's default qemu64 model lacks
 CPU=qemu64,+ssse3,+sse4.1,+sse4.2,+popcnt,+cx16
 SUITE=bookworm

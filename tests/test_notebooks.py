@@ -27,7 +27,14 @@ def test_notebook_is_committed_clean(path):
     assert not re.search(r"(/home/|/root/|/work/|/tmp/|[A-Z]:\\\\)", text), "no absolute paths in lessons"
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=NAMES)
+# Lessons 05 and 06 start ipyparallel clusters several times; under the Soft-RoCE guest's CPU emulation
+# that alone takes longer than CI's budget. Their RDMA path (the cluster's transport and collectives)
+# runs on rxe0 in test_allreduce; the lessons themselves run here, in make test.
+CLUSTER_LESSONS = {"05-allreduce.ipynb", "06-scaling-out.ipynb"}
+RUNS = [pytest.param(p, marks=pytest.mark.host_only) if os.path.basename(p) in CLUSTER_LESSONS else p for p in NOTEBOOKS]
+
+
+@pytest.mark.parametrize("path", RUNS, ids=NAMES)
 def test_notebook_runs_under_papermill(path, tmp_path):
     import papermill
     # a cell that runs for 15 minutes has hung: fail it rather than wait forever
