@@ -148,13 +148,19 @@ class Cluster:
             pending = [r for r in results if not r.ready()]
             if pending:
                 pending[0].wait(0.05)
-        out = []
+        out, failures = [], []
         for i, r in enumerate(results):
             try:
                 out.append(r.get())
             except Exception as error:
-                raise ClusterError(f"rank {i} failed: {getattr(error, 'ename', type(error).__name__)}: "
-                                   f"{getattr(error, 'evalue', error)}") from None
+                failures.append(f"rank {i} failed: {getattr(error, 'ename', type(error).__name__)}: "
+                                f"{getattr(error, 'evalue', error)}")
+        if failures:
+            dead = self._dead_ranks()   # a survivor may report first (peer lost): name the cause
+            if dead:
+                raise ClusterError(f"rank {', '.join(map(str, dead))} died; the other ranks stopped: "
+                                   + "; ".join(failures))
+            raise ClusterError("; ".join(failures))
         return out
 
     def _dead_ranks(self):
