@@ -5,7 +5,8 @@
 #     device, make test runs them, and under CPU emulation they would take most of CI's budget);
 #  3. the differential check: the conformance suite must have observed the same outcomes on both.
 # Tests that only make sense on the emulated NIC skip on rxe0 and say why.
-export PYTHONPATH=/project MPLBACKEND=Agg OPENBLAS_NUM_THREADS=1 PY_COLORS=0
+# RDMALAB_TIME_SCALE: the guest runs under CPU emulation, several times slower than the host
+export PYTHONPATH=/project MPLBACKEND=Agg OPENBLAS_NUM_THREADS=1 PY_COLORS=0 RDMALAB_TIME_SCALE=5
 python -m rdmalab doctor
 echo "== the conformance suite on soft0 (for the differential check)"
 RDMALAB_PROVIDER=soft RDMALAB_TRACE=/tmp/trace-soft.json python -m pytest -q -p no:cacheprovider tests/conformance | tail -1

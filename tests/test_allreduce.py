@@ -76,7 +76,9 @@ def test_a_killed_rank_is_a_clear_error_within_seconds_and_nothing_leaks():
     try:
         with pytest.raises(ClusterError, match="rank 1 died"):
             c.allreduce((4 << 20) // 4, "float32", "ring", iters=100000, warmup=0, check=False)
-        assert time.monotonic() - killed_at[0] < 10, "the others must learn of the death within 10 s"
+        # 10 s on a real machine; RDMALAB_TIME_SCALE stretches it under CPU emulation (the Soft-RoCE guest)
+        limit = 10 * float(os.environ.get("RDMALAB_TIME_SCALE", 1))
+        assert time.monotonic() - killed_at[0] < limit, f"the others must learn of the death within {limit:.0f} s"
     finally:
         killer.cancel()
         c.close()
