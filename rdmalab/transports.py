@@ -25,7 +25,9 @@ import numpy as np
 from . import sockets
 
 REGIONS = ("data", "stage")
-PEER_TIMEOUT = 10.0      # a peer silent for this long while we wait is treated as dead
+# a peer silent for this long while we wait is treated as dead (RDMALAB_TIME_SCALE stretches it on
+# slow machines, as the Soft-RoCE guest under CPU emulation is)
+PEER_TIMEOUT = 10.0 * float(os.environ.get("RDMALAB_TIME_SCALE", 1))
 
 
 class PeerLost(RuntimeError):
