@@ -18,15 +18,11 @@ Tests (perftest's names, plus the TCP baseline from rdmalab.sockets):
     tcp_lat    TCP ping-pong, half round trip             tcp_bw    TCP stream
 """
 import json
-import os
 import select
-import subprocess
 import sys
 import time
 
-from . import perfstats
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from . import children, perfstats
 
 
 class Test:
@@ -69,12 +65,8 @@ class _Child:
     """One side, a `python -m rdmalab.bench <role>` process speaking JSON lines on stdin/stdout."""
 
     def __init__(self, role, provider):
-        env = dict(os.environ, OPENBLAS_NUM_THREADS="1", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        if provider:
-            env["RDMALAB_PROVIDER"] = provider
         self.role = role
-        self.proc = subprocess.Popen([sys.executable, "-m", "rdmalab.bench", role], env=env, text=True,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.proc = children.spawn("rdmalab.bench", role, **({"RDMALAB_PROVIDER": provider} if provider else {}))
 
     def send(self, **message):
         try:
@@ -111,18 +103,7 @@ class _Child:
                          f"{err[-1] if err else 'no message'}")
 
     def close(self):
-        if self.proc.poll() is None:
-            try:
-                self.send(op="close")
-                self.proc.wait(timeout=5)
-            except (BenchError, subprocess.TimeoutExpired, OSError, ValueError):
-                self.proc.kill()
-                self.proc.wait()
-        for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
-            try:
-                f.close()
-            except (OSError, ValueError):
-                pass
+        children.stop(self.proc)
 
 
 def run(test, sizes=None, iters=None, provider=None, host="127.0.0.1", warmup=None, progress=None):

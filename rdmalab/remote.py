@@ -13,19 +13,16 @@ The child runs `python -m rdmalab.remote`, speaking JSON lines on stdin/stdout.
 import json
 import os
 import select
-import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from . import children
 SIZE = 4096
 RECEIVES = 16
 
 
 class RemoteBuffer:
     def __init__(self, timeout=60):
-        env = dict(os.environ, OPENBLAS_NUM_THREADS="1", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        self.proc = subprocess.Popen([sys.executable, "-m", "rdmalab.remote"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        self.proc = children.spawn("rdmalab.remote")
         self.pid, self.timeout = self.proc.pid, timeout
         self.endpoint = self._ask(None)
 
@@ -60,19 +57,7 @@ class RemoteBuffer:
         return self._ask({"op": "mailbox", "timeout": timeout}, timeout + 5)
 
     def close(self):
-        if self.proc.poll() is None:
-            try:
-                self.proc.stdin.write(json.dumps({"op": "close"}) + "\n")
-                self.proc.stdin.flush()
-                self.proc.wait(timeout=5)
-            except (OSError, subprocess.TimeoutExpired, ValueError):
-                self.proc.kill()
-                self.proc.wait()
-        for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
-            try:
-                f.close()
-            except (OSError, ValueError):
-                pass
+        children.stop(self.proc)
 
     def __enter__(self):
         return self

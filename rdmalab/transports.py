@@ -171,7 +171,7 @@ class TcpTransport:
         self.rank, self.size, self.host = rank, size, host
         self.regions = {name: np.zeros(max(int(region_bytes[name]), 64), np.uint8) for name in REGIONS}
         self.server, self.port = sockets.listen(host)
-        self.socks, self.queues, self.threads = {}, {}, {}
+        self.socks, self.threads = {}, {}
         self.error = None
 
     def endpoints(self):
@@ -192,7 +192,6 @@ class TcpTransport:
                 sockets.send_all(conn, self.rank.to_bytes(8, "little"))
                 self.socks[peer] = conn
         for peer, conn in self.socks.items():
-            self.queues[peer] = []
             self.threads[peer] = _Sender(conn, self)
             self.threads[peer].start()
 

@@ -8,7 +8,6 @@ waited 10 minutes for the chart once, not yet understood; until it is, it must n
 """
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
