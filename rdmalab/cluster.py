@@ -58,7 +58,11 @@ class Cluster:
             if shutil.which("mpiexec") is None:
                 raise ClusterError("launcher='mpi' needs mpiexec: pip install mpi4py mpich")
         # engines can take minutes to start on a slow or emulated machine (60 s is ipyparallel's default)
-        options = {"engine_timeout": float(os.environ.get("RDMALAB_ENGINE_TIMEOUT", 300)), **self.ipp_options}
+        timeout = float(os.environ.get("RDMALAB_ENGINE_TIMEOUT", 300))
+        # and the controller drops an engine that has not finished registering within 30 s: under CPU
+        # emulation four engines starting at once take about that long, so it gets the same patience
+        options = {"engine_timeout": timeout,
+                   "controller_args": [f"--IPController.registration_timeout={int(timeout)}"], **self.ipp_options}
         self._ipp = ipp.Cluster(n=self.ranks, engines=self.launcher, log_level=40, **options)
         atexit.register(self.close)
         try:
