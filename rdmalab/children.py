@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -26,7 +27,11 @@ def stop(proc):
             proc.wait(timeout=5)
         except (OSError, subprocess.TimeoutExpired, ValueError):
             proc.kill()
-            proc.wait()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:   # stuck inside the kernel (state D): report it, never hang
+                warnings.warn(f"helper process {proc.pid} ({' '.join(proc.args[2:])}) does not die after SIGKILL; "
+                              f"it is stuck in the kernel (see /proc/{proc.pid}/stack)", RuntimeWarning, stacklevel=2)
     for f in (proc.stdin, proc.stdout, proc.stderr):
         try:
             f.close()
