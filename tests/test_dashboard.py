@@ -14,14 +14,25 @@ pytestmark = pytest.mark.host_only   # charts and widgets: the same on any provi
 def test_dashboard_runs_headless_and_grows_its_chart_size_by_size():
     d = Dashboard(tests=("write_lat", "tcp_lat", "write_bw"), sizes=(8, 32), iters=40)
     assert d.sizes == [8, 16, 32] and d.tests == ["write_lat", "tcp_lat", "write_bw"]
+    d.redraw_share = 1.0         # drawing may take all the time: redrawn after every size
     charts = []
     d.chart.observe(lambda change: charts.append(change["new"]), "value")
     results = d.run()
     assert set(results) == {"write_lat", "tcp_lat", "write_bw"}
     assert (d.progress.value, d.progress.max, d.progress.bar_style) == (9, 9, "success")
-    assert len(charts) >= 9 and all(bytes(c[:8]) == PNG_MAGIC for c in charts)   # redrawn after every size
+    assert len(charts) >= 9 and all(bytes(c[:8]) == PNG_MAGIC for c in charts)
     assert "latency at 32 B: RDMA/TCP" in d.status.value
     assert not d.run_button.disabled
+
+
+def test_dashboard_draws_less_when_drawing_costs_more_than_measuring():
+    d = Dashboard(tests=("write_lat", "tcp_lat"), sizes=(8, 64), iters=40)
+    d.redraw_share = 1e-6        # as if a chart took a million times longer than a size
+    charts = []
+    d.chart.observe(lambda change: charts.append(change["new"]), "value")
+    d.run()
+    assert d.progress.value == 8
+    assert len(charts) == 3      # the first size, then once at the end of each test
 
 
 def test_dashboard_without_a_test_says_so():
