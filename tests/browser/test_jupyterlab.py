@@ -52,7 +52,7 @@ def lab(tmp_path):
             break
         except OSError:
             time.sleep(0.5)
-    yield f"http://127.0.0.1:{port}/lab/tree/04-one-sided.ipynb?token={token}"
+    yield {"url": f"http://127.0.0.1:{port}/lab/tree/04-one-sided.ipynb?token={token}", "log": str(tmp_path / "lab.log")}
     server.terminate()
     try:
         server.wait(15)
@@ -68,24 +68,33 @@ def test_lesson_04_runs_in_jupyterlab_and_the_dashboard_renders(lab):
     os.makedirs(os.path.dirname(shot), exist_ok=True)
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
         try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.goto(lab)
+            page.goto(lab["url"])
             page.wait_for_selector(".jp-Notebook", timeout=120_000)
             page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=120_000)
             page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
             page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
-            chart = page.wait_for_selector("img.widget-image[src^='blob:']", timeout=600_000)
+            chart = page.wait_for_selector("img.widget-image[src^='blob:']", timeout=300_000)
             run_button = page.locator(".widget-button", has_text="Run")
             assert run_button.count() == 1 and page.locator(".widget-readout").count() >= 1
-            page.wait_for_selector(".jupyter-widgets .progress-bar-success", timeout=600_000)
+            page.wait_for_selector(".jupyter-widgets .progress-bar-success", timeout=300_000)
             chart.scroll_into_view_if_needed()
             page.wait_for_timeout(1000)
             page.screenshot(path=shot)
             box = chart.bounding_box()
             assert box["width"] > 300 and box["height"] > 100, box
             # the lesson ran to its end: the mailbox's message was read back in the last output
-            page.wait_for_selector("text=the reader found: b'gradients for layer 7 are ready'", timeout=600_000)
+            page.wait_for_selector("text=the reader found: b'gradients for layer 7 are ready'", timeout=300_000)
+        except Exception as error:
+            # what a person at the screen would have seen: the page, any dialog, errors, the server's log
+            failed = shot.replace(".png", "-failed.png")
+            page.screenshot(path=failed, full_page=True)
+            dialogs = page.locator(".jp-Dialog").all_inner_texts()
+            errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']").all_inner_texts()
+            log = open(lab["log"]).read()[-3000:]
+            raise AssertionError(f"{error}\nscreenshot: {failed}\ndialogs: {dialogs}\ncell errors: {errors[-3:]}"
+                                 f"\nJupyterLab log (tail):\n{log}") from error
         finally:
             browser.close()
     assert os.path.getsize(shot) > 10_000
