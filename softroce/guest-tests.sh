@@ -11,7 +11,7 @@ python -m rdmalab doctor
 echo "== the conformance suite on soft0 (for the differential check)"
 RDMALAB_PROVIDER=soft RDMALAB_TRACE=/tmp/trace-soft.json python -m pytest -q -p no:cacheprovider tests/conformance | tail -1
 echo "== every test on rxe0"
-RDMALAB_PROVIDER=pyverbs RDMALAB_TRACE=/tmp/trace-rxe.json python -m pytest -p no:cacheprovider -ra -m "not host_only" tests "$@"
+RDMALAB_PROVIDER=pyverbs RDMALAB_TRACE=/tmp/trace-rxe.json python -m pytest -p no:cacheprovider -ra --durations=15 -m "not host_only" tests "$@"
 tests=$?
 python softroce/compare_traces.py /tmp/trace-soft.json /tmp/trace-rxe.json
 differential=$?
