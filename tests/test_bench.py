@@ -161,6 +161,7 @@ def test_a_killed_target_is_a_clear_error_soon_and_leaves_nothing_behind():
         assert shm.leftovers(victim) == []
 
 
+@pytest.mark.host_only   # the CLI's formatting; test_latency_tests_run_... covers write_lat on the device
 def test_cli_prints_perftests_table_and_json():
     cmd = [sys.executable, "-m", "rdmalab", "bench", "write_lat", "--size", "64", "--iters", "40"]
     env = dict(os.environ, PYTHONPATH=ROOT)
