@@ -2,6 +2,7 @@
 # softroce/vm.sh - run a command inside a QEMU guest that has a real Soft-RoCE device, rxe0.
 #
 #   softroce/vm.sh [CMD ARGS...]     (default: sh softroce/guest-tests.sh)
+#   softroce/vm.sh --build           build (or check) the cached guest and stop, booting nothing
 #
 # The guest is Debian 12 with Linux's rdma_rxe driver, rdma-core, Debian's python3-pyverbs and a
 # venv /opt/rdmalab holding softroce/requirements-guest.txt. This checkout (tracked and untracked
@@ -117,6 +118,7 @@ if [ "$(cat "$W/guest.key" 2>/dev/null)" != "$GUEST_KEY" ]; then
   echo "$GUEST_KEY" > "$W/guest.key"
 fi
 flock -u 9
+if [ "${1:-}" = --build ]; then say "the guest is built: $W"; exit 0; fi
 
 # 4. This run: the project and the command, appended as a second initramfs; boot ----------------
 [ $# -gt 0 ] || set -- sh softroce/guest-tests.sh
