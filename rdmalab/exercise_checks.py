@@ -152,7 +152,6 @@ def deliver(plan, qp, cq, local_mr, target, message):
     return bytes.fromhex(target.wait_for_mail()["message"])
 
 
-
 # ---------------------------------------------------------------- lesson 05: AllReduce by hand
 
 @exercise("05.ring-step", "One reduce-scatter step of the ring, on every rank",

@@ -29,7 +29,7 @@ def test_the_bound_catches_a_wrong_element():
     assert count_wrong(ints, ints.astype(np.int32) + np.eye(10, dtype=np.int32)[3], None, 2) == 1
 
 
-def all_right(transport, dtypes, counts):
+def wrong_cases(transport, dtypes, counts):
     cases = [(count, dtype, algorithm, in_place) for algorithm in ("naive", "ring", "hd") for dtype in dtypes
              for count in counts for in_place in (True, False)]
     with Cluster(ranks=4, transport=transport, max_bytes=1 << 20, algorithms=("naive", "ring", "hd")) as c:
@@ -40,13 +40,13 @@ def all_right(transport, dtypes, counts):
 @pytest.mark.host_only
 @pytest.mark.parametrize("transport", ["rdma", "tcp"])
 def test_every_algorithm_dtype_and_odd_size_on_four_ranks(transport):
-    assert all_right(transport, DTYPES, (1, 3, 1001, 65537)) == []
+    assert wrong_cases(transport, DTYPES, (1, 3, 1001, 65537)) == []
 
 
 def test_every_algorithm_on_four_ranks_over_the_device():
     # the transport's part (a float and an integer type, counts below, at and above one chunk per
     # rank), small enough for the Soft-RoCE guest; the full dtype matrix runs on the host
-    assert all_right("rdma", ("float32", "int64"), (3, 65537)) == []
+    assert wrong_cases("rdma", ("float32", "int64"), (3, 65537)) == []
 
 
 @pytest.mark.host_only
