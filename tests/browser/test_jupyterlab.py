@@ -15,16 +15,16 @@ import time
 
 import pytest
 
+from rdmalab import sockets
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CHROMIUM = "/usr/bin/chromium"
 pytestmark = pytest.mark.host_only   # a browser, not the RDMA device
 
 
 def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
+    server, port = sockets.listen()   # any free port on 127.0.0.1, released for JupyterLab
+    server.close()
     return port
 
 
@@ -71,6 +71,7 @@ def lab(tmp_path):
     except subprocess.TimeoutExpired:
         server.kill()
         server.wait()
+    log.close()
 
 
 def test_lesson_04_runs_in_jupyterlab_and_the_dashboard_renders(lab):
