@@ -18,17 +18,15 @@ import numpy as np
 NCCL_TYPE = {"float32": "float", "float64": "double", "int32": "int32", "int64": "int64"}
 
 
-def parse_sizes(text):
-    """'1K,1M,64M' -> [1024, 1048576, 67108864]."""
-    from .cli import _size
-    return [_size(part) for part in text.split(",") if part.strip()]
-
-
 def run(ranks=2, sizes=(1 << 20,), algorithm="ring", transport="rdma", dtype="float32", iters=5,
         compare_mpi=False, provider=None, progress=None):
     """Start a cluster, measure, stop it: the CLI's report."""
     from .cluster import Cluster
+    from .collectives import validate
+    validate(algorithm, dtype, ranks)   # before any rank starts
     itemsize = np.dtype(dtype).itemsize
+    if not sizes or min(sizes) < itemsize:
+        raise ValueError(f"sizes {sizes}: each must hold at least one {dtype} element ({itemsize} bytes)")
     with Cluster(ranks=ranks, transport=transport, max_bytes=max(max(s // itemsize, 1) for s in sizes) * itemsize,
                  algorithms=(algorithm,), provider=provider) as cluster:
         report = measure(cluster, sizes, algorithm, dtype, iters, progress)

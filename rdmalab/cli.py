@@ -29,7 +29,8 @@ def parser():
                              description="Sum-AllReduce on N local ranks (ipyparallel engines), reported as "
                                          "nccl-tests' all_reduce_perf reports NCCL's.")
     ar.add_argument("--ranks", "-n", type=int, default=2, help="number of ranks (default 2)")
-    ar.add_argument("--size", "-s", default="1M", help="sizes in bytes, comma-separated: 1K,1M,64M (default 1M)")
+    ar.add_argument("--size", "-s", type=_sizes, default="1M",
+                    help="sizes in bytes, comma-separated: 1K,1M,64M (default 1M)")
     ar.add_argument("--algo", choices=["ring", "naive", "hd"], default="ring")
     ar.add_argument("--transport", choices=["rdma", "tcp"], default="rdma")
     ar.add_argument("--dtype", choices=["float32", "float64", "int32", "int64"], default="float32")
@@ -50,11 +51,16 @@ def _size(text):
         raise argparse.ArgumentTypeError(f"{text!r} is not a size: use bytes, or a number with K or M (64K)")
 
 
+def _sizes(text):
+    """'1K,1M,64M' -> [1024, 1048576, 67108864]."""
+    return [_size(part) for part in text.split(",") if part.strip()]
+
+
 def _allreduce(args):
     from . import allreduce
     if args.ranks < 1 or args.iters < 1:
         raise SystemExit("rdmalab allreduce: --ranks and --iters must be at least 1")
-    report = allreduce.run(args.ranks, allreduce.parse_sizes(args.size), args.algo, args.transport, args.dtype,
+    report = allreduce.run(args.ranks, args.size, args.algo, args.transport, args.dtype,
                            args.iters, args.compare_mpi, args.provider,
                            progress=lambda row, done, total: print(f"  {done}/{total}: {row['size']} bytes done",
                                                                    file=sys.stderr, flush=True))

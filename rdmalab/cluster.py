@@ -39,6 +39,8 @@ class Cluster:
         self.ranks, self.transport, self.launcher = ranks, transport, launcher
         self.max_bytes, self.algorithms, self.provider = max_bytes, tuple(algorithms), provider
         self.ipp_options = dict(ipp_options or {})   # passed to ipyparallel.Cluster: hosts, profiles, ...
+        self.regions = {"data": max_bytes,   # every rank registers these
+                        "stage": max(collectives.stage_bytes(a, ranks, max_bytes) for a in self.algorithms)}
         self._ipp = self.client = self.view = None
         self.pids = []
         if start:
@@ -46,8 +48,14 @@ class Cluster:
 
     # -------------------------------------------------------------- lifecycle
 
+    def memory_needed(self):
+        """Bytes the ranks hold at most: their registered regions and an out-of-place input each."""
+        return self.ranks * (sum(self.regions.values()) + self.max_bytes)
+
     def start(self):
         import ipyparallel as ipp
+        if self.launcher == "local":
+            self._refuse_what_memory_cannot_hold()
         env = dict(ENGINE_ENV)
         if self.provider:
             env["RDMALAB_PROVIDER"] = self.provider
@@ -74,10 +82,8 @@ class Cluster:
             self.pids = self.view.apply_sync(os.getpid)
             self.hosts = self.view.apply_sync(socket.gethostname)
             self.view.scatter("rank", list(range(self.ranks)), flatten=True)
-            regions = {"data": self.max_bytes,
-                       "stage": max(collectives.stage_bytes(a, self.ranks, self.max_bytes) for a in self.algorithms)}
             tcp_host = "127.0.0.1" if len(set(self.hosts)) == 1 else None   # else each rank's own name
-            endpoints = self._gather([self.client[i].apply_async(_setup, i, self.ranks, self.transport, regions,
+            endpoints = self._gather([self.client[i].apply_async(_setup, i, self.ranks, self.transport, self.regions,
                                                                  tcp_host or self.hosts[i]) for i in range(self.ranks)])
             mine = {i: {peer: endpoints[peer]["to"][i] for peer in range(self.ranks) if peer != i}
                     for i in range(self.ranks)}
@@ -109,8 +115,24 @@ class Cluster:
                     os.kill(pid, signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):
                     pass
+            if self.launcher == "local":   # the shared memory of a rank that was killed, once it is gone
+                from .verbs.soft import shm
+                deadline = time.monotonic() + 5
+                while any(shm.pid_alive(pid) for pid in self.pids) and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                shm.reap_orphans()
             self._ipp = self.client = self.view = None
             atexit.unregister(self.close)
+
+    def _refuse_what_memory_cannot_hold(self):
+        """A clear error now rather than the kernel's OOM killer taking a rank (or JupyterLab) later."""
+        with open("/proc/meminfo") as f:
+            available = int(next(line for line in f if line.startswith("MemAvailable:")).split()[1]) * 1024
+        need = self.memory_needed()
+        if need > available:
+            raise ClusterError(f"{self.ranks} ranks with {_gib(self.max_bytes)} buffers need about {_gib(need)} "
+                               f"of memory (registered regions and an out-of-place input), but this machine "
+                               f"has {_gib(available)} available: use a smaller size or fewer ranks")
 
     def __enter__(self):
         return self
@@ -127,11 +149,14 @@ class Cluster:
     def allreduce(self, count, dtype="float32", algorithm="ring", iters=5, warmup=1, check=True, in_place=True):
         """Time `iters` AllReduces of `count` elements on every rank; returns per-rank dicts with the
         times (s) and the number of wrong elements against numpy (0 expected)."""
+        collectives.validate(algorithm, dtype, self.ranks)
         return self.run(timed_allreduce, count, dtype, algorithm, iters, warmup, check, in_place)
 
     def check(self, cases):
         """Run each (count, dtype, algorithm, in_place) once on every rank; returns, per case, the
         number of wrong elements summed over ranks (one round trip for the whole list)."""
+        for count, dtype, algorithm, in_place in cases:
+            collectives.validate(algorithm, dtype, self.ranks)
         per_rank = self.run(check_cases, list(cases))
         return [sum(r[i] for r in per_rank) for i in range(len(cases))]
 
@@ -152,19 +177,20 @@ class Cluster:
             pending = [r for r in results if not r.ready()]
             if pending:
                 pending[0].wait(0.05)
-        out, failures = [], []
+        out, failures = [], {}   # message -> the ranks that reported it
         for i, r in enumerate(results):
             try:
                 out.append(r.get())
             except Exception as error:
-                failures.append(f"rank {i} failed: {getattr(error, 'ename', type(error).__name__)}: "
-                                f"{getattr(error, 'evalue', error)}")
+                message = f"{getattr(error, 'ename', type(error).__name__)}: {getattr(error, 'evalue', error)}"
+                failures.setdefault(message, []).append(i)
         if failures:
+            said = "; ".join(f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))} failed: {message}"
+                             for message, ranks in failures.items())
             dead = self._dead_ranks()   # a survivor may report first (peer lost): name the cause
             if dead:
-                raise ClusterError(f"rank {', '.join(map(str, dead))} died; the other ranks stopped: "
-                                   + "; ".join(failures))
-            raise ClusterError("; ".join(failures))
+                raise ClusterError(f"rank {', '.join(map(str, dead))} died; the other ranks stopped: {said}")
+            raise ClusterError(said)
         return out
 
     def _dead_ranks(self):
@@ -180,6 +206,10 @@ class Cluster:
                     os.kill(pid, signal.SIGINT)
                 except (ProcessLookupError, PermissionError):
                     pass
+
+
+def _gib(n):
+    return f"{n / 2 ** 30:.1f} GiB" if n >= 1 << 30 else f"{n / 2 ** 20:.0f} MiB"
 
 
 # ---------------------------------------------------------------- what runs on each engine
@@ -228,8 +258,8 @@ def timed_allreduce(comm, count, dtype, algorithm, iters, warmup, check, in_plac
     import numpy as np
     dtype = np.dtype(dtype)
     x = comm.buffer(count, dtype)
-    src = None if in_place else np.array(_values(comm.rank, 0, count, dtype))
-    x[:] = _values(comm.rank, 0, count, dtype)
+    src = None if in_place else np.empty(count, dtype)   # out of place: the input lives outside the region
+    _fill(x if in_place else src, comm.rank, 0)
 
     def once():
         comm.allreduce(x if in_place else src, algorithm, out=None if in_place else x)
@@ -245,16 +275,14 @@ def timed_allreduce(comm, count, dtype, algorithm, iters, warmup, check, in_plac
         elapsed = (time.perf_counter() - start) / iters
     wrong = 0
     if check:
-        values = _values(comm.rank, 1, count, dtype)
-        if in_place:
-            x[:] = values
-        else:
-            src[:] = values
+        _fill(x if in_place else src, comm.rank, 1)
         once()
-        terms = [_values(r, 1, count, dtype) for r in range(comm.size)]
         wide = np.float64 if dtype.kind == "f" else dtype
-        wrong = count_wrong(x, sum(t.astype(wide) for t in terms), sum(np.abs(t.astype(wide)) for t in terms),
-                            comm.size)
+        for lo in range(0, count, VALUE_CHUNK):   # chunk by chunk: the check needs little memory
+            hi = min(lo + VALUE_CHUNK, count)
+            terms = [_chunk(r, 1, lo // VALUE_CHUNK, dtype)[:hi - lo] for r in range(comm.size)]
+            wrong += count_wrong(x[lo:hi], sum(t.astype(wide) for t in terms),
+                                 sum(np.abs(t.astype(wide)) for t in terms), comm.size)
     return {"rank": comm.rank, "time": elapsed, "wrong": int(wrong)}
 
 
@@ -264,12 +292,22 @@ def check_cases(comm, cases):
             for count, dtype, algorithm, in_place in cases]
 
 
-def _values(rank, i, count, dtype):
+VALUE_CHUNK = 1 << 16   # test values are made in chunks with their own seeds, so any chunk can be remade
+
+
+def _chunk(rank, i, c, dtype):
+    """Chunk c of rank's i-th test vector: integers in [-1000, 1000) or standard normal floats."""
     import numpy as np
-    rng = np.random.default_rng(1000 * rank + i)
+    rng = np.random.default_rng((rank, i, c))
     if np.issubdtype(dtype, np.integer):
-        return rng.integers(-1000, 1000, count).astype(dtype)
-    return rng.standard_normal(count).astype(dtype)
+        return rng.integers(-1000, 1000, VALUE_CHUNK, dtype=dtype)
+    return rng.standard_normal(VALUE_CHUNK, dtype=dtype)
+
+
+def _fill(x, rank, i):
+    """Write rank's i-th test vector into x, in place."""
+    for lo in range(0, x.size, VALUE_CHUNK):
+        x[lo:lo + VALUE_CHUNK] = _chunk(rank, i, lo // VALUE_CHUNK, x.dtype)[:x.size - lo]
 
 
 def count_wrong(result, expected, abs_sum, ranks):

@@ -28,6 +28,20 @@ DTYPES = ("float32", "float64", "int32", "int64")
 SEGMENT_BYTES = 1 << 20          # ring pipelining: chunks move in pieces of at most this
 
 
+def validate(algorithm, dtype, ranks):
+    """ValueError naming the problem and the fix, if this AllReduce cannot run on `ranks` ranks."""
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"algorithm {algorithm!r}: choose one of {', '.join(ALGORITHMS)}")
+    try:
+        dtype = np.dtype(dtype).name
+    except TypeError:
+        pass   # not a numpy type at all: named as given below
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype {dtype}: choose one of {', '.join(DTYPES)}")
+    if algorithm == "hd" and ranks & (ranks - 1):
+        raise ValueError(f"hd needs a power-of-two number of ranks, not {ranks}: use ring")
+
+
 class Communicator:
     def __init__(self, transport, alive=None):
         self.t, self.rank, self.size = transport, transport.rank, transport.size
@@ -44,12 +58,7 @@ class Communicator:
     def allreduce(self, x, algorithm="ring", out=None):
         """Sum `x` over all ranks. In place (x from buffer()) unless `out` is given or x lives
         elsewhere, in which case x is copied into the data region first (one local copy)."""
-        if algorithm not in ALGORITHMS:
-            raise ValueError(f"algorithm {algorithm!r}: choose one of {', '.join(ALGORITHMS)}")
-        if x.dtype.name not in DTYPES:
-            raise ValueError(f"dtype {x.dtype}: choose one of {', '.join(DTYPES)}")
-        if algorithm == "hd" and self.size & (self.size - 1):
-            raise ValueError(f"hd needs a power-of-two number of ranks, not {self.size}: use ring")
+        validate(algorithm, x.dtype, self.size)
         work = self.buffer(x.size, x.dtype)
         if work.ctypes.data != x.ctypes.data:
             np.copyto(work, x.reshape(-1))
