@@ -123,6 +123,10 @@ def collect():
               "pyverbs": pyverbs_version(), "provider": verbs.PROVIDER, "reason": verbs.REASON,
               "real_rdma": verbs._real_pyverbs_status()[1] if verbs.PROVIDER == "soft" else verbs.REASON,
               "memlock": memlock()}
+    if verbs.PROVIDER == "soft":   # the emulated NIC's "host memory": how much it may register
+        from .verbs.soft import shm
+        fs = os.statvfs(shm.directory())
+        report["soft_memory"] = {"directory": shm.directory(), "free_bytes": fs.f_bavail * fs.f_frsize}
     report["devices"], report["device_error"] = describe_devices(verbs)
     try:
         route = verbs.choose_route()
@@ -163,6 +167,9 @@ class Report:
         m = d["memlock"]
         limit = "unlimited" if m["soft_bytes"] is None else f"{m['soft_bytes'] >> 10} KiB"
         yield "memlock", f"{limit} ({m['note']})"
+        if "soft_memory" in d:
+            yield "soft0 memory", (f"{d['soft_memory']['directory']}, {d['soft_memory']['free_bytes'] >> 20} MiB free "
+                                   f"for registered memory and queues")
 
     def __str__(self):
         rows = list(self._rows())

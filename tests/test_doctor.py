@@ -35,7 +35,10 @@ def test_doctor_json_names_the_provider_its_reason_the_device_and_a_next_step():
     if v.PROVIDER == "soft":
         assert report["devices"][0]["name"] == "soft0"
         assert "emulated NIC" in report["next_steps"][0]
+        from rdmalab.verbs.soft import shm
+        assert report["soft_memory"]["directory"] == shm.directory() and report["soft_memory"]["free_bytes"] > 0
     else:
+        assert "soft_memory" not in report
         assert report["devices"][0]["name"].startswith("rxe") and "real RDMA" in report["next_steps"][0]
 
 

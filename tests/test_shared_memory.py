@@ -100,3 +100,38 @@ def test_mr_write_names_the_problem_instead_of_corrupting_memory():
         with pytest.raises(v.pyverbs_error.PyverbsUserError, match="has only 3"):
             mr.write(b"abc", 8)
         assert mr.read(64, 0) == bytes(64)  # nothing was written
+
+
+def test_a_full_shared_memory_directory_is_enomem_at_registration_and_leaves_nothing(monkeypatch):
+    # without the reservation, the MR "registers" and the first write into a missing page is a SIGBUS
+    def full(fd, offset, length):
+        raise OSError(28, "No space left on device")
+
+    with v.device.Context(name="soft0") as ctx, v.pd.PD(ctx) as pd:
+        before = set(shm.leftovers(os.getpid()))
+        monkeypatch.setattr(os, "posix_fallocate", full)
+        with pytest.raises(v.pyverbs_error.PyverbsRDMAError) as caught:
+            v.mr.MR(pd, 128 << 20, e.IBV_ACCESS_LOCAL_WRITE)
+        assert caught.value.error_code == 12
+        assert "128 MiB do not fit in" in str(caught.value) and "--shm-size" in str(caught.value)
+        assert set(shm.leftovers(os.getpid())) == before
+
+
+def test_a_small_dev_shm_is_passed_over_for_the_temp_directory(monkeypatch):
+    real_statvfs = os.statvfs
+
+    def shm_of(size):
+        def statvfs(path):
+            st = real_statvfs(path)
+            if path != "/dev/shm":
+                return st
+            return os.statvfs_result((st.f_bsize, 4096, size // 4096, size // 4096, size // 4096, *st[5:]))
+        return statvfs
+
+    monkeypatch.delenv("RDMALAB_SHM_DIR", raising=False)
+    monkeypatch.setattr(os, "statvfs", shm_of(64 << 20))      # Docker's default
+    assert shm.directory() != "/dev/shm"
+    monkeypatch.setattr(os, "statvfs", shm_of(8 << 30))
+    assert shm.directory() == "/dev/shm"
+    monkeypatch.setenv("RDMALAB_SHM_DIR", "/somewhere/roomy")
+    assert shm.directory() == "/somewhere/roomy"

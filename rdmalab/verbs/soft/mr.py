@@ -7,6 +7,7 @@ and registers it. What real rxe does, this does:
 - the header holds what a NIC's memory translation table holds for the key: valid, access, length,
   the owner's address of the buffer and the PD. A peer NIC checks them on every access.
 """
+import errno
 import random
 
 from . import shm
@@ -18,7 +19,7 @@ from .pyverbs_error import PyverbsRDMAError, PyverbsUserError
 
 W_VALID, W_ACCESS, W_LENGTH, W_ADDR, W_PD = 2, 3, 4, 5, 6  # header words after magic and owner pid
 REMOTE_ACCESS = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC
-EINVAL = 22
+EINVAL, ENOMEM = errno.EINVAL, errno.ENOMEM
 
 REGISTERED = {}  # lkey -> MR, for this process: the local half of the key table
 
@@ -92,3 +93,7 @@ def _new_segment(length):
             return shm.Segment.create(segment_name(key), length), key
         except FileExistsError:
             continue
+        except OSError as error:   # a real device says ENOMEM when it cannot pin the pages
+            if error.errno != errno.ENOSPC:
+                raise
+            raise PyverbsRDMAError(f"Failed to register a MR: {shm.no_room(length)}", ENOMEM) from None

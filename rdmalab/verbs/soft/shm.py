@@ -12,6 +12,7 @@ The rules that keep them safe:
   which runs whenever a device is opened;
 - the owner unlinks its files on close(), and a finalizer does it at exit or garbage collection.
 """
+import errno
 import mmap
 import os
 import tempfile
@@ -25,8 +26,30 @@ HEADER_BYTES = 4096  # data starts page-aligned, as pyverbs' MR buffers are
 W_MAGIC, W_OWNER_PID = 0, 1  # the first two header words of every segment
 
 
+ENOUGH_SHM = 1 << 30   # a smaller /dev/shm (Docker's and many containers' default is 64 MiB) is passed over
+
+
 def directory():
-    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
+    """Where segments live: RDMALAB_SHM_DIR if set, else /dev/shm when it is writable and holds at least
+    ENOUGH_SHM, else the temp directory. Every process on the host must choose the same: the choice
+    depends on the size of /dev/shm, never on what is free in it."""
+    chosen = os.environ.get("RDMALAB_SHM_DIR")
+    if chosen:
+        return chosen
+    if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
+        fs = os.statvfs("/dev/shm")
+        if fs.f_blocks * fs.f_frsize >= ENOUGH_SHM:
+            return "/dev/shm"
+    return tempfile.gettempdir()
+
+
+def no_room(data_bytes):
+    """What to say when a segment of `data_bytes` does not fit where segments live."""
+    fs = os.statvfs(directory())
+    return (f"{data_bytes >> 20} MiB do not fit in {directory()} ({fs.f_bavail * fs.f_frsize >> 20} MiB free), "
+            f"where the emulated NIC keeps registered memory: register less, close what you no longer use, "
+            f"or give it room (a container: docker run --shm-size=2g; or set RDMALAB_SHM_DIR to a roomier "
+            f"directory for every process of the lab)")
 
 
 def _path(name):
@@ -55,7 +78,13 @@ class Segment:
         path = _path(name)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         try:
-            os.ftruncate(fd, HEADER_BYTES + max(int(data_bytes), 0))
+            size = HEADER_BYTES + max(int(data_bytes), 0)
+            try:   # reserve every page now: a full /dev/shm is an error here, not a SIGBUS later
+                os.posix_fallocate(fd, 0, size)
+            except OSError as error:
+                if error.errno not in (errno.EOPNOTSUPP, errno.EINVAL):   # a file system that cannot reserve
+                    raise
+                os.ftruncate(fd, size)
             seg = cls(fd, path, owner=True)
         except BaseException:
             os.close(fd)
