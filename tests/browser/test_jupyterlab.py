@@ -1,10 +1,12 @@
-"""A real JupyterLab in a real browser: open lesson 04, run every cell, see the dashboard render.
+"""A real JupyterLab in a real browser: lessons 00-04 opened and run cell by cell, as `make lab` serves them.
 
 Starts JupyterLab on 127.0.0.1 with a token, drives Debian's Chromium (/usr/bin/chromium, no browser
-download) through Playwright, runs a copy of the lesson with QUICK = True, waits for the dashboard's
-chart image and saves a screenshot (RDMALAB_SCREENSHOT, default .ci/artifacts/lesson-04.png).
+download) through Playwright, runs copies of the lessons with QUICK = True: every cell runs without
+an error, lesson 00's question saves the answer clicked, 01-03 show their charts, lesson 04's dashboard
+renders its chart. Screenshots go to .ci/artifacts/lesson-NN.png (RDMALAB_SCREENSHOT names lesson 04's).
 Skips, saying why, where there is no Chromium; RDMALAB_BROWSER_TEST=1 (CI) makes that a failure.
 """
+import contextlib
 import json
 import os
 import re
@@ -28,19 +30,26 @@ def free_port():
     return port
 
 
-@pytest.fixture
-def lab(tmp_path):
+LESSONS = ("00-welcome", "01-socket-path", "02-memory-registration", "03-queue-pairs", "04-one-sided")
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """One JupyterLab for the module, serving quick copies of the lessons; its kernels' HOME is private."""
     if not os.path.exists(CHROMIUM):
         if os.environ.get("RDMALAB_BROWSER_TEST") == "1":   # CI sets it: there the browser is required
             pytest.fail(f"RDMALAB_BROWSER_TEST=1 but there is no {CHROMIUM}: apt-get install chromium")
         pytest.skip(f"the real-browser test needs Debian's Chromium at {CHROMIUM}: apt-get install chromium")
-    nb = json.load(open(os.path.join(ROOT, "notebooks", "04-one-sided.ipynb")))
-    for cell in nb["cells"]:
-        if "parameters" in cell.get("metadata", {}).get("tags", []):
-            cell["source"] = ["QUICK = True\n"]
-    root, log_path = tmp_path / "lab", tmp_path / "lab.log"
+    tmp_path = tmp_path_factory.mktemp("lab")
+    root, log_path, home = tmp_path / "lab", tmp_path / "lab.log", tmp_path / "home"
     root.mkdir()
-    json.dump(nb, open(root / "04-one-sided.ipynb", "w"))
+    home.mkdir()
+    for name in LESSONS:
+        nb = json.load(open(os.path.join(ROOT, "notebooks", f"{name}.ipynb")))
+        for cell in nb["cells"]:
+            if "parameters" in cell.get("metadata", {}).get("tags", []):
+                cell["source"] = ["QUICK = True\n"]
+        json.dump(nb, open(root / f"{name}.ipynb", "w"))
     # JupyterLab as a first-time user meets it, whatever this machine's ~/.jupyter holds, except two
     # settings: start the notebook's kernel without asking (else a "Select Kernel" dialog waits for a
     # click), and no news prompt.
@@ -56,7 +65,7 @@ def lab(tmp_path):
     server = subprocess.Popen([jupyter, "lab", "--no-browser", "--allow-root", f"--IdentityProvider.token={token}",
                                "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}", f"--ServerApp.root_dir={root}",
                                f"--LabApp.user_settings_dir={settings}", f"--LabApp.workspaces_dir={tmp_path / 'workspaces'}"],
-                              stdout=log, stderr=log, env=dict(os.environ, PYTHONPATH=ROOT))
+                              stdout=log, stderr=log, env=dict(os.environ, PYTHONPATH=ROOT, HOME=str(home)))
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         try:
@@ -64,7 +73,15 @@ def lab(tmp_path):
             break
         except OSError:
             time.sleep(0.5)
-    yield {"url": f"http://127.0.0.1:{port}/lab/tree/04-one-sided.ipynb?token={token}", "log": str(log_path)}
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        # each lesson in a workspace of its own: a page must not restore another lesson's tabs and
+        # run that one's cells (Run All applies to whichever notebook is active)
+        yield {"url": f"http://127.0.0.1:{port}/lab/workspaces/{{0}}/tree/{{0}}.ipynb?reset&token={token}",
+               "log": str(log_path),
+               "home": home, "browser": browser}
+        browser.close()
     server.terminate()
     try:
         server.wait(15)
@@ -74,41 +91,81 @@ def lab(tmp_path):
     log.close()
 
 
+@contextlib.contextmanager
+def lesson_page(lab, name, shot):
+    """A page with lesson `name` opened and every cell run; on failure, what a person at the screen
+    would have seen: a full-page screenshot, any dialog, the cells' errors, the server's log."""
+    page = lab["browser"].new_page(viewport={"width": 1400, "height": 1000})
+    try:
+        page.goto(lab["url"].format(name))
+        page.wait_for_selector(".jp-Notebook", timeout=120_000)
+        # the kernel has started and connected: until then the status bar says "No Kernel | Initializing"
+        # and "Run All Cells" does nothing (the toolbar's execution indicator says idle all along)
+        page.locator(".jp-StatusBar-TextItem", has_text=re.compile(r"\(ipykernel\) \| Idle")).wait_for(timeout=120_000)
+        page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
+        page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+        yield page
+    except Exception as error:
+        failed = shot.replace(".png", "-failed.png")
+        page.screenshot(path=failed, full_page=True)
+        dialogs = page.locator(".jp-Dialog").all_inner_texts()
+        errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']").all_inner_texts()
+        log = open(lab["log"]).read()[-3000:]
+        raise AssertionError(f"{error}\nscreenshot: {failed}\ndialogs: {dialogs}\ncell errors: {errors[-3:]}"
+                             f"\nJupyterLab log (tail):\n{log}") from error
+    finally:
+        page.close()
+
+
+def wait_until_every_cell_ran(page, timeout_ms=300_000):
+    """The last code cell has an execution count: Run All stops at a failing cell, so all of them ran."""
+    page.locator(".jp-CodeCell .jp-InputPrompt").last.filter(has_text=re.compile(r"\[\d+\]")).wait_for(
+        timeout=timeout_ms)
+    errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.error']")
+    assert errors.count() == 0, errors.all_inner_texts()
+
+
+def screenshot_path(name):
+    folder = os.path.dirname(os.environ.get("RDMALAB_SCREENSHOT", os.path.join(ROOT, ".ci", "artifacts", "x.png")))
+    os.makedirs(folder, exist_ok=True)
+    return os.path.join(folder, f"lesson-{name[:2]}.png")
+
+
+def test_lesson_00_runs_and_its_question_saves_the_learners_answer(lab):
+    shot = screenshot_path("00")
+    with lesson_page(lab, "00-welcome", shot) as page:
+        wait_until_every_cell_ran(page)
+        page.get_by_text("kernel and CPU bypass", exact=False).first.click()
+        page.wait_for_selector("text=Saved. Lesson 05 answers this", timeout=30_000)
+        page.screenshot(path=shot)
+    answers = json.load(open(lab["home"] / ".cache" / "rdmalab" / "answers.json"))
+    assert answers == {"00": 0}
+
+
+@pytest.mark.parametrize("name", ["01-socket-path", "02-memory-registration", "03-queue-pairs"])
+def test_lessons_01_to_03_run_to_the_end_with_their_figures(lab, name):
+    shot = screenshot_path(name)
+    with lesson_page(lab, name, shot) as page:
+        wait_until_every_cell_ran(page)
+        figures = page.locator(".jp-RenderedImage img")
+        assert figures.count() >= 1, "each of these lessons draws at least one chart"
+        figures.last.scroll_into_view_if_needed()
+        page.screenshot(path=shot)
+
+
 def test_lesson_04_runs_in_jupyterlab_and_the_dashboard_renders(lab):
-    from playwright.sync_api import sync_playwright
-    shot = os.environ.get("RDMALAB_SCREENSHOT", os.path.join(ROOT, ".ci", "artifacts", "lesson-04.png"))
-    os.makedirs(os.path.dirname(shot), exist_ok=True)
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        try:
-            page.goto(lab["url"])
-            page.wait_for_selector(".jp-Notebook", timeout=120_000)
-            # the kernel has started and connected: until then the status bar says "No Kernel | Initializing"
-            # and "Run All Cells" does nothing (the toolbar's execution indicator says idle all along)
-            page.locator(".jp-StatusBar-TextItem", has_text=re.compile(r"\(ipykernel\) \| Idle")).wait_for(timeout=120_000)
-            page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
-            page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
-            chart = page.wait_for_selector("img.widget-image[src^='blob:']", timeout=300_000)
-            run_button = page.locator(".widget-button", has_text="Run")
-            assert run_button.count() == 1 and page.locator(".widget-readout").count() >= 1
-            page.wait_for_selector(".jupyter-widgets .progress-bar-success", timeout=300_000)
-            chart.scroll_into_view_if_needed()
-            page.wait_for_timeout(1000)
-            page.screenshot(path=shot)
-            box = chart.bounding_box()
-            assert box["width"] > 300 and box["height"] > 100, box
-            # the lesson ran to its end: the mailbox's message was read back in the last output
-            page.wait_for_selector("text=the reader found: b'gradients for layer 7 are ready'", timeout=300_000)
-        except Exception as error:
-            # what a person at the screen would have seen: the page, any dialog, errors, the server's log
-            failed = shot.replace(".png", "-failed.png")
-            page.screenshot(path=failed, full_page=True)
-            dialogs = page.locator(".jp-Dialog").all_inner_texts()
-            errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']").all_inner_texts()
-            log = open(lab["log"]).read()[-3000:]
-            raise AssertionError(f"{error}\nscreenshot: {failed}\ndialogs: {dialogs}\ncell errors: {errors[-3:]}"
-                                 f"\nJupyterLab log (tail):\n{log}") from error
-        finally:
-            browser.close()
+    shot = os.environ.get("RDMALAB_SCREENSHOT", screenshot_path("04"))
+    with lesson_page(lab, "04-one-sided", shot) as page:
+        chart = page.wait_for_selector("img.widget-image[src^='blob:']", timeout=300_000)
+        run_button = page.locator(".widget-button", has_text="Run")
+        assert run_button.count() == 1 and page.locator(".widget-readout").count() >= 1
+        page.wait_for_selector(".jupyter-widgets .progress-bar-success", timeout=300_000)
+        chart.scroll_into_view_if_needed()
+        page.wait_for_timeout(1000)
+        page.screenshot(path=shot)
+        box = chart.bounding_box()
+        assert box["width"] > 300 and box["height"] > 100, box
+        # the lesson ran to its end: the mailbox's message was read back in the last output
+        page.wait_for_selector("text=the reader found: b'gradients for layer 7 are ready'", timeout=300_000)
+        wait_until_every_cell_ran(page)
     assert os.path.getsize(shot) > 10_000
