@@ -80,7 +80,7 @@ def test_a_cluster_larger_than_memory_is_refused_before_it_starts():
     with open("/proc/meminfo") as f:
         available = int(next(line for line in f if line.startswith("MemAvailable:")).split()[1]) * 1024
     c = Cluster(ranks=2, transport="rdma", max_bytes=available // 4, start=False)   # 2 x 3 x a quarter
-    with pytest.raises(ClusterError, match=r"2 ranks with .* GiB buffers need about .* GiB of memory .* "
+    with pytest.raises(ClusterError, match=r"2 ranks with [\d.]+ [MG]iB buffers need about [\d.]+ GiB of memory .* "
                                            r"available: use a smaller size or fewer ranks"):
         c.start()
     assert c.client is None and c.pids == []
