@@ -17,10 +17,11 @@ import os
 import shutil
 import signal
 import socket
+import subprocess
 import sys
 import time
 
-from . import collectives
+from . import children, collectives, watchdog
 
 ENGINE_ENV = {"OPENBLAS_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
 
@@ -41,7 +42,7 @@ class Cluster:
         self.ipp_options = dict(ipp_options or {})   # passed to ipyparallel.Cluster: hosts, profiles, ...
         self.regions = {"data": max_bytes,   # every rank registers these
                         "stage": max(collectives.stage_bytes(a, ranks, max_bytes) for a in self.algorithms)}
-        self._ipp = self.client = self.view = None
+        self._ipp = self.client = self.view = self._watchdog = None
         self.pids = []
         if start:
             self.start()
@@ -73,9 +74,11 @@ class Cluster:
                    "controller_args": [f"--IPController.registration_timeout={int(timeout)}"], **self.ipp_options}
         self._ipp = ipp.Cluster(n=self.ranks, engines=self.launcher, log_level=40, **options)
         atexit.register(self.close)
+        before = set(watchdog.descendants(os.getpid()))
         try:
             self.client = self._ipp.start_and_connect_sync()
             self.client.wait_for_engines(self.ranks, timeout=options["engine_timeout"])
+            self._watchdog = _start_watchdog([pid for pid in watchdog.descendants(os.getpid()) if pid not in before])
             self.view = self.client[:]
             self.view.block = True
             self.view.apply_sync(_set_env, env)
@@ -121,7 +124,9 @@ class Cluster:
                 while any(shm.pid_alive(pid) for pid in self.pids) and time.monotonic() < deadline:
                     time.sleep(0.05)
                 shm.reap_orphans()
-            self._ipp = self.client = self.view = None
+            if self._watchdog is not None:   # closed properly: it may go
+                _stop_watchdog(self._watchdog)
+            self._ipp = self.client = self.view = self._watchdog = None
             atexit.unregister(self.close)
 
     def _refuse_what_memory_cannot_hold(self):
@@ -206,6 +211,23 @@ class Cluster:
                     os.kill(pid, signal.SIGINT)
                 except (ProcessLookupError, PermissionError):
                     pass
+
+
+def _start_watchdog(pids):
+    """rdmalab.watchdog, in a session of its own, holding the cluster's processes: if this process dies
+    without closing the cluster, the watchdog's stdin reaches end of file and it stops them."""
+    listed = [f"{pid}:{watchdog.started(pid)}" for pid in pids if watchdog.started(pid) is not None]
+    return subprocess.Popen([sys.executable, "-m", "rdmalab.watchdog", *listed], stdin=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                            env=dict(os.environ, PYTHONPATH=children.ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")))
+
+
+def _stop_watchdog(process):
+    try:
+        process.communicate(b"close\n", timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        process.kill()
+        process.wait()
 
 
 def _gib(n):

@@ -10,8 +10,9 @@ import time
 import numpy as np
 import pytest
 
-from rdmalab import verbs as v
+from rdmalab import verbs as v, watchdog
 from rdmalab.cluster import Cluster, ClusterError, count_wrong
+from rdmalab.verbs.soft.shm import pid_alive
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DTYPES = ("float32", "float64", "int32", "int64")
@@ -125,6 +126,39 @@ def test_a_killed_rank_is_a_clear_error_within_seconds_and_nothing_leaks():
     if v.PROVIDER == "soft":   # the victim's segments too: Cluster.close() removed them
         from rdmalab.verbs.soft import shm
         assert [name for pid in survivors + [victim] for name in shm.leftovers(pid)] == []
+
+
+OWNER = """
+import sys, time
+from rdmalab.cluster import Cluster
+c = Cluster(ranks=2, transport="rdma", max_bytes=1 << 20)
+print(" ".join(map(str, c.pids)), flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_killed_owner_leaves_no_cluster_process_and_no_shared_memory():
+    # a notebook kernel killed with kill -9 (or by the OOM killer) cannot close its cluster
+    owner = subprocess.Popen([sys.executable, "-c", OWNER], stdout=subprocess.PIPE, text=True,
+                             env=dict(os.environ, PYTHONPATH=ROOT))
+    try:
+        engines = [int(pid) for pid in owner.stdout.readline().split()]
+        assert len(engines) == 2, "the cluster did not start"
+        below = {pid: watchdog.started(pid) for pid in watchdog.descendants(owner.pid)}
+        assert set(engines) <= set(below)
+    finally:
+        owner.kill()
+        owner.wait()
+    deadline = time.monotonic() + 30 * float(os.environ.get("RDMALAB_TIME_SCALE", 1))
+    while time.monotonic() < deadline:
+        alive = [pid for pid, start in below.items() if watchdog.started(pid) == start and pid_alive(pid)]
+        if not alive:
+            break
+        time.sleep(0.2)
+    assert alive == [], f"processes of the dead owner's cluster still running: {alive}"
+    if v.PROVIDER == "soft":
+        from rdmalab.verbs.soft import shm
+        assert [name for pid in engines for name in shm.leftovers(pid)] == []
 
 
 @pytest.mark.host_only

@@ -1,0 +1,67 @@
+"""Stops a cluster's processes if the process that started them dies without closing the cluster.
+
+    python -m rdmalab.watchdog PID:STARTED ...      # started by rdmalab.cluster.Cluster
+
+ipyparallel starts the controller and the engines in sessions of their own, so they outlive a
+notebook kernel that is killed (out of memory, a crash, kill -9), holding their registered memory
+for ever. The watchdog blocks reading its stdin, a pipe whose other end only the cluster's owner
+holds. "close" on it means the cluster was closed properly: exit. End of file without "close" means
+the owner died: SIGKILL every listed process that is still the one listed (same start time, so a
+reused pid is left alone), then remove the shared memory they left behind.
+"""
+import os
+import signal
+import sys
+import time
+
+
+def started(pid):
+    """When process `pid` started (clock ticks since boot), or None if there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def descendants(pid):
+    """Every living process below `pid`: children, their children, ..."""
+    parent_of = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    parent_of[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                pass   # ended meanwhile
+    found, frontier = [], [pid]
+    while frontier:
+        parent = frontier.pop()
+        children = [p for p, pp in parent_of.items() if pp == parent]
+        found += children
+        frontier += children
+    return found
+
+
+def main(listed):
+    if sys.stdin.readline().strip() == "close":
+        return 0
+    from .verbs.soft import shm
+    victims = []
+    for item in listed:
+        pid, start = map(int, item.split(":"))
+        if started(pid) == start:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                victims.append(pid)
+            except (ProcessLookupError, PermissionError):
+                pass
+    deadline = time.monotonic() + 10   # a killed process holds its memory until it has exited
+    while any(shm.pid_alive(pid) for pid in victims) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    shm.reap_orphans()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
