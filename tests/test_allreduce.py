@@ -137,6 +137,7 @@ time.sleep(600)
 """
 
 
+@pytest.mark.host_only   # processes, not the device: the guest has enough to do
 def test_a_killed_owner_leaves_no_cluster_process_and_no_shared_memory():
     # a notebook kernel killed with kill -9 (or by the OOM killer) cannot close its cluster
     owner = subprocess.Popen([sys.executable, "-c", OWNER], stdout=subprocess.PIPE, text=True,
