@@ -1,5 +1,6 @@
-"""Helper processes that speak JSON lines on stdin/stdout: rdmalab.bench's two sides and lesson 04's
-target (rdmalab.remote). One way to start them and one way to stop them, leaving nothing behind."""
+"""Helper processes that speak JSON lines on stdin/stdout: rdmalab.bench's two sides, lesson 04's
+target (rdmalab.remote) and a cluster's watchdog (rdmalab.watchdog). One way to start them and one
+way to stop them, leaving nothing behind."""
 import json
 import os
 import subprocess
@@ -9,13 +10,15 @@ import warnings
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def spawn(module, *args, **env):
+def spawn(module, *args, new_session=False, **env):
     """`python -m module args...` with this checkout importable and numpy's BLAS on one thread
-    (its spinning threads would be counted as the helper's CPU time)."""
+    (its spinning threads would be counted as the helper's CPU time); `new_session` keeps signals
+    sent to this process's group (a kernel being killed) away from it."""
     environ = dict(os.environ, OPENBLAS_NUM_THREADS="1",
                    PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), **env)
     return subprocess.Popen([sys.executable, "-m", module, *args], env=environ, text=True,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=new_session)
 
 
 def stop(proc):

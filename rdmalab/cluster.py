@@ -17,7 +17,6 @@ import os
 import shutil
 import signal
 import socket
-import subprocess
 import sys
 import time
 
@@ -118,14 +117,11 @@ class Cluster:
                     os.kill(pid, signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):
                     pass
-            if self.launcher == "local":   # the shared memory of a rank that was killed, once it is gone
+            if self.launcher == "local":   # the shared memory of a rank that was killed
                 from .verbs.soft import shm
-                deadline = time.monotonic() + 5
-                while any(shm.pid_alive(pid) for pid in self.pids) and time.monotonic() < deadline:
-                    time.sleep(0.05)
-                shm.reap_orphans()
+                shm.reap_when_gone(self.pids, timeout=5)
             if self._watchdog is not None:   # closed properly: it may go
-                _stop_watchdog(self._watchdog)
+                children.stop(self._watchdog)
             self._ipp = self.client = self.view = self._watchdog = None
             atexit.unregister(self.close)
 
@@ -217,17 +213,7 @@ def _start_watchdog(pids):
     """rdmalab.watchdog, in a session of its own, holding the cluster's processes: if this process dies
     without closing the cluster, the watchdog's stdin reaches end of file and it stops them."""
     listed = [f"{pid}:{watchdog.started(pid)}" for pid in pids if watchdog.started(pid) is not None]
-    return subprocess.Popen([sys.executable, "-m", "rdmalab.watchdog", *listed], stdin=subprocess.PIPE,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-                            env=dict(os.environ, PYTHONPATH=children.ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")))
-
-
-def _stop_watchdog(process):
-    try:
-        process.communicate(b"close\n", timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        process.kill()
-        process.wait()
+    return children.spawn("rdmalab.watchdog", *listed, new_session=True)
 
 
 def _gib(n):

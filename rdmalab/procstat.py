@@ -22,6 +22,13 @@ def _fields(path):
         return dict(line.split(":", 1) for line in f if ":" in line)
 
 
+def stat_fields(pid):
+    """The fields of /proc/<pid>/stat after the command name: [0] state, [1] parent pid, [11] utime,
+    [12] stime, [19] start time (clock ticks since boot). OSError if there is no such process."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()
+
+
 def snapshot(pid=None):
     """Counters of process `pid` (default: this one), summed over its threads."""
     own = pid is None or pid == os.getpid()
@@ -45,8 +52,7 @@ def snapshot(pid=None):
             continue   # a thread that ended meanwhile
         voluntary += int(status["voluntary_ctxt_switches"])
         involuntary += int(status["nonvoluntary_ctxt_switches"])
-    with open(f"{base}/stat") as f:
-        stat = f.read().rsplit(")", 1)[1].split()
+    stat = stat_fields(pid)
     utime, stime = int(stat[11]), int(stat[12])
     user_share = utime / (utime + stime) if utime + stime else 1.0   # ticks only say how to split it
     snap.update(user_s=run_ns / 1e9 * user_share, system_s=run_ns / 1e9 * (1 - user_share),

@@ -5,22 +5,22 @@
 ipyparallel starts the controller and the engines in sessions of their own, so they outlive a
 notebook kernel that is killed (out of memory, a crash, kill -9), holding their registered memory
 for ever. The watchdog blocks reading its stdin, a pipe whose other end only the cluster's owner
-holds. "close" on it means the cluster was closed properly: exit. End of file without "close" means
-the owner died: SIGKILL every listed process that is still the one listed (same start time, so a
-reused pid is left alone), then remove the shared memory they left behind.
+holds. A line on it (rdmalab.children.stop's close) means the cluster was closed properly: exit.
+End of file means the owner died: SIGKILL every listed process that is still the one listed (same
+start time, so a reused pid is left alone), then remove the shared memory they left behind.
 """
 import os
 import signal
 import sys
-import time
+
+from .procstat import stat_fields
 
 
 def started(pid):
     """When process `pid` started (clock ticks since boot), or None if there is no such process."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[19])
-    except (OSError, ValueError, IndexError):
+        return int(stat_fields(pid)[19])
+    except OSError:
         return None
 
 
@@ -30,9 +30,8 @@ def descendants(pid):
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                with open(f"/proc/{entry}/stat") as f:
-                    parent_of[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
+                parent_of[int(entry)] = int(stat_fields(entry)[1])
+            except OSError:
                 pass   # ended meanwhile
     found, frontier = [], [pid]
     while frontier:
@@ -44,7 +43,7 @@ def descendants(pid):
 
 
 def main(listed):
-    if sys.stdin.readline().strip() == "close":
+    if sys.stdin.readline():
         return 0
     from .verbs.soft import shm
     victims = []
@@ -56,10 +55,7 @@ def main(listed):
                 victims.append(pid)
             except (ProcessLookupError, PermissionError):
                 pass
-    deadline = time.monotonic() + 10   # a killed process holds its memory until it has exited
-    while any(shm.pid_alive(pid) for pid in victims) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    shm.reap_orphans()
+    shm.reap_when_gone(victims)
     return 0
 
 

@@ -16,6 +16,7 @@ import errno
 import mmap
 import os
 import tempfile
+import time
 import weakref
 
 import numpy as np
@@ -97,15 +98,16 @@ class Segment:
     @classmethod
     def attach(cls, name):
         """Map someone else's segment; None if it does not exist (or is not ours to read)."""
+        path = _path(name)
         try:
-            fd = os.open(_path(name), os.O_RDWR)
+            fd = os.open(path, os.O_RDWR)
         except (FileNotFoundError, PermissionError):
             return None
         try:
             if os.fstat(fd).st_size < HEADER_BYTES:
                 os.close(fd)
                 return None
-            seg = cls(fd, _path(name), owner=False)
+            seg = cls(fd, path, owner=False)
         except (OSError, ValueError):
             os.close(fd)
             return None
@@ -174,6 +176,15 @@ def reap_orphans():
             except OSError:
                 pass
     return reaped
+
+
+def reap_when_gone(pids, timeout=10):
+    """Wait (up to `timeout` s) until these just-killed processes have exited, which is when the kernel
+    lets go of their memory, then reap_orphans()."""
+    deadline = time.monotonic() + timeout
+    while any(pid_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return reap_orphans()
 
 
 def leftovers(pid=None):
