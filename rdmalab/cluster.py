@@ -42,7 +42,7 @@ class Cluster:
         self.regions = {"data": max_bytes,   # every rank registers these
                         "stage": max(collectives.stage_bytes(a, ranks, max_bytes) for a in self.algorithms)}
         self._ipp = self.client = self.view = self._watchdog = None
-        self.pids = []
+        self.pids, self._processes = [], {}
         if start:
             self.start()
 
@@ -77,7 +77,10 @@ class Cluster:
         try:
             self.client = self._ipp.start_and_connect_sync()
             self.client.wait_for_engines(self.ranks, timeout=options["engine_timeout"])
-            self._watchdog = _start_watchdog([pid for pid in watchdog.descendants(os.getpid()) if pid not in before])
+            # every process the cluster brought: controller, its schedulers, engines, launchers
+            self._processes = {pid: watchdog.started(pid) for pid in watchdog.descendants(os.getpid())
+                               if pid not in before and watchdog.started(pid) is not None}
+            self._watchdog = _start_watchdog(self._processes)
             self.view = self.client[:]
             self.view.block = True
             self.view.apply_sync(_set_env, env)
@@ -112,17 +115,15 @@ class Cluster:
                 self._ipp.stop_cluster_sync()
             except Exception:
                 pass
-            for pid in self.pids:   # whatever survived the stop
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
+            # whatever survived the stop: a stuck engine, a controller's scheduler still shutting down
+            killed = watchdog.kill(self._processes)
             if self.launcher == "local":   # the shared memory of a rank that was killed
                 from .verbs.soft import shm
-                shm.reap_when_gone(self.pids, timeout=5)
+                shm.reap_when_gone(self.pids + killed, timeout=5)
             if self._watchdog is not None:   # closed properly: it may go
                 children.stop(self._watchdog)
             self._ipp = self.client = self.view = self._watchdog = None
+            self._processes = {}
             atexit.unregister(self.close)
 
     def _refuse_what_memory_cannot_hold(self):
@@ -209,11 +210,11 @@ class Cluster:
                     pass
 
 
-def _start_watchdog(pids):
+def _start_watchdog(processes):
     """rdmalab.watchdog, in a session of its own, holding the cluster's processes: if this process dies
     without closing the cluster, the watchdog's stdin reaches end of file and it stops them."""
-    listed = [f"{pid}:{watchdog.started(pid)}" for pid in pids if watchdog.started(pid) is not None]
-    return children.spawn("rdmalab.watchdog", *listed, new_session=True)
+    return children.spawn("rdmalab.watchdog", *(f"{pid}:{start}" for pid, start in processes.items()),
+                          new_session=True)
 
 
 def _gib(n):

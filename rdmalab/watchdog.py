@@ -42,20 +42,24 @@ def descendants(pid):
     return found
 
 
+def kill(processes):
+    """SIGKILL each {pid: start time} that is still that process; returns the pids killed."""
+    killed = []
+    for pid, start in processes.items():
+        if started(pid) == start:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+            except (ProcessLookupError, PermissionError):
+                pass
+    return killed
+
+
 def main(listed):
     if sys.stdin.readline():
         return 0
     from .verbs.soft import shm
-    victims = []
-    for item in listed:
-        pid, start = map(int, item.split(":"))
-        if started(pid) == start:
-            try:
-                os.kill(pid, signal.SIGKILL)
-                victims.append(pid)
-            except (ProcessLookupError, PermissionError):
-                pass
-    shm.reap_when_gone(victims)
+    shm.reap_when_gone(kill(dict(map(int, item.split(":")) for item in listed)))
     return 0
 
 

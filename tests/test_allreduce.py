@@ -129,6 +129,15 @@ def test_a_killed_rank_is_a_clear_error_within_seconds_and_nothing_leaks():
         assert [name for pid in survivors + [victim] for name in shm.leftovers(pid)] == []
 
 
+def test_closing_a_cluster_leaves_none_of_its_processes():
+    before = set(watchdog.descendants(os.getpid()))
+    with Cluster(ranks=2, transport="tcp", max_bytes=1 << 12):
+        brought = {pid: watchdog.started(pid) for pid in watchdog.descendants(os.getpid()) if pid not in before}
+        assert len(brought) >= 4, "a controller, two engines and the watchdog at least"
+    alive = [pid for pid, start in brought.items() if watchdog.started(pid) == start and pid_alive(pid)]
+    assert alive == [], f"still running after close(): {alive}"
+
+
 OWNER = """
 import sys, time
 from rdmalab.cluster import Cluster
