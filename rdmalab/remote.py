@@ -67,8 +67,8 @@ class RemoteBuffer:
 
 
 def _serve():
-    import time
     import numpy as np
+    from rdmalab import waiting
     from rdmalab import verbs as v
     from rdmalab.verbs import rc
     e = v.enums
@@ -108,10 +108,10 @@ def _serve():
                                          "imm_data": w.imm_data} for w in wcs]})
             elif op == "mailbox":
                 flag = mem[:8].view(np.uint64)
-                deadline = time.monotonic() + msg["timeout"]
-                while flag[0] == 0:
-                    if time.monotonic() > deadline:
-                        raise TimeoutError("no mail: the flag at offset 0 was never set")
+                try:
+                    waiting.memory(lambda: flag[0] != 0, mr, msg["timeout"], "the mailbox's writer")
+                except TimeoutError:
+                    raise TimeoutError("no mail: the flag at offset 0 was never set") from None
                 length = int(flag[0])
                 text = mem[8:8 + min(length, SIZE - 8)].tobytes()
                 flag[0] = 0

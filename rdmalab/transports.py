@@ -18,11 +18,10 @@ message from that peer's socket straight into the region named in its header.
 import os
 import struct
 import threading
-import time
 
 import numpy as np
 
-from . import sockets
+from . import sockets, waiting
 
 REGIONS = ("data", "stage")
 # a peer silent for this long while we wait is treated as dead (RDMALAB_TIME_SCALE stretches it on
@@ -117,22 +116,21 @@ class RdmaTransport:
         self._write(peer, self.seq_mr.buf + 8 * peer, 8, self.seq_mr.lkey, "flags", 16 * self.rank, True)
 
     def wait(self, peer, alive=None):
-        """Spin on our own flag memory until peer's next sequence number has landed."""
+        """Watch our own flag memory until peer's next sequence number has landed (rdmalab.waiting:
+        spin, yield, then sleep until the write wakes us; between sleeps, check for failed writes)."""
         self.seen[peer] += 1
         want, slot = self.seen[peer], 2 * peer
         flags = self.flags
         if flags[slot] >= want:
             return
-        deadline = time.monotonic() + PEER_TIMEOUT
-        spins = 0
-        while flags[slot] < want:
-            spins += 1
-            if spins & 0xFF == 0:
-                os.sched_yield()   # let another process (a peer on the same core) run: hosts are oversubscribed
-            if spins & 0x3FFFF == 0:
-                self._reap()
-                if time.monotonic() > deadline or (alive is not None and not alive(peer)):
-                    raise PeerLost(f"rank {self.rank}: rank {peer} sent nothing for {PEER_TIMEOUT:.0f} s")
+
+        def healthy():
+            self._reap()
+            return alive is None or alive(peer)
+        try:
+            waiting.memory(lambda: flags[slot] >= want, self.mrs["flags"], PEER_TIMEOUT, f"rank {peer}", healthy)
+        except TimeoutError:
+            raise PeerLost(f"rank {self.rank}: rank {peer} sent nothing for {PEER_TIMEOUT:.0f} s") from None
 
     def _reap(self):
         """Poll completions of signaled writes; an error completion means a peer is gone."""
@@ -148,11 +146,13 @@ class RdmaTransport:
                 return
 
     def flush(self):
-        deadline = time.monotonic() + PEER_TIMEOUT
-        while self.outstanding > 0:
+        def drained():
             self._reap()
-            if time.monotonic() > deadline:
-                raise PeerLost(f"rank {self.rank}: writes not completed within {PEER_TIMEOUT:.0f} s")
+            return self.outstanding <= 0
+        try:
+            waiting.until(drained, PEER_TIMEOUT, "our writes' completions", bell=getattr(self.cq, "bell", None))
+        except TimeoutError:
+            raise PeerLost(f"rank {self.rank}: writes not completed within {PEER_TIMEOUT:.0f} s") from None
 
     def close(self):
         for obj in [*self.qps.values(), *self.mrs.values(), self.seq_mr, self.cq, self.pd, self.ctx]:

@@ -52,7 +52,7 @@ def test_closing_the_context_releases_everything():
         v.mr.MR(pd, 4096, e.IBV_ACCESS_LOCAL_WRITE)
         cq = v.cq.CQ(ctx, 4)
         v.qp.QP(pd, v.qp.QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq))
-        assert len(set(shm.leftovers(os.getpid())) - before) == 2  # one MR, one QP
+        assert len(set(shm.leftovers(os.getpid())) - before) == 3  # one MR, one CQ, one QP
     assert set(shm.leftovers(os.getpid())) == before
 
 
@@ -67,7 +67,7 @@ def test_sigkill_orphans_are_reaped_by_the_next_start():
     holder = run_holder("sleep")
     assert holder.stdout.readline().strip() == "ready"
     held = shm.leftovers(holder.pid)
-    assert len(held) == 4  # three MRs and a QP
+    assert len(held) == 5  # three MRs, a CQ and a QP
     os.kill(holder.pid, signal.SIGKILL)
     holder.wait(timeout=30)
     assert shm.leftovers(holder.pid) == held  # SIGKILL runs no cleanup: they are orphans now

@@ -6,8 +6,8 @@ with ibv_rc_pingpong's values (min_rnr_timer 12, timeout 14, retry 7, rnr_retry 
 rdmalab.verbs.route_of() picks: the first active port, its routable GID, its active MTU.
 """
 import random
-import time
 
+from .. import waiting
 from . import addr, enums as e, qp as qpmod, route_of
 
 
@@ -34,10 +34,10 @@ def connect(ctx, qp, local, remote, access=e.IBV_ACCESS_REMOTE_WRITE, rnr_retry=
 
 
 def wait_for_completion(cq, timeout=5.0):
-    """Poll until one completion arrives; TimeoutError names the likely causes if none does."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        n, wcs = cq.poll(1)
-        if n:
-            return wcs[0]
-    raise TimeoutError(f"no completion within {timeout} s: was the WR signaled, and is the peer's QP in RTR or RTS?")
+    """Poll until one completion arrives (rdmalab.waiting: spin, yield, then sleep); TimeoutError
+    names the likely causes if none does."""
+    try:
+        return waiting.poll(cq, 1, timeout)[0]
+    except TimeoutError:
+        raise TimeoutError(f"no completion within {timeout} s: was the WR signaled, and is the peer's QP in "
+                           "RTR or RTS?") from None

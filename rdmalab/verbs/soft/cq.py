@@ -1,4 +1,4 @@
-"""Completion queues and work completions.
+"""Completion queues, completion channels and work completions.
 
 A CQ gathers two kinds of completions:
 - send completions, which this process's NIC work produced (a deque, never shared);
@@ -6,17 +6,29 @@ A CQ gathers two kinds of completions:
   (shared memory); poll() reads them in order, queue by queue.
 poll() also gives the send queues waiting on an RNR timer or an ACK timeout their chance to retry,
 as a driver's completion path does.
+
+Each CQ also has a small shared segment, `rdmalab-cq-<id>`, which a peer's NIC reaches through the
+receiving QP: it rings the segment's bell when a receive completes (waking a poller that sleeps,
+rdmalab.waiting), and raises a completion event when the CQ is armed (req_notify): the event goes
+to the CQ's completion channel, where get_cq_event() is waiting for it.
 """
+import random
+import time
 from collections import deque
 
-from . import nic
+from . import shm
 from .base import Resource
 from .device import DEVICE_ATTR, Context
 from .enums import IBV_QPS_ERR
-from .nic import Q_RQ_CONSUMED, Q_RQ_POLLED, Q_STATE
 from .pyverbs_error import PyverbsRDMAError, PyverbsUserError
 
 EINVAL = 22
+# Words of a CQ's and a channel's segment header (after magic and owner pid)
+C_ALIVE, C_ARMED, C_CHANNEL, C_EVENTS = 2, 3, 4, 5
+NOT_ARMED, NEXT_COMPLETION, SOLICITED_ONLY = 0, 1, 2
+
+LOCAL_SEGMENTS = {}   # segment name -> Segment of this process's CQs and channels
+_attached = {}        # segment name -> Segment of another process's CQ or channel
 
 
 class WC:
@@ -39,30 +51,161 @@ def _wc(wr_id, status, opcode, byte_len, qp_num, imm_data, wc_flags):
     return WC(wr_id, status, opcode, 0, byte_len, qp_num, 0, imm_data, wc_flags)
 
 
+def _new_segment(kind):
+    while True:
+        number = random.getrandbits(31) or 1
+        try:
+            seg = shm.Segment.create(f"{kind}-{number:08x}", 0)
+        except FileExistsError:
+            continue
+        seg.header[C_ALIVE] = 1
+        LOCAL_SEGMENTS[f"{kind}-{number:08x}"] = seg
+        return seg, number
+
+
+def find_segment(kind, number):
+    """A CQ's or channel's segment by number, this process's or a peer's; None if none is alive."""
+    name = f"{kind}-{number:08x}"
+    seg = LOCAL_SEGMENTS.get(name) or _attached.get(name)
+    if seg is not None and seg.header is not None and seg.header[C_ALIVE]:
+        return seg
+    if seg is not None and name in _attached:
+        del _attached[name]
+        seg.close()
+    seg = shm.Segment.attach(name) if number else None
+    if seg is None or not seg.header[C_ALIVE]:
+        return None
+    _attached[name] = seg
+    return seg
+
+
+def announce(cq_number, solicited=False):
+    """A NIC put a completion in CQ `cq_number` (which may live in another process): wake its poller
+    if one sleeps, and raise a completion event if the CQ is armed for it."""
+    seg = find_segment("cq", cq_number)
+    if seg is not None:
+        announce_to(seg, solicited)
+
+
+def announce_to(seg, solicited=False):
+    """announce() to a CQ segment already found."""
+    h = seg.header
+    armed = h[C_ARMED]
+    if armed and (armed == NEXT_COMPLETION or solicited):
+        h[C_ARMED] = NOT_ARMED   # one event per req_notify, as on every device
+        h[C_EVENTS] += 1
+        channel = find_segment("ch", h[C_CHANNEL])
+        if channel is not None:
+            channel.ring()
+    seg.ring()
+
+
+class CompChannel(Resource):
+    """Where completion events arrive: get_cq_event() blocks until one of its CQs has one."""
+
+    def __init__(self, context):
+        super().__init__()
+        if not isinstance(context, Context):
+            raise PyverbsUserError(f"Expected Context, got {type(context)}")
+        context._check_open()
+        self.context = context
+        self._segment, self.number = _new_segment("ch")
+        self.cqs = []
+        self._depend_on(context)
+
+    def get_cq_event(self, expected_cq):
+        """Wait for the next completion event (as long as it takes, like ibv_get_cq_event on a
+        blocking channel; Ctrl-C interrupts). The event counts as unacknowledged on its CQ until
+        expected_cq.ack_events()."""
+        from ... import waiting
+        self._check_open()
+        found = []
+
+        def event_ready():
+            if self._closed:
+                raise PyverbsRDMAError("Failed to get CQ event: the completion channel was closed", 9)
+            for cq in self.cqs:
+                if cq._segment.header[C_EVENTS] > cq._events_taken:
+                    found.append(cq)
+                    return True
+            return False
+
+        waiting.until(event_ready, float("inf"), "a completion event", bell=self._segment.bell)
+        cq = found[0]
+        cq._events_taken += 1
+        cq.unacked_events += 1
+        if cq is not expected_cq:
+            raise PyverbsRDMAError("Received event on an unexpected CQ", 0)
+
+    def _release(self):
+        self._segment.header[C_ALIVE] = 0
+        self._segment.ring()   # a thread blocked in get_cq_event wakes and sees the channel closed
+        LOCAL_SEGMENTS.pop(f"ch-{self.number:08x}", None)
+        self._segment.close()
+
+
 class CQ(Resource):
     def __init__(self, context, cqe, cq_context=None, channel=None, comp_vector=0):
         super().__init__()
         if not isinstance(context, Context):
             raise PyverbsUserError(f"Expected Context, got {type(context)}")
         context._check_open()
-        if not 1 <= cqe <= DEVICE_ATTR["max_cqe"]:
+        if channel is not None and not isinstance(channel, CompChannel):
+            raise PyverbsUserError(f"Expected CompChannel, got {type(channel)}")
+        if not 1 <= cqe <= DEVICE_ATTR["max_cqe"] or not 0 <= comp_vector < context.num_comp_vectors:
             raise PyverbsRDMAError("Failed to create a CQ", EINVAL)
-        if channel is not None:
-            raise PyverbsUserError("The emulated NIC has no completion channels: poll the CQ instead")
         self.cqe = cqe
         self.context = context
         self._completions = deque()  # (wr_id, status, opcode, byte_len, qp_num, imm_data, wc_flags)
         self._recv_qps = []          # QPs whose receive completions come here
-        self._waiting = set()        # QPs whose send queue waits for a timer
+        self._timed = set()          # QPs whose send queue waits for an RNR or ACK timer
+        self._segment, self.number = _new_segment("cq")
+        self._events_taken = 0       # events get_cq_event() has handed out
+        self.unacked_events = 0
+        self.channel = channel
+        if channel is not None:
+            channel._check_open()
+            self._segment.header[C_CHANNEL] = channel.number
+            channel.cqs.append(self)
+            self._depend_on(channel)
+        self.bell = _PollerBell(self)
         self._depend_on(context)
+
+    # ------------------------------------------------------------ what the NIC and QPs call
+
+    def push(self, wr_id, status, opcode, byte_len, qp_num, imm_data=0, wc_flags=0):
+        """The NIC completed one of our send WRs: queue its completion."""
+        self._completions.append((wr_id, status, opcode, byte_len, qp_num, imm_data, wc_flags))
+        h = self._segment.header
+        if h[C_ARMED] or h[shm.W_SLEEPERS]:
+            announce_to(self._segment)
+
+    def watch_receives(self, qp):
+        self._recv_qps.append(qp)
+
+    def forget(self, qp):
+        if qp in self._recv_qps:
+            self._recv_qps.remove(qp)
+        self._timed.discard(qp)
+
+    def wait_for_timer(self, qp, waiting=True):
+        """qp's send queue waits for a timer (True) or no longer does (False): poll() drives it."""
+        (self._timed.add if waiting else self._timed.discard)(qp)
+
+    def next_timer(self):
+        """When the earliest waiting send queue wants to retry (monotonic seconds), or None."""
+        deadlines = [qp.next_retry() for qp in self._timed]
+        return min((d for d in deadlines if d), default=None)
+
+    # ------------------------------------------------------------ pyverbs' API
 
     def poll(self, num_entries=1):
         """Returns (number polled, [WC, ...]), at most num_entries, without waiting."""
         if self._closed:
             self._check_open()
-        if self._waiting:
-            for qp in list(self._waiting):
-                nic.progress(qp)
+        if self._timed:
+            for qp in list(self._timed):
+                qp.progress()
         wcs = []
         local = self._completions
         while local and len(wcs) < num_entries:
@@ -70,13 +213,48 @@ class CQ(Resource):
         for qp in self._recv_qps:
             if len(wcs) >= num_entries:
                 break
-            h = qp._segment.header
-            if h[Q_RQ_POLLED] == h[Q_RQ_CONSUMED] and (h[Q_STATE] != IBV_QPS_ERR or qp._receives_flushed):
-                continue  # nothing arrived and nothing to flush: the common case, kept cheap
-            nic.harvest_receives(qp, wcs, num_entries, _wc)
+            qp.harvest_receives(wcs, num_entries, _wc)
         return len(wcs), wcs
 
+    def req_notify(self, solicited_only=False):
+        """Arm the CQ: the next completion (solicited_only: the next solicited receive) raises one
+        event on the CQ's channel."""
+        self._check_open()
+        self._segment.header[C_ARMED] = SOLICITED_ONLY if solicited_only else NEXT_COMPLETION
+
+    def ack_events(self, num_events):
+        """Acknowledge events get_cq_event() returned (libibverbs takes any count without checking)."""
+        self._check_open()
+        self.unacked_events -= num_events
+
     def _release(self):
+        self._segment.header[C_ALIVE] = 0
+        if self.channel is not None and self in self.channel.cqs:
+            self.channel.cqs.remove(self)
+        LOCAL_SEGMENTS.pop(f"cq-{self.number:08x}", None)
         self._completions.clear()
         self._recv_qps.clear()
-        self._waiting.clear()
+        self._timed.clear()
+        self._segment.close()
+
+    def __str__(self):
+        return "CQ\n" + "{:22}: {:<20}\n".format("Handle", self.number) + "{:22}: {:<20}\n".format("CQEs", self.cqe)
+
+
+class _PollerBell:
+    """rdmalab.waiting.until's bell for a CQ: sleep until a receive lands or the next retry is due."""
+
+    def __init__(self, cq):
+        self.cq = cq
+
+    def arm(self):
+        return self.cq._segment.bell.arm()
+
+    def sleep(self, token, seconds):
+        due = self.cq.next_timer()
+        if due is not None:
+            seconds = min(seconds, max(due - time.monotonic(), 0))
+        self.cq._segment.bell.sleep(token, seconds)
+
+    def disarm(self):
+        self.cq._segment.bell.disarm()

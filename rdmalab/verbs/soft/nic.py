@@ -30,12 +30,12 @@ import time
 
 import numpy as np
 
-from . import shm
+from . import cq as cqmod, shm
 from .device import GIDS
 from .enums import (
     IBV_ACCESS_LOCAL_WRITE as LOCAL_WRITE, IBV_ACCESS_REMOTE_ATOMIC as REMOTE_ATOMIC,
     IBV_ACCESS_REMOTE_READ as REMOTE_READ, IBV_ACCESS_REMOTE_WRITE as REMOTE_WRITE,
-    IBV_QPS_ERR, IBV_QPS_RTR, IBV_QPS_RTS, IBV_SEND_INLINE, IBV_SEND_SIGNALED,
+    IBV_QPS_ERR, IBV_QPS_RTR, IBV_QPS_RTS, IBV_SEND_INLINE, IBV_SEND_SIGNALED, IBV_SEND_SOLICITED,
     IBV_WC_COMP_SWAP, IBV_WC_FETCH_ADD, IBV_WC_GRH, IBV_WC_LOC_PROT_ERR, IBV_WC_LOC_QP_OP_ERR,
     IBV_WC_RDMA_READ, IBV_WC_RDMA_WRITE, IBV_WC_RECV, IBV_WC_RECV_RDMA_WITH_IMM, IBV_WC_REM_ACCESS_ERR,
     IBV_WC_REM_INV_REQ_ERR, IBV_WC_REM_OP_ERR, IBV_WC_RETRY_EXC_ERR, IBV_WC_RNR_RETRY_EXC_ERR,
@@ -47,7 +47,7 @@ from .mr import REGISTERED, W_ACCESS, W_ADDR, W_LENGTH, W_PD, W_VALID, segment_n
 
 # Words of a QP segment's header (after magic and owner pid): the part of a QP a peer NIC may see.
 Q_STATE, Q_ACCESS, Q_PD, Q_EXPECTED_PSN, Q_MIN_RNR_TIMER, Q_RQ_SIZE, Q_RQ_MAX_SGE, \
-    Q_RQ_POSTED, Q_RQ_CONSUMED, Q_RQ_POLLED, Q_ALIVE = range(2, 13)
+    Q_RQ_POSTED, Q_RQ_CONSUMED, Q_RQ_POLLED, Q_ALIVE, Q_RECV_CQ = range(2, 14)
 # Words of one receive-queue slot: the posted WR, then (once consumed) its completion.
 R_WR_ID, R_NUM_SGE, R_STATUS, R_OPCODE, R_BYTE_LEN, R_IMM, R_FLAGS = range(7)
 R_SGES = 8  # then (addr, length, lkey) per SGE
@@ -67,8 +67,8 @@ RNR_TIMER_MS = [655.36, 0.01, 0.02, 0.03, 0.04, 0.06, 0.08, 0.12, 0.16, 0.24, 0.
 
 LOCAL_QPS = {}  # qp_num -> QP of this process
 _attached_mrs = {}  # key -> Segment of another process's MR
-_attached_qps = {}  # qp_num -> (Segment, receive slots) of another process's QP
-_lock = threading.Lock()  # with fcntl record locks: atomics and receive queues, across threads and processes
+_attached_qps = {}  # qp_num -> (Segment, ReceiveQueue) of another process's QP
+_lock = threading.Lock()  # receive queues and atomics, across this process's threads (with fcntl for atomics)
 
 
 # ---------------------------------------------------------------- finding peers' memory and QPs
@@ -85,37 +85,55 @@ def mr_segment(key):
         del _attached_mrs[key]
         seg.close()
     seg = shm.Segment.attach(segment_name(key)) if key else None
-    if seg is None or not seg.words[W_VALID]:
+    if seg is None or not seg.header[W_VALID]:
         return None
     _attached_mrs[key] = seg
     return seg
 
 
 def qp_words(qp_num):
-    """(shared header, segment, receive slots) of a QP by number, or None when no QP answers to it."""
+    """(shared header, segment, ReceiveQueue) of a QP by number, or None when no QP answers to it."""
     qp = LOCAL_QPS.get(qp_num)
     if qp is not None:
-        return qp._words, qp._segment, qp._slots
+        return qp._words, qp._segment, qp._rq
     found = _attached_qps.get(qp_num)
-    if found is not None and not found[0].words[Q_ALIVE]:
+    if found is not None and not found[0].header[Q_ALIVE]:
         del _attached_qps[qp_num]
+        found[1].release()
         found[0].close()
         found = None
     if found is None:
         seg = shm.Segment.attach(f"qp-{qp_num:06x}")
-        if seg is None or not seg.words[Q_ALIVE]:
+        if seg is None or not seg.header[Q_ALIVE]:
             return None
-        found = _attached_qps[qp_num] = (seg, receive_slots(seg, int(seg.words[Q_RQ_SIZE]), int(seg.words[Q_RQ_MAX_SGE])))
-    seg, slots = found
-    return seg.words, seg, slots
+        found = _attached_qps[qp_num] = (seg, ReceiveQueue(seg))
+    seg, rq = found
+    return seg.words, seg, rq
+
+
+class ReceiveQueue:
+    """A QP's receive queue, in its shared segment: slots its owner posts (Q_RQ_POSTED) and polls
+    (Q_RQ_POLLED), which the peer's NIC consumes (Q_RQ_CONSUMED). Each counter has one writer."""
+
+    def __init__(self, seg):
+        h = seg.header
+        self.header, self.size, self.stride = h, int(h[Q_RQ_SIZE]), R_SGES + 3 * int(h[Q_RQ_MAX_SGE])
+        self.words = seg.bytes[:self.size * self.stride * 8].cast("Q")
+
+    def slot(self, n):
+        """Where slot number n (counted from the start, not wrapped) begins in `words`."""
+        return n % self.size * self.stride
+
+    def release(self):
+        self.words.release()
 
 
 def _region(seg, addr, length, pd, need):
     """Offset of [addr, addr+length) inside the MR of `seg`, or None if PD, access or bounds forbid it."""
     if seg is None:
         return None
-    w = seg.words
-    offset = addr - int(w[W_ADDR])
+    w = seg.header
+    offset = addr - w[W_ADDR]
     if w[W_PD] != pd or not w[W_ACCESS] & need or offset < 0 or offset + length > w[W_LENGTH]:
         return None
     return offset
@@ -158,68 +176,130 @@ def gather_inline(wr):
     return b"".join(ctypes.string_at(addr, length) for addr, length, _ in wr.sges)
 
 
-class RemoteRoute:
-    """What a NIC keeps in its caches for one connection and one remote MR: the peer QP's context and
-    the MR's translation (base address, length, where its pages are). Built once, after the full checks;
-    what can change afterwards (QP state, PSN, access flags, deregistration) is re-read on every WR."""
-    __slots__ = ("opcode", "dest_qp_num", "rkey", "lkey", "peer", "mr_header", "remote", "base", "length",
-                 "local_mr", "local", "local_base", "local_length")
+class Route:
+    """What a NIC keeps in its caches for one connection and one pair of keys: the peer QP's context,
+    its receive queue, and the translations of the local MR (lkey) and the remote one (rkey; 0 for
+    a SEND). Built once, after the full checks; what can change afterwards (QP state, PSN, access
+    flags, deregistration) is re-read on every WR."""
+    __slots__ = ("dest_qp_num", "rkey", "lkey", "peer", "rq", "peer_cq", "mr_header", "mr_access", "remote_segment", "remote",
+                 "base", "length", "local_mr", "local", "local_base", "local_length", "local_writable")
 
-    def __init__(self, qp, wr, lkey):
+    def __init__(self, qp, rkey, lkey):
         mr = REGISTERED.get(lkey)
         found = qp_words(qp._dest_qp_num)
-        seg = mr_segment(wr.rkey)
-        if mr is None or mr.pd is not qp.pd or found is None or seg is None or qp._dgid not in GIDS:
+        if mr is None or mr.pd is not qp.pd or found is None or qp._dgid not in GIDS:
             raise LookupError
-        peer, h = found[1].header, seg.header
-        if h[W_PD] != peer[Q_PD] or not h[W_ACCESS] & NEEDS_ACCESS[wr.opcode] \
-                or wr.opcode == READ and not mr.access & LOCAL_WRITE:
-            raise LookupError
-        self.opcode, self.dest_qp_num, self.rkey, self.lkey = wr.opcode, qp._dest_qp_num, wr.rkey, lkey
-        self.peer, self.mr_header, self.remote, self.base, self.length = peer, h, seg.bytes, h[W_ADDR], h[W_LENGTH]
+        self.dest_qp_num, self.rkey, self.lkey = qp._dest_qp_num, rkey, lkey
+        self.peer, self.rq = found[1].header, found[2]
+        self.peer_cq = cqmod.find_segment("cq", self.peer[Q_RECV_CQ])   # where its receives complete
         self.local_mr, self.local, self.local_base, self.local_length = mr, mr._segment.bytes, mr.buf, mr.length
+        self.local_writable = mr.access & LOCAL_WRITE
+        self.mr_header = self.remote_segment = self.remote = None
+        self.mr_access = self.base = self.length = 0
+        if rkey:
+            seg = mr_segment(rkey)
+            if seg is None or seg.header[W_PD] != self.peer[Q_PD]:
+                raise LookupError
+            h = seg.header
+            self.mr_header, self.mr_access, self.remote_segment = h, h[W_ACCESS], seg
+            self.remote, self.base, self.length = seg.bytes, h[W_ADDR], h[W_LENGTH]
 
 
-def fast_rdma(qp, wr):
-    """The common case in one pass: an RDMA WRITE or READ of one SGE on a healthy, idle connection.
+def fast_post(qp, wr):
+    """The common case in one pass: any operation with one SGE, not inline, on a healthy, idle connection.
 
     Makes the same checks as execute() (local key and bounds; peer QP alive, RTR/RTS, expecting our
-    PSN, allowing the operation; remote key valid, same PD, the access, in bounds), the constant ones
-    through a RemoteRoute cached on the QP. Returns False, having done nothing, when anything is
-    unusual: the general path then handles it and reports the error.
+    PSN, allowing the operation; remote key valid, same PD, the access, in bounds; a posted receive
+    that fits), the constant ones through a Route cached on the QP. Returns False, having done
+    nothing, when anything is unusual: the general path then handles it and reports the error.
     """
     sges = wr.sges
-    if len(sges) != 1:
+    if len(sges) != 1 or wr.send_flags & IBV_SEND_INLINE:
         return False
     addr, length, lkey = sges[0]
-    opcode, route = wr.opcode, qp._remote_route
+    opcode = wr.opcode
     try:
-        if route is None or route.rkey != wr.rkey or route.lkey != lkey or route.opcode != opcode \
-                or route.dest_qp_num != qp._dest_qp_num:
-            route = qp._remote_route = RemoteRoute(qp, wr, lkey)
+        need = NEEDS_ACCESS[opcode]
+        rkey = wr.rkey if need else 0
+        route = qp._remote_route
+        if route is None or route.rkey != rkey or route.lkey != lkey or route.dest_qp_num != qp._dest_qp_num:
+            route = qp._remote_route = Route(qp, rkey, lkey)
         peer = route.peer
         state = peer[Q_STATE]
         if (state != IBV_QPS_RTR and state != IBV_QPS_RTS) or not peer[Q_ALIVE] \
-                or peer[Q_EXPECTED_PSN] != qp._sq_psn or not peer[Q_ACCESS] & NEEDS_ACCESS[opcode] \
-                or not route.mr_header[W_VALID] or route.local_mr._closed:
+                or peer[Q_EXPECTED_PSN] != qp._sq_psn or route.local_mr._closed:
             return False
-        start, offset = addr - route.local_base, wr.remote_addr - route.base
-        if start < 0 or start + length > route.local_length or offset < 0 or offset + length > route.length \
-                or wr.send_flags & IBV_SEND_INLINE and (length > qp.cap.max_inline_data or opcode == READ):
+        if need and (not peer[Q_ACCESS] & need or not route.mr_access & need or not route.mr_header[W_VALID]):
             return False
-        if opcode == WRITE:
+        start = addr - route.local_base
+        if start < 0 or start + length > route.local_length:
+            return False
+        remote_length = 8 if opcode in ATOMICS else length
+        if rkey:
+            offset = wr.remote_addr - route.base
+            if offset < 0 or offset + remote_length > route.length:
+                return False
+        if opcode in CONSUMES_RECEIVE:
+            done = _fast_receive(qp, wr, route, start, length, offset if rkey else 0)
+        elif opcode == WRITE:
             route.remote[offset:offset + length] = route.local[start:start + length]
-        else:
+            route.remote_segment.ring()
+            done = True
+        elif not route.local_writable:   # READ and atomics write their answer locally
+            return False
+        elif opcode == READ:
             route.local[start:start + length] = route.remote[offset:offset + length]
+            done = True
+        else:
+            if length < 8 or wr.remote_addr & 7:
+                return False
+            old = _atomic(route.remote_segment, offset, opcode, wr.compare_add, wr.swap)
+            route.local[start:start + 8] = old.to_bytes(8, "little")
+            done = True
     except (LookupError, ValueError):   # nothing cacheable, or a peer closed since (its views released)
         qp._remote_route = None
         return False
-    mtu = qp._mtu_bytes
-    packets = (length + mtu - 1) // mtu or 1
-    qp._sq_psn = (qp._sq_psn + packets) % PSN_MOD
-    peer[Q_EXPECTED_PSN] = (peer[Q_EXPECTED_PSN] + packets) % PSN_MOD
+    if not done:
+        return False
+    _advance_psn(qp, peer, remote_length)
     if wr.send_flags & IBV_SEND_SIGNALED or qp._sq_sig_all:
-        qp._send_cq._completions.append((wr.wr_id, IBV_WC_SUCCESS, WC_OPCODE[opcode], length, qp.qp_num, 0, 0))
+        flags = IBV_WC_WITH_IMM if opcode == WRITE_WITH_IMM or opcode == SEND_WITH_IMM else 0
+        qp._send_cq.push(wr.wr_id, IBV_WC_SUCCESS, WC_OPCODE[opcode], length, qp.qp_num, 0, flags)
+    return True
+
+
+def _fast_receive(qp, wr, route, start, length, offset):
+    """SEND, SEND_WITH_IMM or WRITE_WITH_IMM into the peer's next receive, if it has one that fits
+    in one SGE; False (nothing done) otherwise."""
+    peer, rq = route.peer, route.rq
+    with _lock:
+        consumed = peer[Q_RQ_CONSUMED]
+        if consumed == peer[Q_RQ_POSTED]:
+            return False   # no receive posted: the general path sends the RNR NAK
+        w, base = rq.words, consumed % rq.size * rq.stride
+        opcode = wr.opcode
+        if opcode == WRITE_WITH_IMM:
+            route.remote[offset:offset + length] = route.local[start:start + length]
+            route.remote_segment.ring()
+            wc_opcode = IBV_WC_RECV_RDMA_WITH_IMM
+        else:
+            addr, room, key = w[base + R_SGES:base + R_SGES + 3]
+            seg = mr_segment(key)
+            if w[base + R_NUM_SGE] != 1 or length > room or seg is None:
+                return False
+            h = seg.header
+            at = addr - h[W_ADDR]
+            if h[W_PD] != peer[Q_PD] or not h[W_ACCESS] & LOCAL_WRITE or at < 0 or at + room > h[W_LENGTH]:
+                return False
+            seg.bytes[at:at + length] = route.local[start:start + length]
+            wc_opcode = IBV_WC_RECV
+        with_imm = opcode != SEND
+        w[base + R_STATUS], w[base + R_OPCODE], w[base + R_BYTE_LEN], w[base + R_IMM], w[base + R_FLAGS] = \
+            IBV_WC_SUCCESS, wc_opcode, length, wr.imm_data if with_imm else 0, \
+            IBV_WC_GRH | IBV_WC_WITH_IMM if with_imm else IBV_WC_GRH
+        peer[Q_RQ_CONSUMED] = consumed + 1   # publish last: the owner's poll reads up to here
+    if route.peer_cq is not None:
+        cqmod.announce_to(route.peer_cq, wr.send_flags & IBV_SEND_SOLICITED)
     return True
 
 
@@ -234,7 +314,7 @@ def post(qp, wr):
         pending = Pending(snapshot(wr))
         pending.deadline, pending.rnr_left, pending.retries_left = outcome
         qp._sq.append(pending)
-        qp._send_cq._waiting.add(qp)
+        qp._send_cq.wait_for_timer(qp)
 
 
 def progress(qp):
@@ -253,7 +333,7 @@ def progress(qp):
             head.deadline, head.rnr_left, head.retries_left = outcome
             return
         sq.popleft()
-    qp._send_cq._waiting.discard(qp)
+    qp._send_cq.wait_for_timer(qp, False)
 
 
 def complete(qp, wqe, status, byte_len=0):
@@ -266,7 +346,7 @@ def complete(qp, wqe, status, byte_len=0):
     else:
         opcode = flags = 0
         byte_len = 0
-    qp._send_cq._completions.append((wqe.wr_id, status, opcode, byte_len, qp.qp_num, 0, flags))
+    qp._send_cq.push(wqe.wr_id, status, opcode, byte_len, qp.qp_num, 0, flags)
 
 
 def fail(qp, wqe, status, peer_words=None):
@@ -351,7 +431,7 @@ def execute(qp, wqe, pending):
     peer = _path_answers(qp)
     if peer is None:
         return _wait_for_ack(qp, wqe, pending)
-    peer_words, peer_seg, peer_slots = peer
+    peer_words, peer_seg, peer_rq = peer
 
     # responder checks, in rxe's order
     need = NEEDS_ACCESS[opcode]
@@ -359,8 +439,8 @@ def execute(qp, wqe, pending):
         fail(qp, wqe, IBV_WC_REM_INV_REQ_ERR, peer_words)
         return None
     if opcode in CONSUMES_RECEIVE:
-        with _LockedWord(peer_seg, 0):
-            outcome = _respond_with_receive(qp, wqe, pending, peer_words, peer_slots, payload, length)
+        with _lock:
+            outcome = _respond_with_receive(qp, wqe, pending, peer_words, peer_rq, payload, length)
     else:
         outcome = _respond_rdma(qp, wqe, peer_words, payload, length)
     return outcome
@@ -378,6 +458,7 @@ def _respond_rdma(qp, wqe, peer_words, payload, length):
     target = seg.data
     if opcode == WRITE:
         target[offset:offset + length] = payload
+        seg.ring()
     elif opcode == READ:
         if not _scatter_local(qp, wqe, target[offset:offset + length]):
             _advance_psn(qp, peer_words, remote_length)
@@ -403,17 +484,18 @@ def _atomic(seg, offset, opcode, compare_add, swap):
             word[0] = (old + compare_add) % (1 << 64)
         elif old == compare_add:
             word[0] = swap
+    seg.ring()
     return old
 
 
-def _respond_with_receive(qp, wqe, pending, peer_words, slots, payload, length):
+def _respond_with_receive(qp, wqe, pending, peer_words, rq, payload, length):
     """SEND, SEND_WITH_IMM and WRITE_WITH_IMM: each consumes the peer's next posted receive."""
     consumed = int(peer_words[Q_RQ_CONSUMED])
     if consumed == peer_words[Q_RQ_POSTED]:
         return _wait_for_receive(qp, wqe, pending)
-    slot = slots[consumed % len(slots)]
     peer_pd = peer_words[Q_PD]
     opcode = wqe.opcode
+    solicited = bool(wqe.send_flags & IBV_SEND_SOLICITED)
     if opcode == WRITE_WITH_IMM:
         seg = mr_segment(wqe.rkey)
         offset = _region(seg, wqe.remote_addr, length, peer_pd, REMOTE_WRITE)
@@ -421,31 +503,30 @@ def _respond_with_receive(qp, wqe, pending, peer_words, slots, payload, length):
             fail(qp, wqe, IBV_WC_REM_ACCESS_ERR, peer_words)
             return None
         seg.data[offset:offset + length] = payload
+        seg.ring()
         wc_opcode = IBV_WC_RECV_RDMA_WITH_IMM
     else:
-        targets = _receive_targets(slot, peer_pd, length)
+        targets = _receive_targets(rq, consumed, peer_pd, length)
         if targets is None:  # the receive is too small or names memory it may not use
-            _complete_receive(peer_words, slot, consumed, IBV_WC_LOC_QP_OP_ERR, 0, 0, 0, 0)
+            _complete_receive(peer_words, rq, consumed, IBV_WC_LOC_QP_OP_ERR, 0, 0, 0, 0, solicited)
             fail(qp, wqe, IBV_WC_REM_OP_ERR, peer_words)
             return None
         _scatter(targets, payload)
         wc_opcode = IBV_WC_RECV
     with_imm = opcode != SEND
-    _complete_receive(peer_words, slot, consumed, IBV_WC_SUCCESS, wc_opcode, length,
-                      wqe.imm_data if with_imm else 0, IBV_WC_GRH | (IBV_WC_WITH_IMM if with_imm else 0))
+    _complete_receive(peer_words, rq, consumed, IBV_WC_SUCCESS, wc_opcode, length,
+                      wqe.imm_data if with_imm else 0, IBV_WC_GRH | (IBV_WC_WITH_IMM if with_imm else 0), solicited)
     _advance_psn(qp, peer_words, length)
     complete(qp, wqe, IBV_WC_SUCCESS, length)
     return None
 
 
-def receive_slots(seg, size, max_sge):
-    return seg.data[:size * (R_SGES + 3 * max_sge) * 8].view(np.uint64).reshape(size, R_SGES + 3 * max_sge)
-
-
-def _receive_targets(slot, pd, length):
+def _receive_targets(rq, n, pd, length):
+    """Where receive number n scatters a message of `length` bytes; None if it cannot."""
     targets, room = [], 0
-    for i in range(int(slot[R_NUM_SGE])):
-        addr, sge_length, lkey = (int(v) for v in slot[R_SGES + 3 * i:R_SGES + 3 * i + 3])
+    w, base = rq.words, rq.slot(n)
+    for i in range(w[base + R_NUM_SGE]):
+        addr, sge_length, lkey = w[base + R_SGES + 3 * i:base + R_SGES + 3 * i + 3]
         seg = mr_segment(lkey)
         offset = _region(seg, addr, sge_length, pd, LOCAL_WRITE)
         if offset is None:
@@ -455,16 +536,18 @@ def _receive_targets(slot, pd, length):
     return targets if room >= length else None
 
 
-def _complete_receive(words, slot, consumed, status, opcode, byte_len, imm, flags):
-    slot[R_STATUS], slot[R_OPCODE], slot[R_BYTE_LEN], slot[R_IMM], slot[R_FLAGS] = \
+def _complete_receive(words, rq, consumed, status, opcode, byte_len, imm, flags, solicited):
+    w, base = rq.words, rq.slot(consumed)
+    w[base + R_STATUS], w[base + R_OPCODE], w[base + R_BYTE_LEN], w[base + R_IMM], w[base + R_FLAGS] = \
         status, opcode, byte_len, imm, flags
     words[Q_RQ_CONSUMED] = consumed + 1  # publish last: the owner's poll reads up to here
+    cqmod.announce(words[Q_RECV_CQ], solicited)
 
 
 def _advance_psn(qp, peer_words, length):
-    packets = max(1, -(-length // qp._mtu_bytes))
+    packets = (length + qp._mtu_bytes - 1) // qp._mtu_bytes or 1
     qp._sq_psn = (qp._sq_psn + packets) % PSN_MOD
-    peer_words[Q_EXPECTED_PSN] = (int(peer_words[Q_EXPECTED_PSN]) + packets) % PSN_MOD
+    peer_words[Q_EXPECTED_PSN] = (peer_words[Q_EXPECTED_PSN] + packets) % PSN_MOD
 
 
 def _wait_for_receive(qp, wqe, pending):
@@ -497,12 +580,13 @@ def _wait_for_ack(qp, wqe, pending):
 
 def flush_receives(qp):
     """The QP entered ERR: every receive posted until now completes with WR_FLUSH_ERR (once)."""
-    words = qp._words
-    with _LockedWord(qp._segment, 0):
-        consumed, posted = int(words[Q_RQ_CONSUMED]), int(words[Q_RQ_POSTED])
+    words, rq = qp._segment.header, qp._rq
+    with _lock:   # a peer's NIC stops consuming once it sees ERR, which the QP entered before this
+        consumed, posted = words[Q_RQ_CONSUMED], words[Q_RQ_POSTED]
+        w = rq.words
         for n in range(consumed, posted):
-            slot = qp._slots[n % qp._rq_size]
-            slot[R_STATUS], slot[R_OPCODE], slot[R_BYTE_LEN], slot[R_IMM], slot[R_FLAGS] = \
+            base = rq.slot(n)
+            w[base + R_STATUS], w[base + R_OPCODE], w[base + R_BYTE_LEN], w[base + R_IMM], w[base + R_FLAGS] = \
                 IBV_WC_WR_FLUSH_ERR, 0, 0, 0, 0
         words[Q_RQ_CONSUMED] = posted
     qp._receives_flushed = True
@@ -510,14 +594,15 @@ def flush_receives(qp):
 
 def harvest_receives(qp, out, limit, make_wc):
     """Move this QP's completed receives into `out` (up to `limit` entries in all)."""
-    words = qp._words
+    words, rq = qp._segment.header, qp._rq
     if words[Q_STATE] == IBV_QPS_ERR and not qp._receives_flushed:
         flush_receives(qp)
-    polled, consumed = int(words[Q_RQ_POLLED]), int(words[Q_RQ_CONSUMED])
+    polled, consumed = words[Q_RQ_POLLED], words[Q_RQ_CONSUMED]
+    w = rq.words
     while polled < consumed and len(out) < limit:
-        s = qp._slots[polled % qp._rq_size]
-        out.append(make_wc(int(s[R_WR_ID]), int(s[R_STATUS]), int(s[R_OPCODE]), int(s[R_BYTE_LEN]),
-                           qp.qp_num, int(s[R_IMM]), int(s[R_FLAGS])))
+        base = rq.slot(polled)
+        out.append(make_wc(w[base + R_WR_ID], w[base + R_STATUS], w[base + R_OPCODE], w[base + R_BYTE_LEN],
+                           qp.qp_num, w[base + R_IMM], w[base + R_FLAGS]))
         polled += 1
     words[Q_RQ_POLLED] = polled
 

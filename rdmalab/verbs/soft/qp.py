@@ -29,8 +29,8 @@ from .enums import (
     IBV_QPS_ERR as ERR, IBV_QPS_INIT as INIT, IBV_QPS_RESET as RESET, IBV_QPS_RTR as RTR,
     IBV_QPS_RTS as RTS, IBV_MTU_1024, IBV_QPT_RC, IBV_QPT_UD, IBV_SEND_INLINE,
     IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE)
-from .nic import (Q_ACCESS, Q_ALIVE, Q_EXPECTED_PSN, Q_MIN_RNR_TIMER, Q_PD, Q_RQ_CONSUMED, Q_RQ_MAX_SGE,
-                  Q_RQ_POLLED, Q_RQ_POSTED, Q_RQ_SIZE, Q_STATE, R_NUM_SGE, R_SGES, R_WR_ID)
+from .nic import (Q_ACCESS, Q_ALIVE, Q_EXPECTED_PSN, Q_MIN_RNR_TIMER, Q_PD, Q_RECV_CQ, Q_RQ_CONSUMED,
+                  Q_RQ_MAX_SGE, Q_RQ_POLLED, Q_RQ_POSTED, Q_RQ_SIZE, Q_STATE, R_NUM_SGE, R_SGES, R_WR_ID)
 from .pd import PD
 from .pyverbs_error import PyverbsRDMAError, PyverbsUserError
 
@@ -117,15 +117,16 @@ class QP(Resource):
         self._segment, self.qp_num = self._new_segment()
         self._words = self._segment.words
         self._rq_size = self.cap.max_recv_wr
-        self._slots = nic.receive_slots(self._segment, self._rq_size, self.cap.max_recv_sge)
         w = self._words
-        w[Q_PD], w[Q_RQ_SIZE], w[Q_RQ_MAX_SGE], w[Q_STATE], w[Q_ALIVE] = \
-            creator.handle, self._rq_size, self.cap.max_recv_sge, RESET, 1
+        w[Q_PD], w[Q_RQ_SIZE], w[Q_RQ_MAX_SGE], w[Q_STATE], w[Q_RECV_CQ] = \
+            creator.handle, self._rq_size, self.cap.max_recv_sge, RESET, rcq.number
+        self._rq = nic.ReceiveQueue(self._segment)
+        w[Q_ALIVE] = 1
         self._sq = deque()  # WQEs waiting for an RNR timer or an ACK timeout
-        self._remote_route = None  # nic.RemoteRoute: the fast path's cache for the last RDMA WRITE/READ
+        self._remote_route = None  # nic.Route: the fast path's cache for the last connection and keys
         self._reset_attributes()
         nic.LOCAL_QPS[self.qp_num] = self
-        rcq._recv_qps.append(self)
+        rcq.watch_receives(self)
         self._depend_on(creator, scq, rcq)
         if qp_attr is not None:
             self.to_init(qp_attr)
@@ -274,6 +275,23 @@ class QP(Resource):
                           sq_sig_all=self._sq_sig_all)
         return a, init
 
+    # ------------------------------------------------------------ what the CQ asks
+
+    def progress(self):
+        """Retry what waits for a timer in the send queue (the CQ calls this when polled)."""
+        nic.progress(self)
+
+    def next_retry(self):
+        """When the send queue's head wants to be retried (monotonic seconds), or None."""
+        return self._sq[0].deadline if self._sq else None
+
+    def harvest_receives(self, out, limit, make_wc):
+        """Move completed receives into `out` (up to `limit` in all); cheap when nothing arrived."""
+        h = self._segment.header
+        if h[Q_RQ_POLLED] == h[Q_RQ_CONSUMED] and (h[Q_STATE] != ERR or self._receives_flushed):
+            return
+        nic.harvest_receives(self, out, limit, make_wc)
+
     # ------------------------------------------------------------ posting
 
     def post_send(self, wr, bad_wr=None):
@@ -281,8 +299,7 @@ class QP(Resource):
         if self._closed:
             self._check_open()
         state = self._segment.header[Q_STATE]
-        if state == RTS and (wr.opcode == IBV_WR_RDMA_WRITE or wr.opcode == IBV_WR_RDMA_READ) \
-                and wr.next_wr is None and not self._sq and nic.fast_rdma(self, wr):
+        if state == RTS and wr.next_wr is None and not self._sq and nic.fast_post(self, wr):
             return
         if state != RTS and state != ERR:  # rxe's kernel refuses the doorbell before RTS
             raise PyverbsRDMAError("Failed to post send", EINVAL)
@@ -311,28 +328,30 @@ class QP(Resource):
         self._check_open()
         if self._cached_state == RESET:
             raise PyverbsRDMAError("Failed to post recv", EINVAL)
-        w = self._words
+        h, rq = self._segment.header, self._rq
         while wr is not None:
-            if len(wr.sges) > self.cap.max_recv_sge:
+            sges = wr.sges
+            if len(sges) > self.cap.max_recv_sge:
                 raise PyverbsRDMAError("Failed to post recv", EINVAL)
-            posted = int(w[Q_RQ_POSTED])
-            if posted - int(w[Q_RQ_POLLED]) >= self._rq_size:
+            posted = h[Q_RQ_POSTED]
+            if posted - h[Q_RQ_POLLED] >= self._rq_size:
                 raise PyverbsRDMAError("Failed to post recv", ENOMEM)
-            slot = self._slots[posted % self._rq_size]
-            slot[R_WR_ID], slot[R_NUM_SGE] = wr.wr_id, len(wr.sges)
-            for i, (addr, length, lkey) in enumerate(wr.sges):
-                slot[R_SGES + 3 * i:R_SGES + 3 * i + 3] = (addr, length, lkey)
-            w[Q_RQ_POSTED] = posted + 1  # publish last
+            w, base = rq.words, rq.slot(posted)
+            w[base + R_WR_ID], w[base + R_NUM_SGE] = wr.wr_id, len(sges)
+            for i, (addr, length, lkey) in enumerate(sges):
+                at = base + R_SGES + 3 * i
+                w[at], w[at + 1], w[at + 2] = addr, length, lkey
+            h[Q_RQ_POSTED] = posted + 1  # publish last
             wr = wr.next_wr
 
     def _release(self):
         self._words[Q_ALIVE] = 0
         self._sq.clear()
         nic.LOCAL_QPS.pop(self.qp_num, None)
-        if self in self._recv_cq._recv_qps:
-            self._recv_cq._recv_qps.remove(self)
-        self._send_cq._waiting.discard(self)
-        self._slots = self._words = None
+        self._recv_cq.forget(self)
+        self._send_cq.forget(self)
+        self._rq.release()
+        self._rq = self._words = None
         self._segment.close()
 
     def __str__(self):

@@ -16,15 +16,19 @@ import errno
 import mmap
 import os
 import tempfile
+import threading
 import time
 import weakref
 
 import numpy as np
 
+from ... import waiting
+
 MAGIC = 0x52444D414C4142  # "RDMALAB"
 PREFIX = "rdmalab-"
 HEADER_BYTES = 4096  # data starts page-aligned, as pyverbs' MR buffers are
 W_MAGIC, W_OWNER_PID = 0, 1  # the first two header words of every segment
+W_BELL, W_SLEEPERS = 14, 15   # and these two: a futex word its owner sleeps on, and whether one does
 
 
 ENOUGH_SHM = 1 << 30   # a smaller /dev/shm (Docker's and many containers' default is 64 MiB) is passed over
@@ -71,6 +75,7 @@ class Segment:
         self.data = raw[HEADER_BYTES:]
         self.bytes = memoryview(self.mm)[HEADER_BYTES:]  # the data again: small copies are fastest here
         self.address = raw.ctypes.data + HEADER_BYTES  # where `data` starts in this process
+        self.bell = Bell(self.header, raw.ctypes.data + 8 * W_BELL)
         self._finalizer = weakref.finalize(self, _release, self.mm, fd, path if owner else None)
 
     @classmethod
@@ -113,13 +118,53 @@ class Segment:
             return None
         return seg if seg.words[W_MAGIC] == MAGIC else None
 
+    def ring(self):
+        """A NIC wrote here: wake the owner if it sleeps on this segment. No syscall unless it does."""
+        h = self.header
+        h[W_BELL] = (h[W_BELL] + 1) & 0x7FFFFFFF
+        if h[W_SLEEPERS]:
+            self.bell.wake()
+
     def close(self):
         """Unmap (and, for the owner, unlink). Safe to call twice."""
+        self.bell.header = None
         for view in (self.header, self.bytes):
             if view is not None:
                 view.release()
         self.words = self.data = self.header = self.bytes = None
         self._finalizer()
+
+
+class Bell:
+    """How a segment's owner sleeps until a NIC touches the segment (rdmalab.waiting.until's `bell`).
+
+    The owner arms it (W_SLEEPERS says someone sleeps), takes the futex word's value, checks once
+    more, and sleeps while the word still holds that value. A writer bumps the word after every
+    write, and makes the wake-up syscall only when W_SLEEPERS says someone sleeps (Segment.ring).
+    Only the owner's threads arm a bell, so a count in this process is enough."""
+    _lock = threading.Lock()
+
+    def __init__(self, header, address):
+        self.header, self.address, self.sleepers = header, address, 0
+
+    def arm(self):
+        with self._lock:
+            self.sleepers += 1
+            self.header[W_SLEEPERS] = self.sleepers
+        return self.header[W_BELL]
+
+    def sleep(self, token, seconds):
+        waiting.futex_wait(self.address, token, seconds)
+
+    def disarm(self):
+        with self._lock:
+            self.sleepers -= 1
+            if self.header is not None:
+                self.header[W_SLEEPERS] = self.sleepers
+
+    def wake(self):
+        if waiting.futex_works():
+            waiting.futex_wake(self.address)
 
 
 def _release(mm, fd, path_to_unlink):

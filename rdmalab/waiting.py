@@ -1,0 +1,150 @@
+"""Waiting that costs nothing when there is nothing to do.
+
+Everywhere the lab waits (a completion on a CQ, a flag or a sequence number in registered memory)
+it calls `until(ready, ...)`, which tries three things in turn:
+
+1. **spin**: check again and again for SPIN_S. Worth it only when the peer that will answer runs
+   on another CPU at the same time, so only when this process may use two CPUs or more;
+2. **yield**: `os.sched_yield()` between checks, a bounded number of times. With one CPU, the peer
+   runs at once on ours, and answers in a few microseconds;
+3. **sleep**: block in the kernel until woken, or for at most SLEEP_CHUNK_S, then check again.
+   soft0 wakes sleepers through a futex in its shared memory (rdmalab.verbs.soft.shm.Bell) when its
+   NIC writes into memory or completes a receive that someone sleeps on; a woken sleeper is
+   scheduled at once, ahead of CPU-bound processes. Without a bell (real pyverbs polling memory,
+   where only the CPU can look) or without futexes (not Linux), it sleeps for a short, growing time.
+
+How long to spin and yield is decided once per process from the CPUs it can really use (its
+affinity and its cgroup's quota, rdmalab.cpus), not os.cpu_count(): a learner on Binder or a
+workshop server gets one CPU or part of one, where two peers that both spin take turns a whole
+scheduler slice (about 4 ms) at a time. docs/emulated-nic.md explains the policy and its figures.
+"""
+import ctypes
+import os
+import platform
+import sys
+import time
+
+from .cpus import usable_cpus
+
+SPIN_S = float(os.environ.get("RDMALAB_SPIN_US", 50)) * 1e-6   # with two CPUs or more
+YIELDS = 100                 # with fewer than two: about 2 us each when the peer shares our CPU
+SLEEP_CHUNK_S = 0.002        # a sleeper checks at least this often (a lost wake-up costs no more)
+FUTEX_SYSCALL = {"x86_64": 202, "amd64": 202, "aarch64": 98, "arm64": 98}.get(platform.machine().lower())
+FUTEX_WAIT, FUTEX_WAKE = 0, 1
+
+
+class Policy:
+    """How this process waits: spin seconds, then yields, then sleeps."""
+
+    def __init__(self, cpus):
+        self.cpus = cpus
+        self.spin_s = SPIN_S if cpus >= 2 else 0.0
+        self.yields = 0 if cpus >= 2 else YIELDS if cpus >= 1 else YIELDS // 10  # under a quota, each spin costs quota
+
+    def __repr__(self):
+        return f"Policy(cpus={self.cpus:g}, spin {self.spin_s * 1e6:.0f} us, then {self.yields} yields, then sleep)"
+
+
+_policy = None
+
+
+def policy():
+    global _policy
+    if _policy is None:
+        _policy = Policy(usable_cpus())
+    return _policy
+
+
+def until(ready, timeout, what="the peer", bell=None, alive=None):
+    """Return as soon as ready() is true. TimeoutError naming `what` after `timeout` seconds;
+    `alive()` returning False (a dead peer) ends the wait early with the same error.
+    `bell`: an object with arm() -> token, sleep(token, seconds), disarm(), whose sleep a peer can
+    end early (soft0's Bell); without one, sleeps are short naps."""
+    if ready():
+        return
+    p = policy()
+    clock = time.monotonic
+    if p.spin_s:
+        stop = clock() + p.spin_s
+        while clock() < stop:
+            if ready():
+                return
+    for _ in range(p.yields):
+        os.sched_yield()
+        if ready():
+            return
+    deadline, nap = clock() + timeout, 20e-6
+    while True:
+        if bell is not None and futex_works():
+            token = bell.arm()
+            try:
+                if ready():
+                    return
+                bell.sleep(token, min(SLEEP_CHUNK_S, max(deadline - clock(), 0)))
+            finally:
+                bell.disarm()
+        else:
+            time.sleep(nap)
+            nap = min(nap * 2, 0.001)
+        if ready():
+            return
+        if clock() > deadline or (alive is not None and not alive()):
+            raise TimeoutError(f"no answer from {what} within {timeout:.0f} s")
+
+
+def poll(cq, num_entries=1, timeout=10.0, what="a completion", alive=None):
+    """Wait for at least one completion on `cq` (any provider); returns the list of WCs polled."""
+    n, got = cq.poll(num_entries)
+    if n:
+        return got
+
+    def ready():
+        n, wcs = cq.poll(num_entries)
+        got.extend(wcs)
+        return n > 0
+
+    until(ready, timeout, what, bell=getattr(cq, "bell", None), alive=alive)
+    return got
+
+
+def memory(ready, mr, timeout=10.0, what="the peer", alive=None):
+    """Wait until ready() sees what a peer wrote into `mr`'s memory. On soft0 a sleeper is woken by
+    the write itself; on a real device only the CPU can look, so long waits nap."""
+    until(ready, timeout, what, bell=getattr(mr, "bell", None), alive=alive)
+
+
+# ---------------------------------------------------------------- futexes, through ctypes
+
+_libc = None
+_warned = False
+
+
+def futex_works():
+    """True where futex wait/wake are available (Linux on x86-64 or arm64); else warns once."""
+    global _libc, _warned
+    if _libc is None:
+        if sys.platform.startswith("linux") and FUTEX_SYSCALL is not None:
+            _libc = ctypes.CDLL(None, use_errno=True)
+        else:
+            _libc = False
+    if not _libc and not _warned:
+        _warned = True
+        print(f"rdmalab: no futex on {sys.platform}/{platform.machine()}: waits sleep in short naps instead "
+              f"(correct, a little slower to wake)", file=sys.stderr)
+    return bool(_libc)
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+def futex_wait(address, expected, seconds):
+    """Sleep while the 32-bit word at `address` holds `expected`, for at most `seconds`."""
+    ts = _Timespec(int(seconds), int((seconds % 1) * 1e9))
+    _libc.syscall(FUTEX_SYSCALL, ctypes.c_void_p(address), FUTEX_WAIT, ctypes.c_int(expected),
+                  ctypes.byref(ts), None, 0)
+
+
+def futex_wake(address):
+    """Wake every process sleeping on the 32-bit word at `address`."""
+    _libc.syscall(FUTEX_SYSCALL, ctypes.c_void_p(address), FUTEX_WAKE, 0x7FFFFFFF, None, None, 0)
