@@ -46,6 +46,7 @@ DEFAULT_ITERS = {"lat": 1000, "bw": 5000}
 BYTES_PER_SIZE = 1 << 30                            # a sweep moves at most 1 GiB per size
 TX_DEPTH, CQ_MOD = 128, 100                         # perftest's bandwidth defaults
 REPLY_TIMEOUT = 120.0
+CONTENDED = 0.10         # a side that waited for a CPU this share of its run was not measured alone
 
 
 class BenchError(RuntimeError):
@@ -158,6 +159,34 @@ def run(test, sizes=None, iters=None, provider=None, host="127.0.0.1", warmup=No
     return Results(test, info["provider"], info["device"], rows)
 
 
+def waited_for_cpu(row):
+    """The largest share of its measured run that either side spent runnable but waiting for a CPU."""
+    return max(row[side].get("waited_for_cpu_s", 0.0) / max(row[side].get("wall_s", 0.0), 1e-9)
+               for side in ("initiator", "target"))
+
+
+def machine_note(results, cpus=None):
+    """What a reader must know when this machine could not run both sides of a test at once, or ''.
+
+    Two things say so: the CPUs this process may use (affinity, cgroup quota), and how long each side
+    waited for a CPU while measured (a CPU-bound load beside the lab, or too few CPUs)."""
+    from .cpus import usable_cpus
+    cpus = usable_cpus() if cpus is None else cpus
+    notes = []
+    two_sided = [r for r in results if not TESTS[r.test].passive_target and r.rows]
+    if cpus < 2 and two_sided:
+        notes.append(f"This process may use {cpus:g} CPU, so the two sides of a ping-pong take turns on it: every "
+                     f"message waits for the scheduler to switch from one to the other. A real NIC needs no CPU "
+                     f"turn; soft0's initiator copies the data itself, so on one CPU it pays what TCP pays (a "
+                     f"switch) plus a Python copy. Compare the ratio on two free CPUs (the lab's quiet figures).")
+    worst = max((waited_for_cpu(row) for r in results for row in r.rows), default=0.0)
+    if worst >= CONTENDED and cpus >= 2:   # on one CPU each side waits for the other: said above
+        notes.append(f"A side waited for a CPU {worst:.0%} of its run: other work was using the CPUs, so these "
+                     f"figures include waiting for the scheduler (busy-polling suffers most: a poller that "
+                     f"has used its share runs after processes that slept). Close other work and run again.")
+    return " ".join(notes)
+
+
 def _cpu_copies(test, provider, size, count, initiator, target):
     """Bytes some CPU copied: TCP copies into and out of the kernel (its read/write byte counts);
     the emulated NIC's initiator copies the payload standing in for DMA; a real NIC's DMA copies none."""
@@ -200,6 +229,9 @@ class Results:
         self.test, self.provider, self.device, self.rows = test, provider, device, rows
         self.kind = TESTS[test].kind
 
+    def note(self):
+        return machine_note([self])
+
     @property
     def columns(self):
         return LAT_COLUMNS if self.kind == "lat" else BW_COLUMNS
@@ -212,12 +244,12 @@ class Results:
 
     def to_dict(self):
         return {"test": self.test, "provider": self.provider, "device": self.device,
-                "transport": TESTS[self.test].transport, "rows": self.rows}
+                "transport": TESTS[self.test].transport, "rows": self.rows, "note": self.note()}
 
     def to_json(self):
         return json.dumps(self.to_dict(), indent=1)
 
-    def text(self):
+    def text(self, with_note=True):
         lines = [LINE, f"                    {self.label()}", LINE,
                  " " + " ".join(f"{h:<{len(f.format(0)) if 'd' in f else len(h)}}" for h, _, f in self.columns)]
         for r in self.rows:
@@ -230,6 +262,9 @@ class Results:
                 copied = r["bytes_copied_by_cpu"] if side == "initiator" else ""
                 lines.append(f" {r['size']:<10d} {side:<10} {cells}  {copied}")
         lines.append(LINE)
+        note = self.note() if with_note else ""
+        if note:
+            lines += _wrapped(" ! ", note) + [LINE]
         return "\n".join(lines)
 
     __str__ = text
@@ -247,7 +282,9 @@ class Results:
             cells += (f"<td>{i['cpu_s'] * 1e3:.2f}</td><td>{t['cpu_s'] * 1e3:.3f}</td>"
                       f"<td>{i['read_syscalls'] + i['write_syscalls']} / {t['read_syscalls'] + t['write_syscalls']}</td>")
             body += f"<tr>{cells}</tr>"
-        return f"<div><b>{self.label()}</b><table><tr>{head}</tr>{body}</table></div>"
+        note = self.note()
+        note = f"<p><b>Read with care:</b> {note}</p>" if note else ""
+        return f"<div><b>{self.label()}</b><table><tr>{head}</tr>{body}</table>{note}</div>"
 
 
 class Comparison:
@@ -268,19 +305,26 @@ class Comparison:
                             "tcp_target_cpu_share": b["target"]["cpu_s"] / max(b["initiator"]["cpu_s"], 1e-9)})
         return out
 
+    def note(self):
+        return machine_note(self.results.values())
+
     def to_dict(self):
-        return {"results": {k: r.to_dict() for k, r in self.results.items()}, "ratios": self.ratios()}
+        return {"results": {k: r.to_dict() for k, r in self.results.items()}, "ratios": self.ratios(),
+                "note": self.note()}
 
     def to_json(self):
         return json.dumps(self.to_dict(), indent=1)
 
     def text(self):
-        parts = [self.results[name].text() for pair in self.pairs for name in pair]
+        parts = [self.results[name].text(with_note=False) for pair in self.pairs for name in pair]
         parts.append(" Ratios (RDMA / TCP; latency: t_typical, bandwidth: BW average; CPU share: target / initiator)")
         parts.append(f" {'test':<20} {'#bytes':>10} {'RDMA/TCP':>10} {'RDMA target CPU':>16} {'TCP target CPU':>15}")
         for r in self.ratios():
             parts.append(f" {r['rdma'] + '/' + r['tcp']:<20} {r['size']:>10} {r['rdma_over_tcp']:>10.3f} "
                          f"{r['rdma_target_cpu_share']:>15.1%} {r['tcp_target_cpu_share']:>15.1%}")
+        note = self.note()
+        if note:
+            parts += _wrapped(" ! ", note)
         return "\n".join(parts)
 
     __str__ = __repr__ = text
@@ -288,6 +332,11 @@ class Comparison:
     def _repr_html_(self):
         return "".join(self.results[name]._repr_html_() for pair in self.pairs for name in pair) + \
             "<pre>" + "\n".join(self.text().splitlines()[-len(self.ratios()) - 2:]) + "</pre>"
+
+
+def _wrapped(prefix, text, width=87):
+    import textwrap
+    return textwrap.wrap(text, width, initial_indent=prefix, subsequent_indent=" " * len(prefix))
 
 
 # ---------------------------------------------------------------- the two sides (child processes)

@@ -1,4 +1,6 @@
-"""What a process spent, read from the kernel: CPU time, read/write syscalls, context switches, bytes.
+"""What a process spent, read from the kernel: CPU time, read/write syscalls, context switches, bytes,
+and how long it waited for a CPU while it could have run (schedstat's run delay: the sign of a
+machine that cannot run everything that wants to run).
 
     before = procstat.snapshot(pid); ...; spent = procstat.since(before)
 
@@ -13,6 +15,7 @@ that (measured once, `self_overhead()`), so a loop that makes no syscall shows 0
 """
 import os
 import resource
+import time
 
 TICKS_PER_SECOND = os.sysconf("SC_CLK_TCK")
 
@@ -37,21 +40,26 @@ def snapshot(pid=None):
     pid = os.getpid() if own else pid
     base = f"/proc/{pid}"
     io = {k: int(v) for k, v in _fields(f"{base}/io").items()}   # first: the reads below count next time
-    snap = {"pid": pid, "syscr": io["syscr"], "syscw": io["syscw"], "rchar": io["rchar"], "wchar": io["wchar"]}
-    if own:
-        r = resource.getrusage(resource.RUSAGE_SELF)
-        snap.update(user_s=r.ru_utime, system_s=r.ru_stime, voluntary=r.ru_nvcsw, involuntary=r.ru_nivcsw)
-        return snap
-    run_ns = voluntary = involuntary = 0
+    snap = {"pid": pid, "syscr": io["syscr"], "syscw": io["syscw"], "rchar": io["rchar"], "wchar": io["wchar"],
+            "wall": time.monotonic()}
+    run_ns = delay_ns = voluntary = involuntary = 0
     for task in os.listdir(f"{base}/task"):
         try:
             with open(f"{base}/task/{task}/schedstat") as f:
-                run_ns += int(f.read().split()[0])
+                ran, waited = f.read().split()[:2]
+            run_ns, delay_ns = run_ns + int(ran), delay_ns + int(waited)
+            if own:
+                continue
             status = _fields(f"{base}/task/{task}/status")
         except (FileNotFoundError, ProcessLookupError):
             continue   # a thread that ended meanwhile
         voluntary += int(status["voluntary_ctxt_switches"])
         involuntary += int(status["nonvoluntary_ctxt_switches"])
+    snap["run_delay"] = delay_ns / 1e9
+    if own:
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        snap.update(user_s=r.ru_utime, system_s=r.ru_stime, voluntary=r.ru_nvcsw, involuntary=r.ru_nivcsw)
+        return snap
     stat = stat_fields(pid)
     utime, stime = int(stat[11]), int(stat[12])
     user_share = utime / (utime + stime) if utime + stime else 1.0   # ticks only say how to split it
@@ -82,7 +90,8 @@ def since(before, after=None):
     after = after or snapshot(before["pid"])
     d = {k: after[k] - before[k] for k in before if k != "pid"}
     user, system = max(d["user_s"], 0.0), max(d["system_s"], 0.0)
-    return {"cpu_s": user + system, "user_s": user, "system_s": system,
+    return {"cpu_s": user + system, "user_s": user, "system_s": system, "wall_s": d["wall"],
+            "waited_for_cpu_s": max(d["run_delay"], 0.0),
             "read_syscalls": d["syscr"] - reads, "write_syscalls": d["syscw"],
             "bytes_read": d["rchar"] - read_bytes, "bytes_written": d["wchar"],
             "voluntary_switches": d["voluntary"], "involuntary_switches": d["involuntary"]}

@@ -202,3 +202,27 @@ def test_benchmark_scripts_write_json_with_their_targets(script, targets, tmp_pa
     assert len(report["targets"]) == targets and report["quick"] is True
     assert all(isinstance(v, bool) for v in report["targets"].values())
     assert json.loads(run.stdout) == report
+
+
+def fake_row(initiator_waited, target_waited, wall=1.0):
+    side = lambda waited: {"wall_s": wall, "waited_for_cpu_s": waited}   # noqa: E731
+    return {"size": 8, "initiator": side(initiator_waited), "target": side(target_waited)}
+
+
+@pytest.mark.parametrize("cpus, waited, says", [
+    (2, 0.0, None), (2, 0.5, "waited for a CPU 50%"), (1, 0.0, "may use 1 CPU"), (0.5, 0.9, "may use 0.5 CPU")])
+def test_a_machine_that_cannot_run_both_sides_at_once_is_said_next_to_the_result(cpus, waited, says):
+    r = bench.Results("write_lat", "soft", "soft0", [fake_row(0.0, waited)])
+    note = bench.machine_note([r], cpus=cpus)
+    assert (note == "") if says is None else (says in note)
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs CPU affinity (Linux)")
+def test_a_run_pinned_to_one_cpu_says_so_in_its_text_and_json():
+    out = subprocess.run(["taskset", "-c", "0", sys.executable, "-m", "rdmalab", "bench", "write_lat", "-s", "8",
+                          "-n", "200", "--json"], capture_output=True, text=True,
+                         env=dict(os.environ, PYTHONPATH=ROOT), timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "may use 1 CPU" in json.loads(out.stdout)["note"]
+    quiet = bench.machine_note([bench.Results("write_bw", "soft", "soft0", [fake_row(0.0, 0.0)])], cpus=1)
+    assert quiet == ""   # a passive target does not take turns with the initiator
