@@ -45,6 +45,7 @@ DEFAULT_SIZE = {"lat": 2, "bw": 65536}              # perftest's defaults
 DEFAULT_ITERS = {"lat": 1000, "bw": 5000}
 BYTES_PER_SIZE = 1 << 30                            # a sweep moves at most 1 GiB per size
 TX_DEPTH, CQ_MOD = 128, 100                         # perftest's bandwidth defaults
+EVENT_TESTS = ("read_lat", "send_lat", "write_bw")    # what can sleep on completion events
 REPLY_TIMEOUT = 120.0
 CONTENDED = 0.10         # a side that waited for a CPU this share of its run was not measured alone
 
@@ -107,10 +108,11 @@ class _Child:
         children.stop(self.proc)
 
 
-def run(test, sizes=None, iters=None, provider=None, host="127.0.0.1", warmup=None, progress=None):
+def run(test, sizes=None, iters=None, provider=None, host="127.0.0.1", warmup=None, progress=None, events=False):
     """Run one test over `sizes` (default: perftest's size for it; ALL_SIZES for a sweep).
 
-    `progress(row, done, total)` is called as each size completes. Returns a Results table.
+    `progress(row, done, total)` is called as each size completes. `events` (perftest's -e): the
+    RDMA sides sleep on completion events instead of polling their CQs. Returns a Results table.
     """
     from . import procstat
     if test not in TESTS:
@@ -120,13 +122,17 @@ def run(test, sizes=None, iters=None, provider=None, host="127.0.0.1", warmup=No
     bad = [s for s in sizes if not isinstance(s, int) or s < 1 or s > MAX_SIZE]
     if bad:
         raise BenchError(f"sizes must be whole numbers of bytes from 1 to {MAX_SIZE} (64 MiB); got {bad}")
+    if events and test not in EVENT_TESTS:
+        raise BenchError(f"--events applies to {', '.join(EVENT_TESTS)}: {test} "
+                         + ("waits on memory, as perftest's does: no completion tells it the peer wrote"
+                            if test == "write_lat" else "uses TCP, which always sleeps in the kernel"))
     if iters is not None and (not isinstance(iters, int) or iters < 8):
         raise BenchError(f"iterations must be a whole number of at least 8 (perftest drops the top 2 samples); got {iters!r}")
     target, initiator = _Child("target", provider), _Child("initiator", provider)
     rows, info = [], {}
     try:
         for child in (target, initiator):
-            child.send(op="open", test=test, max_size=max(sizes), host=host)
+            child.send(op="open", test=test, max_size=max(sizes), host=host, events=events)
         t_end, i_end = target.reply(), initiator.reply()
         info = {"provider": i_end.pop("provider"), "device": i_end.pop("device", None)}
         target.send(op="connect", peer=i_end)
@@ -156,7 +162,7 @@ def run(test, sizes=None, iters=None, provider=None, host="127.0.0.1", warmup=No
     finally:
         initiator.close()
         target.close()
-    return Results(test, info["provider"], info["device"], rows)
+    return Results(test, info["provider"], info["device"], rows, events)
 
 
 def waited_for_cpu(row):
@@ -225,8 +231,8 @@ LINE = "-" * 87
 class Results:
     """One test over a range of sizes: perftest's text (print it), an HTML table, JSON."""
 
-    def __init__(self, test, provider, device, rows):
-        self.test, self.provider, self.device, self.rows = test, provider, device, rows
+    def __init__(self, test, provider, device, rows, events=False):
+        self.test, self.provider, self.device, self.rows, self.events = test, provider, device, rows, events
         self.kind = TESTS[test].kind
 
     def note(self):
@@ -240,11 +246,12 @@ class Results:
         t = TESTS[self.test]
         where = "TCP over loopback" if t.transport == "tcp" else (
             f"{self.device} (emulated NIC: CPU copies, no wire)" if self.provider == "soft" else f"{self.device} (pyverbs)")
-        return f"{t.title} Test, {where}"
+        return f"{t.title} Test{' (CQ events)' if self.events else ''}, {where}"
 
     def to_dict(self):
         return {"test": self.test, "provider": self.provider, "device": self.device,
-                "transport": TESTS[self.test].transport, "rows": self.rows, "note": self.note()}
+                "transport": TESTS[self.test].transport, "events": self.events, "rows": self.rows,
+                "note": self.note()}
 
     def to_json(self):
         return json.dumps(self.to_dict(), indent=1)

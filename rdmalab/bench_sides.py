@@ -13,9 +13,10 @@ RECEIVE_DEPTH = 128    # receives kept posted in send_lat
 SPIN_TIMEOUT = 30.0    # a peer that stops answering is an error, never a hang
 
 
-def make_side(role, test, max_size, host):
-    cls = RdmaSide if TESTS[test].transport == "rdma" else TcpSide
-    return cls(role, test, max_size, host)
+def make_side(role, test, max_size, host, events=False):
+    if TESTS[test].transport == "rdma":
+        return RdmaSide(role, test, max_size, host, events)
+    return TcpSide(role, test, max_size, host)
 
 
 def _measured(loop, warmup, iters, *args):
@@ -74,7 +75,7 @@ class TcpSide:
 class RdmaSide:
     """Both roles of the RDMA tests. The MR holds an outbox (first half) and an inbox (second half)."""
 
-    def __init__(self, role, test, max_size, host):
+    def __init__(self, role, test, max_size, host, events=False):
         from . import verbs as v
         from .verbs import rc
         self.v, self.rc, self.role, self.test = v, rc, role, test
@@ -82,7 +83,9 @@ class RdmaSide:
         self.route = v.choose_route()
         self.ctx = v.device.Context(name=self.route.device)
         self.pd = v.pd.PD(self.ctx)
-        self.send_cq, self.recv_cq = v.cq.CQ(self.ctx, 1024), v.cq.CQ(self.ctx, 1024)
+        # perftest -e: sleep on completion events instead of polling (a channel that CQ events arrive on)
+        self.channel = v.cq.CompChannel(self.ctx) if events else None
+        self.send_cq, self.recv_cq = (v.cq.CQ(self.ctx, 1024, None, self.channel, 0) for _ in range(2))
         cap = v.qp.QPCap(max_send_wr=256, max_recv_wr=256, max_send_sge=1, max_recv_sge=1)
         self.qp = v.qp.QP(self.pd, v.qp.QPInitAttr(qp_type=e.IBV_QPT_RC, scq=self.send_cq, rcq=self.recv_cq, cap=cap,
                                                       sq_sig_all=0))   # pyverbs signals every WR by default
@@ -122,7 +125,24 @@ class RdmaSide:
 
     def _poll(self, cq, what):
         from .errors import check
+        if self.channel is not None:
+            return check(self._wait_for_event(cq), what)
         return check(waiting.poll(cq, 1, SPIN_TIMEOUT, f"{what}'s completion")[0], what)
+
+    def _wait_for_event(self, cq):
+        """The completion-event loop every verbs application with a channel runs: poll; if empty, arm
+        the CQ, poll again (a completion that came before arming raises no event), then sleep in
+        get_cq_event until one does, acknowledge it, and poll."""
+        n, wcs = cq.poll(1)
+        while not n:
+            cq.req_notify()
+            n, wcs = cq.poll(1)
+            if n:
+                break
+            self.channel.get_cq_event(cq)
+            cq.ack_events(1)
+            n, wcs = cq.poll(1)
+        return wcs[0]
 
     def _wait_for_byte(self, index, value):
         """Wait until our inbox's byte `index` holds `value`: the peer's WRITE has landed."""
@@ -238,7 +258,9 @@ class RdmaSide:
                 post(loud_at.get(posted, quiet))
                 posted += 1
             n, wcs = poll(16)
-            if not n:   # the send queue is full, or everything is posted: wait for the NIC
+            if not n and self.channel is not None:
+                wcs = [self._wait_for_event(self.send_cq)]
+            elif not n:   # the send queue is full, or everything is posted: wait for the NIC
                 wcs = waiting.poll(self.send_cq, 16, SPIN_TIMEOUT, "write_bw's completions")
             now = clock()
             for wc in wcs:
@@ -248,5 +270,6 @@ class RdmaSide:
         return tposted, tcompleted
 
     def close(self):
-        for obj in (self.qp, self.mr, self.send_cq, self.recv_cq, self.pd, self.ctx):
-            obj.close()
+        for obj in (self.qp, self.mr, self.send_cq, self.recv_cq, self.channel, self.pd, self.ctx):
+            if obj is not None:
+                obj.close()

@@ -55,21 +55,22 @@ def policy():
     return _policy
 
 
-def until(ready, timeout, what="the peer", bell=None, alive=None):
+def until(ready, timeout, what="the peer", bell=None, alive=None, busy=True):
     """Return as soon as ready() is true. TimeoutError naming `what` after `timeout` seconds;
     `alive()` returning False (a dead peer) ends the wait early with the same error.
     `bell`: an object with arm() -> token, sleep(token, seconds), disarm(), whose sleep a peer can
-    end early (soft0's Bell); without one, sleeps are short naps."""
+    end early (soft0's Bell); without one, sleeps are short naps. busy=False skips spinning and
+    yielding: the caller asked to sleep, as a blocking read of a completion channel does."""
     if ready():
         return
     p = policy()
     clock = time.monotonic
-    if p.spin_s:
+    if p.spin_s and busy:
         stop = clock() + p.spin_s
         while clock() < stop:
             if ready():
                 return
-    for _ in range(p.yields):
+    for _ in range(p.yields if busy else 0):
         os.sched_yield()
         if ready():
             return

@@ -130,7 +130,7 @@ class CompChannel(Resource):
                     return True
             return False
 
-        waiting.until(event_ready, float("inf"), "a completion event", bell=self._segment.bell)
+        waiting.until(event_ready, float("inf"), "a completion event", bell=self._segment.bell, busy=False)
         cq = found[0]
         cq._events_taken += 1
         cq.unacked_events += 1
