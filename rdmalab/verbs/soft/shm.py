@@ -15,6 +15,7 @@ The rules that keep them safe:
 import errno
 import mmap
 import os
+import stat
 import tempfile
 import threading
 import time
@@ -102,14 +103,21 @@ class Segment:
 
     @classmethod
     def attach(cls, name):
-        """Map someone else's segment; None if it does not exist (or is not ours to read)."""
+        """Map another process's segment; None if it does not exist, or is not ours: only a file of our own
+        user is our device's memory (another user may make a file of theirs readable, name it as a segment
+        and lay it out as one), and a symlink is never a segment."""
         path = _path(name)
         try:
-            fd = os.open(path, os.O_RDWR)
+            fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
         except (FileNotFoundError, PermissionError):
             return None
+        except OSError as error:
+            if error.errno != errno.ELOOP:
+                raise
+            return None
         try:
-            if os.fstat(fd).st_size < HEADER_BYTES:
+            st = os.fstat(fd)
+            if st.st_size < HEADER_BYTES or st.st_uid != os.geteuid():
                 os.close(fd)
                 return None
             seg = cls(fd, path, owner=False)
@@ -202,11 +210,18 @@ def _segments():
     for entry in os.scandir(directory()):
         if not entry.name.startswith(PREFIX):
             continue
-        try:
-            with open(entry.path, "rb") as f:
-                head = np.frombuffer(f.read(16), dtype=np.int64)
+        try:   # anyone may put a file here: a FIFO must not block us, nor a symlink or a short file fool us
+            fd = os.open(entry.path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
         except OSError:
-            head = ()
+            yield entry, None
+            continue
+        try:
+            raw = os.read(fd, 16) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+        except OSError:
+            raw = b""
+        finally:
+            os.close(fd)
+        head = np.frombuffer(raw, dtype=np.int64) if len(raw) == 16 else ()
         yield entry, int(head[W_OWNER_PID]) if len(head) == 2 and head[W_MAGIC] == MAGIC else None
 
 
