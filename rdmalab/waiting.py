@@ -16,7 +16,10 @@ it calls `until(ready, ...)`, which tries three things in turn:
 How long to spin and yield is decided once per process from the CPUs it can really use (its
 affinity and its cgroup's quota, rdmalab.cpus), not os.cpu_count(): a learner on Binder or a
 workshop server gets one CPU or part of one, where two peers that both spin take turns a whole
-scheduler slice (about 4 ms) at a time. docs/emulated-nic.md explains the policy and its figures.
+scheduler slice (about 4 ms) at a time. And it adapts to a busy machine: a spinner that finds it
+was preempted in mid-spin (a gap in its own clock readings) stops spinning for a while and goes
+straight to sleep, because on a machine with CPU-bound work a process that sleeps is woken ahead
+of it, while one that spins waits for its turn. docs/emulated-nic.md explains the policy.
 """
 import ctypes
 import os
@@ -29,6 +32,8 @@ from .cpus import usable_cpus
 SPIN_S = float(os.environ.get("RDMALAB_SPIN_US", 50)) * 1e-6   # with two CPUs or more
 YIELDS = 100                 # with fewer than two: about 2 us each when the peer shares our CPU
 SLEEP_CHUNK_S = 0.002        # a sleeper checks at least this often (a lost wake-up costs no more)
+PREEMPTED_S = 200e-6         # a gap this long between two checks of a spin: another process ran
+CALM_S = (0.5, 8.0)          # after a preempted spin, sleep at once for this long, doubling each time
 FUTEX_SYSCALL = {"x86_64": 202, "amd64": 202, "aarch64": 98, "arm64": 98}.get(platform.machine().lower())
 FUTEX_WAIT, FUTEX_WAKE = 0, 1
 
@@ -40,6 +45,18 @@ class Policy:
         self.cpus = cpus
         self.spin_s = SPIN_S if cpus >= 2 else 0.0
         self.yields = 0 if cpus >= 2 else YIELDS if cpus >= 1 else YIELDS // 10  # under a quota, each spin costs quota
+        self.sleep_only_until, self.calm = 0.0, CALM_S[0]
+
+    def busy_waiting(self, now):
+        """Spin and yield now? Not for a while after a spin was preempted."""
+        return now >= self.sleep_only_until
+
+    def preempted(self, now):
+        self.sleep_only_until = now + self.calm
+        self.calm = min(self.calm * 2, CALM_S[1])
+
+    def undisturbed(self):
+        self.calm = CALM_S[0]
 
     def __repr__(self):
         return f"Policy(cpus={self.cpus:g}, spin {self.spin_s * 1e6:.0f} us, then {self.yields} yields, then sleep)"
@@ -65,15 +82,21 @@ def until(ready, timeout, what="the peer", bell=None, alive=None, busy=True):
         return
     p = policy()
     clock = time.monotonic
-    if p.spin_s and busy:
-        stop = clock() + p.spin_s
-        while clock() < stop:
+    last = clock()
+    if busy and p.busy_waiting(last):
+        stop = last + p.spin_s
+        while last < stop:
+            if ready():
+                return p.undisturbed()
+            now = clock()
+            if now - last > PREEMPTED_S:
+                p.preempted(now)
+                break
+            last = now
+        for _ in range(p.yields if p.busy_waiting(last) else 0):
+            os.sched_yield()
             if ready():
                 return
-    for _ in range(p.yields if busy else 0):
-        os.sched_yield()
-        if ready():
-            return
     deadline, nap = clock() + timeout, 20e-6
     while True:
         if bell is not None and futex_works():
