@@ -125,9 +125,14 @@ class RdmaSide:
 
     def _poll(self, cq, what):
         from .errors import check
-        if self.channel is not None:
-            return check(self._wait_for_event(cq), what)
-        return check(waiting.poll(cq, 1, SPIN_TIMEOUT, f"{what}'s completion")[0], what)
+        n, wcs = cq.poll(1)
+        if n:
+            wc = wcs[0]
+        elif self.channel is not None:
+            wc = self._wait_for_event(cq)
+        else:
+            wc = waiting.poll(cq, 1, SPIN_TIMEOUT, what)[0]
+        return wc if wc.status == 0 else check(wc, what)
 
     def _wait_for_event(self, cq):
         """The completion-event loop every verbs application with a channel runs: poll; if empty, arm
@@ -217,16 +222,15 @@ class RdmaSide:
         for i in range(iters):
             if not first:
                 self._poll(self.recv_cq, "RECV")
-                self._post_recv()
             stamps[i] = clock()
             if i % SIGNAL_EVERY == SIGNAL_EVERY - 1:
                 post(loud)
                 self._poll(self.send_cq, "SEND")
             else:
                 post(quiet)
-            if first:
+            self._post_recv()   # replaces the receive the peer's message used; RECEIVE_DEPTH stay posted,
+            if first:           # so it can wait until our message is on its way
                 self._poll(self.recv_cq, "RECV")
-                self._post_recv()
         return stamps
 
     def _read_loop(self, iters, size):

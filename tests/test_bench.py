@@ -226,3 +226,17 @@ def test_a_run_pinned_to_one_cpu_says_so_in_its_text_and_json():
     assert "may use 1 CPU" in json.loads(out.stdout)["note"]
     quiet = bench.machine_note([bench.Results("write_bw", "soft", "soft0", [fake_row(0.0, 0.0)])], cpus=1)
     assert quiet == ""   # a passive target does not take turns with the initiator
+
+
+@pytest.mark.parametrize("test", ["send_lat", "read_lat", "write_bw"])
+def test_events_sleep_on_completion_events_as_perftest_e_does(test):
+    r = bench.run(test, sizes=[64], iters=40, events=True)
+    assert r.events and "(CQ events)" in r.text() and r.to_dict()["events"] is True
+    row = r.rows[0]
+    assert row["iterations"] == 40 and (row.get("t_typical", 1) > 0)
+
+
+@pytest.mark.parametrize("test, why", [("write_lat", "waits on memory"), ("tcp_lat", "always sleeps in the kernel")])
+def test_events_are_refused_where_no_completion_could_carry_them(test, why):
+    with pytest.raises(bench.BenchError, match=why):
+        bench.run(test, sizes=[8], iters=8, events=True)

@@ -47,8 +47,13 @@ class WC:
                 f"qp_num={self.qp_num}, imm_data={self.imm_data}, wc_flags={self.wc_flags})")
 
 
-def _wc(wr_id, status, opcode, byte_len, qp_num, imm_data, wc_flags):
-    return WC(wr_id, status, opcode, 0, byte_len, qp_num, 0, imm_data, wc_flags)
+def new_wc(wr_id, status, opcode, byte_len, qp_num, imm_data, wc_flags, _new=object.__new__):
+    """A WC as poll() returns it, made without __init__'s keyword handling: polling is a hot path."""
+    wc = _new(WC)
+    wc.wr_id, wc.status, wc.opcode, wc.byte_len, wc.qp_num, wc.imm_data, wc.wc_flags = \
+        wr_id, status, opcode, byte_len, qp_num, imm_data, wc_flags
+    wc.vendor_err = wc.src_qp = wc.pkey_index = wc.slid = wc.sl = wc.dlid_path_bits = 0
+    return wc
 
 
 def _new_segment(kind):
@@ -158,6 +163,7 @@ class CQ(Resource):
         self.context = context
         self._completions = deque()  # (wr_id, status, opcode, byte_len, qp_num, imm_data, wc_flags)
         self._recv_qps = []          # QPs whose receive completions come here
+        self._receive_queues = []    # and their receive queues, which poll() reads
         self._timed = set()          # QPs whose send queue waits for an RNR or ACK timer
         self._segment, self.number = _new_segment("cq")
         self._events_taken = 0       # events get_cq_event() has handed out
@@ -180,11 +186,13 @@ class CQ(Resource):
         if h[C_ARMED] or h[shm.W_SLEEPERS]:
             announce_to(self._segment)
 
-    def watch_receives(self, qp):
+    def watch_receives(self, qp, receive_queue):
         self._recv_qps.append(qp)
+        self._receive_queues.append(receive_queue)
 
     def forget(self, qp):
         if qp in self._recv_qps:
+            self._receive_queues.pop(self._recv_qps.index(qp))
             self._recv_qps.remove(qp)
         self._timed.discard(qp)
 
@@ -209,11 +217,11 @@ class CQ(Resource):
         wcs = []
         local = self._completions
         while local and len(wcs) < num_entries:
-            wcs.append(_wc(*local.popleft()))
-        for qp in self._recv_qps:
+            wcs.append(new_wc(*local.popleft()))
+        for rq in self._receive_queues:
             if len(wcs) >= num_entries:
                 break
-            qp.harvest_receives(wcs, num_entries, _wc)
+            rq.harvest(wcs, num_entries)
         return len(wcs), wcs
 
     def req_notify(self, solicited_only=False):
@@ -234,6 +242,7 @@ class CQ(Resource):
         LOCAL_SEGMENTS.pop(f"cq-{self.number:08x}", None)
         self._completions.clear()
         self._recv_qps.clear()
+        self._receive_queues.clear()
         self._timed.clear()
         self._segment.close()
 

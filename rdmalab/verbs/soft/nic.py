@@ -53,6 +53,7 @@ R_WR_ID, R_NUM_SGE, R_STATUS, R_OPCODE, R_BYTE_LEN, R_IMM, R_FLAGS = range(7)
 R_SGES = 8  # then (addr, length, lkey) per SGE
 
 PSN_MOD = 1 << 24
+ROUTES_KEPT = 64   # a QP's fast path caches this many (rkey, lkey) pairs, as a NIC caches translations
 WC_OPCODE = {WRITE: IBV_WC_RDMA_WRITE, WRITE_WITH_IMM: IBV_WC_RDMA_WRITE, SEND: IBV_WC_SEND,
              SEND_WITH_IMM: IBV_WC_SEND, READ: IBV_WC_RDMA_READ, CMP_AND_SWP: IBV_WC_COMP_SWAP,
              FETCH_AND_ADD: IBV_WC_FETCH_ADD}
@@ -113,16 +114,71 @@ def qp_words(qp_num):
 
 class ReceiveQueue:
     """A QP's receive queue, in its shared segment: slots its owner posts (Q_RQ_POSTED) and polls
-    (Q_RQ_POLLED), which the peer's NIC consumes (Q_RQ_CONSUMED). Each counter has one writer."""
+    (Q_RQ_POLLED), which the peer's NIC consumes (Q_RQ_CONSUMED). Each counter has one writer.
+    The owner's QP and CQ use post() and harvest(); the peer's NIC writes slots as it consumes them."""
 
-    def __init__(self, seg):
+    def __init__(self, seg, qp_num=0):
         h = seg.header
         self.header, self.size, self.stride = h, int(h[Q_RQ_SIZE]), R_SGES + 3 * int(h[Q_RQ_MAX_SGE])
         self.words = seg.bytes[:self.size * self.stride * 8].cast("Q")
+        self.segment, self.qp_num, self.flushed = seg, qp_num, False
+
+    @staticmethod
+    def bytes_for(size, max_sge):
+        """Room a queue of `size` receives of up to `max_sge` SGEs takes in the QP's segment."""
+        return size * (R_SGES + 3 * max_sge) * 8
 
     def slot(self, n):
         """Where slot number n (counted from the start, not wrapped) begins in `words`."""
         return n % self.size * self.stride
+
+    def post(self, wr_id, sges):
+        """Queue one receive; False if the queue is full."""
+        h = self.header
+        posted = h[Q_RQ_POSTED]
+        if posted - h[Q_RQ_POLLED] >= self.size:
+            return False
+        w, base = self.words, posted % self.size * self.stride
+        w[base + R_WR_ID], w[base + R_NUM_SGE] = wr_id, len(sges)
+        for addr, length, lkey in sges:
+            w[base + R_SGES], w[base + R_SGES + 1], w[base + R_SGES + 2] = addr, length, lkey
+            base += 3
+        h[Q_RQ_POSTED] = posted + 1   # publish last: the peer's NIC consumes up to here
+        return True
+
+    def harvest(self, out, limit):
+        """Move completed receives into `out` (up to `limit` entries in all); in ERR, flush first."""
+        h = self.header
+        polled, consumed = h[Q_RQ_POLLED], h[Q_RQ_CONSUMED]
+        if polled == consumed:
+            if h[Q_STATE] != IBV_QPS_ERR or self.flushed:
+                return   # nothing arrived and nothing to flush: the common case, kept cheap
+            self.flush()
+            consumed = h[Q_RQ_CONSUMED]
+        w, size, stride, qp_num, new_wc = self.words, self.size, self.stride, self.qp_num, cqmod.new_wc
+        while polled < consumed and len(out) < limit:
+            base = polled % size * stride
+            out.append(new_wc(w[base + R_WR_ID], w[base + R_STATUS], w[base + R_OPCODE], w[base + R_BYTE_LEN],
+                              qp_num, w[base + R_IMM], w[base + R_FLAGS]))
+            polled += 1
+        h[Q_RQ_POLLED] = polled
+
+    def flush(self):
+        """The QP entered ERR: every receive posted until now completes with WR_FLUSH_ERR (once)."""
+        h, w = self.header, self.words
+        with _lock:   # a peer's NIC stops consuming once it sees ERR, which the QP entered before this
+            consumed, posted = h[Q_RQ_CONSUMED], h[Q_RQ_POSTED]
+            for n in range(consumed, posted):
+                base = self.slot(n)
+                w[base + R_STATUS], w[base + R_OPCODE], w[base + R_BYTE_LEN], w[base + R_IMM], w[base + R_FLAGS] = \
+                    IBV_WC_WR_FLUSH_ERR, 0, 0, 0, 0
+            h[Q_RQ_CONSUMED] = posted
+        self.flushed = True
+
+    def reset(self):
+        h = self.header
+        h[Q_RQ_POSTED] = h[Q_RQ_CONSUMED] = h[Q_RQ_POLLED] = 0
+        self.flushed = False
 
     def release(self):
         self.words.release()
@@ -221,9 +277,11 @@ def fast_post(qp, wr):
     try:
         need = NEEDS_ACCESS[opcode]
         rkey = wr.rkey if need else 0
-        route = qp._remote_route
-        if route is None or route.rkey != rkey or route.lkey != lkey or route.dest_qp_num != qp._dest_qp_num:
-            route = qp._remote_route = Route(qp, rkey, lkey)
+        route = qp._routes.get((rkey, lkey))
+        if route is None or route.dest_qp_num != qp._dest_qp_num:
+            if len(qp._routes) >= ROUTES_KEPT:
+                qp._routes.clear()
+            route = qp._routes[rkey, lkey] = Route(qp, rkey, lkey)
         peer = route.peer
         state = peer[Q_STATE]
         if (state != IBV_QPS_RTR and state != IBV_QPS_RTS) or not peer[Q_ALIVE] \
@@ -257,7 +315,7 @@ def fast_post(qp, wr):
             route.local[start:start + 8] = old.to_bytes(8, "little")
             done = True
     except (LookupError, ValueError):   # nothing cacheable, or a peer closed since (its views released)
-        qp._remote_route = None
+        qp._routes.pop((rkey, lkey), None)
         return False
     if not done:
         return False
@@ -574,35 +632,3 @@ def _wait_for_ack(qp, wqe, pending):
     wait = float("inf") if qp._timeout == 0 else 4.096e-6 * (1 << qp._timeout)
     rnr_left = None if pending is None else pending.rnr_left
     return time.monotonic() + wait, rnr_left, retries_left
-
-
-# ---------------------------------------------------------------- the receive side, seen by its owner
-
-def flush_receives(qp):
-    """The QP entered ERR: every receive posted until now completes with WR_FLUSH_ERR (once)."""
-    words, rq = qp._segment.header, qp._rq
-    with _lock:   # a peer's NIC stops consuming once it sees ERR, which the QP entered before this
-        consumed, posted = words[Q_RQ_CONSUMED], words[Q_RQ_POSTED]
-        w = rq.words
-        for n in range(consumed, posted):
-            base = rq.slot(n)
-            w[base + R_STATUS], w[base + R_OPCODE], w[base + R_BYTE_LEN], w[base + R_IMM], w[base + R_FLAGS] = \
-                IBV_WC_WR_FLUSH_ERR, 0, 0, 0, 0
-        words[Q_RQ_CONSUMED] = posted
-    qp._receives_flushed = True
-
-
-def harvest_receives(qp, out, limit, make_wc):
-    """Move this QP's completed receives into `out` (up to `limit` entries in all)."""
-    words, rq = qp._segment.header, qp._rq
-    if words[Q_STATE] == IBV_QPS_ERR and not qp._receives_flushed:
-        flush_receives(qp)
-    polled, consumed = words[Q_RQ_POLLED], words[Q_RQ_CONSUMED]
-    w = rq.words
-    while polled < consumed and len(out) < limit:
-        base = rq.slot(polled)
-        out.append(make_wc(w[base + R_WR_ID], w[base + R_STATUS], w[base + R_OPCODE], w[base + R_BYTE_LEN],
-                           qp.qp_num, w[base + R_IMM], w[base + R_FLAGS]))
-        polled += 1
-    words[Q_RQ_POLLED] = polled
-

@@ -29,8 +29,7 @@ from .enums import (
     IBV_QPS_ERR as ERR, IBV_QPS_INIT as INIT, IBV_QPS_RESET as RESET, IBV_QPS_RTR as RTR,
     IBV_QPS_RTS as RTS, IBV_MTU_1024, IBV_QPT_RC, IBV_QPT_UD, IBV_SEND_INLINE,
     IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE)
-from .nic import (Q_ACCESS, Q_ALIVE, Q_EXPECTED_PSN, Q_MIN_RNR_TIMER, Q_PD, Q_RECV_CQ, Q_RQ_CONSUMED,
-                  Q_RQ_MAX_SGE, Q_RQ_POLLED, Q_RQ_POSTED, Q_RQ_SIZE, Q_STATE, R_NUM_SGE, R_SGES, R_WR_ID)
+from .nic import Q_ACCESS, Q_ALIVE, Q_EXPECTED_PSN, Q_MIN_RNR_TIMER, Q_PD, Q_RECV_CQ, Q_RQ_MAX_SGE, Q_RQ_SIZE, Q_STATE
 from .pd import PD
 from .pyverbs_error import PyverbsRDMAError, PyverbsUserError
 
@@ -120,34 +119,33 @@ class QP(Resource):
         w = self._words
         w[Q_PD], w[Q_RQ_SIZE], w[Q_RQ_MAX_SGE], w[Q_STATE], w[Q_RECV_CQ] = \
             creator.handle, self._rq_size, self.cap.max_recv_sge, RESET, rcq.number
-        self._rq = nic.ReceiveQueue(self._segment)
+        self._rq = nic.ReceiveQueue(self._segment, self.qp_num)
         w[Q_ALIVE] = 1
         self._sq = deque()  # WQEs waiting for an RNR timer or an ACK timeout
-        self._remote_route = None  # nic.Route: the fast path's cache for the last connection and keys
+        self._routes = {}  # (rkey, lkey) -> nic.Route: the fast path's cache of connections and keys
         self._reset_attributes()
         nic.LOCAL_QPS[self.qp_num] = self
-        rcq.watch_receives(self)
+        rcq.watch_receives(self, self._rq)
         self._depend_on(creator, scq, rcq)
         if qp_attr is not None:
             self.to_init(qp_attr)
 
     def _new_segment(self):
-        slot_words = R_SGES + 3 * self.cap.max_recv_sge
+        room = nic.ReceiveQueue.bytes_for(self.cap.max_recv_wr, self.cap.max_recv_sge)
         while True:
             qp_num = random.randrange(17, 1 << 24)
             try:
-                return shm.Segment.create(f"qp-{qp_num:06x}", self.cap.max_recv_wr * slot_words * 8), qp_num
+                return shm.Segment.create(f"qp-{qp_num:06x}", room), qp_num
             except FileExistsError:
                 continue
 
     def _reset_attributes(self):
         self._cached_state = RESET
-        self._receives_flushed = False
+        self._rq.reset()
         self._sq.clear()
-        self._remote_route = None
+        self._routes.clear()
         w = self._words
         w[Q_ACCESS] = w[Q_EXPECTED_PSN] = w[Q_MIN_RNR_TIMER] = 0
-        w[Q_RQ_POSTED] = w[Q_RQ_CONSUMED] = w[Q_RQ_POLLED] = 0
         self._dest_qp_num = self._sq_psn = self._timeout = self._retry_cnt = self._rnr_retry = 0
         self._pkey_index = self._max_rd_atomic = self._max_dest_rd_atomic = 0
         self._port_num, self._path_mtu, self._mtu_bytes = 1, IBV_MTU_1024, 1024
@@ -177,8 +175,8 @@ class QP(Resource):
         self._cached_state = target
         if target == ERR:
             nic.progress(self)  # flush the send queue
-            if not self._receives_flushed:
-                nic.flush_receives(self)
+            if not self._rq.flushed:
+                self._rq.flush()
 
     def _attributes_valid(self, a, mask):
         port = PORT_ATTR
@@ -285,13 +283,6 @@ class QP(Resource):
         """When the send queue's head wants to be retried (monotonic seconds), or None."""
         return self._sq[0].deadline if self._sq else None
 
-    def harvest_receives(self, out, limit, make_wc):
-        """Move completed receives into `out` (up to `limit` in all); cheap when nothing arrived."""
-        h = self._segment.header
-        if h[Q_RQ_POLLED] == h[Q_RQ_CONSUMED] and (h[Q_STATE] != ERR or self._receives_flushed):
-            return
-        nic.harvest_receives(self, out, limit, make_wc)
-
     # ------------------------------------------------------------ posting
 
     def post_send(self, wr, bad_wr=None):
@@ -328,20 +319,12 @@ class QP(Resource):
         self._check_open()
         if self._cached_state == RESET:
             raise PyverbsRDMAError("Failed to post recv", EINVAL)
-        h, rq = self._segment.header, self._rq
+        max_sge, rq = self.cap.max_recv_sge, self._rq
         while wr is not None:
-            sges = wr.sges
-            if len(sges) > self.cap.max_recv_sge:
+            if len(wr.sges) > max_sge:
                 raise PyverbsRDMAError("Failed to post recv", EINVAL)
-            posted = h[Q_RQ_POSTED]
-            if posted - h[Q_RQ_POLLED] >= self._rq_size:
+            if not rq.post(wr.wr_id, wr.sges):
                 raise PyverbsRDMAError("Failed to post recv", ENOMEM)
-            w, base = rq.words, rq.slot(posted)
-            w[base + R_WR_ID], w[base + R_NUM_SGE] = wr.wr_id, len(sges)
-            for i, (addr, length, lkey) in enumerate(sges):
-                at = base + R_SGES + 3 * i
-                w[at], w[at + 1], w[at + 2] = addr, length, lkey
-            h[Q_RQ_POSTED] = posted + 1  # publish last
             wr = wr.next_wr
 
     def _release(self):
