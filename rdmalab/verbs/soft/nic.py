@@ -274,9 +274,11 @@ def fast_post(qp, wr):
         return False
     addr, length, lkey = sges[0]
     opcode = wr.opcode
+    need = NEEDS_ACCESS.get(opcode)
+    if need is None:
+        return False   # not an operation this NIC knows: the general path fails it
+    rkey = wr.rkey if need else 0
     try:
-        need = NEEDS_ACCESS[opcode]
-        rkey = wr.rkey if need else 0
         route = qp._routes.get((rkey, lkey))
         if route is None or route.dest_qp_num != qp._dest_qp_num:
             if len(qp._routes) >= ROUTES_KEPT:
