@@ -18,8 +18,10 @@ $(STAMP): pyproject.toml
 	@$(PY) -m rdmalab.verbs.link_pyverbs
 	@touch $@
 
+# rdmalab/lab.py runs `jupyter lab`, adding --allow-root for root and, headless or over SSH, printing
+# the URL and the ssh -L command instead of opening a browser (tests/browser starts JupyterLab through it too)
 lab: $(STAMP)
-	$(VENV)/bin/jupyter lab notebooks/
+	$(PY) -m rdmalab.lab notebooks/
 
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -3,6 +3,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 import tomllib
 
 import pytest
@@ -38,16 +39,24 @@ def test_ci_runs_both_suites_and_fails_on_no_tests():
 
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"),
                     reason="needs root and setpriv to run the harness as an unprivileged user")
-def test_building_the_guest_without_root_says_so_and_fails(tmp_path):
-    cache = tmp_path / "cache"
-    cache.mkdir()
-    os.chmod(tmp_path, 0o755)
-    os.chmod(cache, 0o777)
-    out = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "bash",
-                          os.path.join(ROOT, "softroce", "vm.sh"), "true"],
-                         env=dict(os.environ, RDMALAB_VM_DIR=str(cache), HOME=str(tmp_path)),
-                         capture_output=True, text=True, timeout=60)
-    assert out.returncode == 2
+def test_building_the_guest_without_root_says_so_and_fails():
+    # The unprivileged user runs a copy of softroce/ (vm.sh and the files it reads): the clone may sit where
+    # only root can enter (/root is 0700), and so may pytest's tmp_path (/tmp/pytest-of-root is 0700).
+    # /tmp itself is open to everyone; the cache there is empty, so the guest would have to be built.
+    with tempfile.TemporaryDirectory(prefix="rdmalab-vm-test-", dir="/tmp") as scratch:
+        shutil.copytree(os.path.join(ROOT, "softroce"), os.path.join(scratch, "softroce"))
+        for folder, _, files in os.walk(scratch):   # readable by anyone, whatever umask the clone had
+            os.chmod(folder, 0o755)
+            for name in files:
+                os.chmod(os.path.join(folder, name), 0o644)
+        cache = os.path.join(scratch, "cache")
+        os.mkdir(cache)
+        os.chmod(cache, 0o777)
+        out = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "bash",
+                              os.path.join(scratch, "softroce", "vm.sh"), "true"], cwd=scratch,
+                             env=dict(os.environ, RDMALAB_VM_DIR=cache, HOME=scratch),
+                             capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2, out.stderr
     assert "needs root" in out.stderr and "sudo make test-softroce" in out.stderr
 
 

@@ -1,10 +1,11 @@
 """A real JupyterLab in a real browser: lessons 00-04 opened and run cell by cell, as `make lab` serves them.
 
-Starts JupyterLab on 127.0.0.1 with a token, drives Debian's Chromium (/usr/bin/chromium, no browser
-download) through Playwright, runs copies of the lessons with QUICK = True: every cell runs without
-an error, lesson 00's question saves the answer clicked, 01-03 show their charts, lesson 04's dashboard
-renders its chart. Screenshots go to .ci/artifacts/lesson-NN.png (RDMALAB_SCREENSHOT names lesson 04's).
-Skips, saying why, where there is no Chromium; RDMALAB_BROWSER_TEST=1 (CI) makes that a failure.
+Starts JupyterLab through `make lab`'s launcher, rdmalab.lab (so a broken `make lab` fails here), on
+127.0.0.1 with a token, drives Debian's Chromium (/usr/bin/chromium, no browser download) through
+Playwright, runs copies of the lessons with QUICK = True: every cell runs without an error, lesson 00's
+question saves the answer clicked, 01-03 show their charts, lesson 04's dashboard renders its chart.
+Screenshots go to .ci/artifacts/lesson-NN.png (RDMALAB_SCREENSHOT names lesson 04's). Skips, saying
+why, where there is no Chromium; RDMALAB_BROWSER_TEST=1 (CI) makes that a failure.
 """
 import contextlib
 import json
@@ -60,18 +61,24 @@ def lab(tmp_path_factory):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(values))
     port, token = free_port(), "rdmalab-browser-test"
-    jupyter = os.path.join(os.path.dirname(sys.executable), "jupyter")
     log = open(log_path, "w")
-    server = subprocess.Popen([jupyter, "lab", "--no-browser", "--allow-root", f"--IdentityProvider.token={token}",
+    # started as `make lab` starts it, through rdmalab.lab (which adds --allow-root for root itself), plus
+    # this test's isolation: its own port, token, lessons, settings and workspaces, and no browser
+    server = subprocess.Popen([sys.executable, "-m", "rdmalab.lab", "--no-browser", f"--IdentityProvider.token={token}",
                                "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}", f"--ServerApp.root_dir={root}",
                                f"--LabApp.user_settings_dir={settings}", f"--LabApp.workspaces_dir={tmp_path / 'workspaces'}"],
                               stdout=log, stderr=log, env=dict(os.environ, PYTHONPATH=ROOT, HOME=str(home)))
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
+    while True:
         try:
             socket.create_connection(("127.0.0.1", port), 1).close()
             break
         except OSError:
+            if server.poll() is not None or time.monotonic() > deadline:
+                server.kill()
+                log.close()
+                pytest.fail(f"JupyterLab, started as `make lab` starts it, is not serving on port {port} "
+                            f"(exit status {server.wait()}):\n{open(log_path).read()[-3000:]}")
             time.sleep(0.5)
     from playwright.sync_api import sync_playwright
     with sync_playwright() as p:

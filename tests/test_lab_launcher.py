@@ -1,0 +1,93 @@
+"""`make lab` for whoever runs it: root gets --allow-root and is told why, a headless machine or an SSH
+session gets no browser but the URL and the `ssh -L` command with the port JupyterLab really serves on."""
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from rdmalab import lab
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+pytestmark = pytest.mark.host_only   # JupyterLab, not the RDMA device (the Soft-RoCE guest has no JupyterLab)
+
+DESKTOP = {"DISPLAY": ":0"}
+HEADLESS = {}
+SSH = {"DISPLAY": "localhost:10.0", "SSH_CONNECTION": "192.0.2.7 51000 198.51.100.3 22"}   # ssh -X: still remote
+
+
+def plan(euid, env, args=("notebooks/",)):
+    return lab.plan(list(args), euid, env, pick_port=lambda: 8890)
+
+
+def test_root_gets_allow_root_and_is_told_why():
+    command, said = plan(0, DESKTOP)
+    assert "--allow-root" in command
+    assert len(said) == 1 and "running as root, so passing --allow-root" in said[0] and "refuses" in said[0]
+
+
+def test_a_normal_user_gets_neither_allow_root_nor_a_word_about_it():
+    command, said = plan(1000, DESKTOP)
+    assert "--allow-root" not in command and said == []
+    assert command[1:] == ["-m", "jupyterlab", "notebooks/"]   # on a desktop: plain `jupyter lab notebooks/`
+
+
+@pytest.mark.parametrize("env", [HEADLESS, SSH], ids=["no-display", "ssh"])
+def test_headless_opens_no_browser_and_says_how_to_reach_the_lab_over_ssh(env):
+    command, said = plan(1000, env)
+    assert "--no-browser" in command and "--ServerApp.port=8890" in command
+    text = "\n".join(said)
+    assert "http://localhost:8890/lab" in text
+    host = "198.51.100.3" if env is SSH else lab.socket.gethostname()   # over SSH, the address the learner used
+    assert f"ssh -L 8890:localhost:8890 {lab.getpass.getuser()}@{host}" in text
+
+
+@pytest.mark.parametrize("args", [["--port=9123"], ["--port", "9123"], ["--ServerApp.port=9123"]])
+def test_a_port_asked_for_is_the_port_in_the_hint(args):
+    command, said = plan(1000, HEADLESS, args)
+    assert "ssh -L 9123:localhost:9123" in "\n".join(said)
+    # JupyterLab refuses a port given twice, even the same one ("port only accepts one value")
+    assert [a for a in command if a.split("=")[0] in ("--port", "--ServerApp.port")] == args[:1]
+
+
+def test_make_lab_goes_through_the_launcher():
+    makefile = open(os.path.join(ROOT, "Makefile")).read()
+    recipe = re.search(r"^lab:.*\n((?:\t.*\n)+)", makefile, re.M).group(1)
+    assert "$(PY) -m rdmalab.lab notebooks/" in recipe and "jupyter" not in recipe
+
+
+def test_the_launcher_starts_jupyterlab_where_its_hint_says(tmp_path):
+    """The real thing, as `make lab` runs it here over SSH: as root this only starts with --allow-root."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "JUPYTER_PORT")}
+    env.update(HOME=str(home), PYTHONPATH=ROOT, SSH_CONNECTION="192.0.2.7 51000 198.51.100.3 22")
+    log_path = tmp_path / "lab.log"
+    with open(log_path, "w") as log:
+        server = subprocess.Popen([sys.executable, "-m", "rdmalab.lab", f"--ServerApp.root_dir={tmp_path}"],
+                                  stdout=log, stderr=log, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            text = log_path.read_text()
+            hint = re.search(r"ssh -L (\d+):localhost:\1 ", text)
+            if hint:
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{hint.group(1)}/api", timeout=2) as reply:
+                        assert "version" in reply.read().decode()   # Jupyter Server's own answer
+                    break
+                except OSError:
+                    pass
+            assert server.poll() is None and time.monotonic() < deadline, f"JupyterLab is not serving:\n{text[-3000:]}"
+            time.sleep(0.3)
+        assert ("running as root, so passing --allow-root" in text) == (os.geteuid() == 0)
+    finally:
+        server.terminate()
+        try:
+            server.wait(15)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
