@@ -129,25 +129,10 @@ class RdmaSide:
         if n:
             wc = wcs[0]
         elif self.channel is not None:
-            wc = self._wait_for_event(cq)
+            wc = self.rc.wait_for_event(cq, self.channel)
         else:
             wc = waiting.poll(cq, 1, SPIN_TIMEOUT, what)[0]
         return wc if wc.status == 0 else check(wc, what)
-
-    def _wait_for_event(self, cq):
-        """The completion-event loop every verbs application with a channel runs: poll; if empty, arm
-        the CQ, poll again (a completion that came before arming raises no event), then sleep in
-        get_cq_event until one does, acknowledge it, and poll."""
-        n, wcs = cq.poll(1)
-        while not n:
-            cq.req_notify()
-            n, wcs = cq.poll(1)
-            if n:
-                break
-            self.channel.get_cq_event(cq)
-            cq.ack_events(1)
-            n, wcs = cq.poll(1)
-        return wcs[0]
 
     def _wait_for_byte(self, index, value):
         """Wait until our inbox's byte `index` holds `value`: the peer's WRITE has landed."""
@@ -263,7 +248,7 @@ class RdmaSide:
                 posted += 1
             n, wcs = poll(16)
             if not n and self.channel is not None:
-                wcs = [self._wait_for_event(self.send_cq)]
+                wcs = [self.rc.wait_for_event(self.send_cq, self.channel)]
             elif not n:   # the send queue is full, or everything is posted: wait for the NIC
                 wcs = waiting.poll(self.send_cq, 16, SPIN_TIMEOUT, "write_bw's completions")
             now = clock()

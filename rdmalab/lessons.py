@@ -4,6 +4,8 @@ The point of each lesson stays in the notebook, in plain pyverbs; the plumbing l
 """
 import json
 import os
+import statistics
+import time
 
 import ipywidgets as w
 import matplotlib.pyplot as plt
@@ -177,3 +179,34 @@ class QPLab:
     def close(self):
         for obj in (self.qp, self.peer, self.mr, self.peer_mr, self.cq, self.peer_cq):
             obj.close()
+
+
+# ---------------------------------------------------------------- polling or sleeping (lesson 04)
+
+def wait_for_sends(target, qp, cq, mr, messages=20, gap_s=0.005, channel=None):
+    """The target process SENDs `messages` small messages to `qp`, `gap_s` apart; this thread waits
+    for each one, by busy polling `cq` (channel None: what NCCL and perftest do) or by sleeping on
+    completion events through `channel`. Returns the median latency from the target's post to our
+    seeing the completion (us), and the CPU this thread used per message (us)."""
+    from .verbs import rc, wr
+    receive = wr.RecvWR(wr_id=9, num_sge=1, sg=[wr.SGE(mr.buf + mr.length // 2, 64, mr.lkey)])
+    for _ in range(min(messages, 4)):
+        qp.post_recv(receive)
+    seen, cpu = [], time.thread_time()
+    target.start_sending(messages, gap_s)
+    for i in range(messages):
+        if channel is None:
+            n = 0
+            while not n:
+                n, wcs = cq.poll(1)
+        else:
+            rc.wait_for_event(cq, channel)
+        seen.append(time.monotonic())
+        if i + 4 < messages:
+            qp.post_recv(receive)
+    cpu = time.thread_time() - cpu
+    posted = target.sent_times()
+    return {"how": "busy polling" if channel is None else "completion events",
+            "latency_us": statistics.median(s - p for s, p in zip(seen, posted)) * 1e6,
+            "cpu_us_per_message": cpu / messages * 1e6}
+

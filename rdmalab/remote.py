@@ -28,8 +28,14 @@ class RemoteBuffer:
 
     def _ask(self, message, timeout=None):
         if message is not None:
-            self.proc.stdin.write(json.dumps(message) + "\n")
-            self.proc.stdin.flush()
+            self._tell(message)
+        return self._hear(timeout)
+
+    def _tell(self, message):
+        self.proc.stdin.write(json.dumps(message) + "\n")
+        self.proc.stdin.flush()
+
+    def _hear(self, timeout=None):
         ready, _, _ = select.select([self.proc.stdout], [], [], timeout or self.timeout)
         line = self.proc.stdout.readline() if ready else ""
         if not line:
@@ -52,6 +58,14 @@ class RemoteBuffer:
         """The target polls its CQ: the receive completions WRITE_WITH_IMM left there."""
         return self._ask({"op": "poll"})["completions"]
 
+    def start_sending(self, count, gap_s, length=8):
+        """The target SENDs `count` messages of `length` bytes to our QP, `gap_s` apart, while we wait
+        for them (post receives first). sent_times() then gives when it posted each (time.monotonic)."""
+        self._tell({"op": "send", "count": count, "gap": gap_s, "length": length})
+
+    def sent_times(self):
+        return self._hear(self.timeout)["posted"]
+
     def wait_for_mail(self, timeout=10.0):
         """The target spins on the 8-byte flag at offset 0 of its buffer, then reads the message after it."""
         return self._ask({"op": "mailbox", "timeout": timeout}, timeout + 5)
@@ -67,6 +81,7 @@ class RemoteBuffer:
 
 
 def _serve():
+    import time
     import numpy as np
     from rdmalab import waiting
     from rdmalab import verbs as v
@@ -106,6 +121,16 @@ def _serve():
                 n, wcs = cq.poll(RECEIVES)
                 answer({"completions": [{"status": w.status, "opcode": w.opcode, "byte_len": w.byte_len,
                                          "imm_data": w.imm_data} for w in wcs]})
+            elif op == "send":
+                sge = v.wr.SGE(mr.buf + SIZE // 2, msg["length"], mr.lkey)
+                posted = []
+                for _ in range(msg["count"]):
+                    time.sleep(msg["gap"])
+                    posted.append(time.monotonic())
+                    qp.post_send(v.wr.SendWR(wr_id=3, opcode=e.IBV_WR_SEND, num_sge=1, sg=[sge],
+                                             send_flags=e.IBV_SEND_SIGNALED))
+                    rc.wait_for_completion(cq)   # ours; a receive completion of an earlier lesson step counts too
+                answer({"posted": posted})
             elif op == "mailbox":
                 flag = mem[:8].view(np.uint64)
                 try:

@@ -41,3 +41,20 @@ def wait_for_completion(cq, timeout=5.0):
     except TimeoutError:
         raise TimeoutError(f"no completion within {timeout} s: was the WR signaled, and is the peer's QP in "
                            "RTR or RTS?") from None
+
+
+def wait_for_event(cq, channel):
+    """The completion-event loop of every verbs program that sleeps instead of polling: poll; if the CQ
+    is empty, arm it (req_notify) and poll again (a completion that came before arming raises no
+    event), then sleep in get_cq_event until one does, acknowledge it, and poll. Returns one WC."""
+    n, wcs = cq.poll(1)
+    while not n:
+        cq.req_notify()
+        n, wcs = cq.poll(1)
+        if n:
+            break
+        channel.get_cq_event(cq)
+        cq.ack_events(1)
+        n, wcs = cq.poll(1)
+    return wcs[0]
+
