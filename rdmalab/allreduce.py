@@ -19,8 +19,9 @@ NCCL_TYPE = {"float32": "float", "float64": "double", "int32": "int32", "int64":
 
 
 def run(ranks=2, sizes=(1 << 20,), algorithm="ring", transport="rdma", dtype="float32", iters=5,
-        compare_mpi=False, provider=None, progress=None):
-    """Start a cluster, measure, stop it: the CLI's report."""
+        compare_mpi=False, provider=None, progress=None, starting=None, oversubscribe=False):
+    """Start a cluster, measure, stop it: the CLI's report. `progress(row, done, total)` hears of each
+    size measured, `starting(line)` of the cluster's start (its cost, how many ranks are ready)."""
     from .cluster import Cluster
     from .collectives import validate
     validate(algorithm, dtype, ranks)   # before any rank starts
@@ -28,7 +29,7 @@ def run(ranks=2, sizes=(1 << 20,), algorithm="ring", transport="rdma", dtype="fl
     if not sizes or min(sizes) < itemsize:
         raise ValueError(f"sizes {sizes}: each must hold at least one {dtype} element ({itemsize} bytes)")
     with Cluster(ranks=ranks, transport=transport, max_bytes=max(max(s // itemsize, 1) for s in sizes) * itemsize,
-                 algorithms=(algorithm,), provider=provider) as cluster:
+                 algorithms=(algorithm,), provider=provider, progress=starting, oversubscribe=oversubscribe) as cluster:
         report = measure(cluster, sizes, algorithm, dtype, iters, progress)
     if compare_mpi:
         report.data["mpi"] = mpi_allreduce(ranks, [row["count"] for row in report.data["rows"]], dtype, iters)

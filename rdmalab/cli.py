@@ -1,5 +1,6 @@
 """The `rdmalab` command: `rdmalab doctor [--json]`, `rdmalab bench TEST|compare [...]`."""
 import argparse
+import signal
 import sys
 
 from .errors import ProviderError
@@ -23,11 +24,15 @@ def parser():
     bench.add_argument("--iters", "-n", type=int, help="iterations per size (default: perftest's 1000 latency, "
                        "5000 bandwidth, capped at 1 GiB moved per size)")
     bench.add_argument("--provider", choices=["auto", "soft", "pyverbs"], help="verbs provider for the RDMA side")
+    bench.add_argument("--events", "-e", action="store_true",
+                       help="sleep on completion events instead of polling the CQ, as perftest -e")
     bench.add_argument("--json", action="store_true", help="print the results as JSON")
 
     ar = commands.add_parser("allreduce", help="the hand-built AllReduce on N ranks, nccl-tests' columns",
                              description="Sum-AllReduce on N local ranks (ipyparallel engines), reported as "
-                                         "nccl-tests' all_reduce_perf reports NCCL's.")
+                                         "nccl-tests' all_reduce_perf reports NCCL's. More ranks than usable "
+                                         "CPUs are started with a warning of what they cost; more than 8 per "
+                                         "CPU are refused (see --oversubscribe).")
     ar.add_argument("--ranks", "-n", type=int, default=2, help="number of ranks (default 2)")
     ar.add_argument("--size", "-s", type=_sizes, default="1M",
                     help="sizes in bytes, comma-separated: 1K,1M,64M (default 1M)")
@@ -38,6 +43,8 @@ def parser():
     ar.add_argument("--provider", choices=["auto", "soft", "pyverbs"], help="verbs provider on the ranks")
     ar.add_argument("--compare-mpi", action="store_true", help="also time MPI_Allreduce (mpi4py + MPICH)")
     ar.add_argument("--json", action="store_true", help="print the results as JSON")
+    ar.add_argument("--oversubscribe", action="store_true",
+                    help="start more than 8 ranks per usable CPU anyway (they take minutes to start, then take turns)")
     return top
 
 
@@ -56,14 +63,38 @@ def _sizes(text):
     return [_size(part) for part in text.split(",") if part.strip()]
 
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)   # `timeout`, a batch system; a closed terminal
+
+
+class Stopped(KeyboardInterrupt):
+    """One of STOP_SIGNALS: unwinds as Ctrl-C does, so the cluster is shut down on the way out."""
+
+
+def _stop(signum, frame):
+    for s in STOP_SIGNALS:   # a second signal must not cut the shutdown short (SIGKILL still can: the watchdog)
+        signal.signal(s, signal.SIG_IGN)
+    raise Stopped(signum)
+
+
 def _allreduce(args):
     from . import allreduce
     if args.ranks < 1 or args.iters < 1:
         raise SystemExit("rdmalab allreduce: --ranks and --iters must be at least 1")
-    report = allreduce.run(args.ranks, args.size, args.algo, args.transport, args.dtype,
-                           args.iters, args.compare_mpi, args.provider,
-                           progress=lambda row, done, total: print(f"  {done}/{total}: {row['size']} bytes done",
-                                                                   file=sys.stderr, flush=True))
+    previous = {s: signal.signal(s, _stop) for s in STOP_SIGNALS}
+    try:
+        report = allreduce.run(args.ranks, args.size, args.algo, args.transport, args.dtype,
+                               args.iters, args.compare_mpi, args.provider,
+                               progress=lambda row, done, total: print(f"  {done}/{total}: {row['size']} bytes done",
+                                                                       file=sys.stderr, flush=True),
+                               starting=lambda line: print(f"rdmalab: {line}", file=sys.stderr, flush=True),
+                               oversubscribe=args.oversubscribe)
+    except Stopped as stopped:
+        signum = stopped.args[0]
+        print(f"rdmalab: stopped by {signal.Signals(signum).name}; the cluster was shut down", file=sys.stderr)
+        return 128 + signum
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
     print(report.to_json() if args.json else report.text())
     return 0 if all(row[p]["wrong"] == 0 for row in report.data["rows"] for p in ("out", "in")) else 1
 
@@ -79,7 +110,8 @@ def _bench(args):
         result = bench.compare(sizes=sizes or (8, 65536, 1 << 20), iters=args.iters, provider=args.provider,
                                progress=progress)
     else:
-        result = bench.run(args.test, sizes=sizes, iters=args.iters, provider=args.provider, progress=progress)
+        result = bench.run(args.test, sizes=sizes, iters=args.iters, provider=args.provider, progress=progress,
+                           events=args.events)
     print(result.to_json() if args.json else result.text())
     return 0
 

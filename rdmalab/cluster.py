@@ -11,8 +11,14 @@ them with mpiexec (mpi4py and MPICH from PyPI on one host); on many nodes, ipypa
 registers its regions, and the ranks swap (qp_num, psn, gid, rkey, addr) through this process, which
 plays the part of an out-of-band bootstrap network. Teardown always runs (close(), `with`, or at exit).
 A rank that dies is noticed within a second: the others are interrupted and ClusterError names it.
+
+Local ranks are weighed before any starts: more than RANKS_PER_CPU per usable CPU are refused (unless
+`oversubscribe=True`), and more than one per CPU are started with a word on what they cost, given to
+`progress` (a callable taking one line of text, e.g. `print`), which also hears how many ranks are
+ready while they start. Without `progress`, nothing is printed.
 """
 import atexit
+import concurrent.futures
 import os
 import shutil
 import signal
@@ -21,8 +27,15 @@ import sys
 import time
 
 from . import children, collectives, watchdog
+from .cpus import usable_cpus
 
 ENGINE_ENV = {"OPENBLAS_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
+RANKS_PER_CPU = 8   # more local ranks than this per usable CPU are refused: they start for minutes, then take turns
+# measured on a 2-core machine (docs/cluster.md): a local cluster starts in about START_S plus
+# RANK_CPU_S of CPU time per rank (its engine and the engine's nanny process, each a Python process),
+# and each rank's two processes hold about RANK_MEMORY (proportional set size, before any buffer)
+START_S, RANK_CPU_S, RANK_MEMORY = 6.0, 1.0, 80 << 20
+PROGRESS_EVERY = 5.0   # seconds between two start-up progress lines
 
 
 class ClusterError(RuntimeError):
@@ -31,7 +44,7 @@ class ClusterError(RuntimeError):
 
 class Cluster:
     def __init__(self, ranks=4, transport="rdma", launcher="local", max_bytes=64 << 20, algorithms=("ring",),
-                 provider=None, start=True, ipp_options=None):
+                 provider=None, start=True, ipp_options=None, progress=None, oversubscribe=False):
         if ranks < 1:
             raise ValueError("a cluster needs at least one rank")
         if transport not in ("rdma", "tcp"):
@@ -39,22 +52,25 @@ class Cluster:
         self.ranks, self.transport, self.launcher = ranks, transport, launcher
         self.max_bytes, self.algorithms, self.provider = max_bytes, tuple(algorithms), provider
         self.ipp_options = dict(ipp_options or {})   # passed to ipyparallel.Cluster: hosts, profiles, ...
+        self.progress, self.oversubscribe = progress, oversubscribe
         self.regions = {"data": max_bytes,   # every rank registers these
                         "stage": max(collectives.stage_bytes(a, ranks, max_bytes) for a in self.algorithms)}
         self._ipp = self.client = self.view = self._watchdog = None
-        self.pids, self._processes = [], {}
+        self.pids = []
         if start:
             self.start()
 
     # -------------------------------------------------------------- lifecycle
 
     def memory_needed(self):
-        """Bytes the ranks hold at most: their registered regions and an out-of-place input each."""
-        return self.ranks * (sum(self.regions.values()) + self.max_bytes)
+        """Bytes the ranks hold at most: their processes, registered regions and an out-of-place input each."""
+        return self.ranks * (RANK_MEMORY + sum(self.regions.values()) + self.max_bytes)
 
     def start(self):
         import ipyparallel as ipp
+        since = time.monotonic()
         if self.launcher == "local":
+            self._weigh_cpus()
             self._refuse_what_memory_cannot_hold()
         env = dict(ENGINE_ENV)
         if self.provider:
@@ -73,14 +89,13 @@ class Cluster:
                    "controller_args": [f"--IPController.registration_timeout={int(timeout)}"], **self.ipp_options}
         self._ipp = ipp.Cluster(n=self.ranks, engines=self.launcher, log_level=40, **options)
         atexit.register(self.close)
-        before = set(watchdog.descendants(os.getpid()))
+        # ipyparallel starts every process of the cluster with IPP_CLUSTER_ID in its environment: the
+        # watchdog, running before the first of them, can stop them all if this process dies at any moment
+        self._watchdog = children.spawn("rdmalab.watchdog", self._ipp.cluster_id, new_session=True)
         try:
-            self.client = self._ipp.start_and_connect_sync()
-            self.client.wait_for_engines(self.ranks, timeout=options["engine_timeout"])
-            # every process the cluster brought: controller, its schedulers, engines, launchers
-            self._processes = {pid: watchdog.started(pid) for pid in watchdog.descendants(os.getpid())
-                               if pid not in before and watchdog.started(pid) is not None}
-            self._watchdog = _start_watchdog(self._processes)
+            self._ipp.start_cluster_sync()
+            self.client = self._ipp.connect_client_sync()
+            self._wait_for_engines(options["engine_timeout"], since)
             self.view = self.client[:]
             self.view.block = True
             self.view.apply_sync(_set_env, env)
@@ -116,15 +131,51 @@ class Cluster:
             except Exception:
                 pass
             # whatever survived the stop: a stuck engine, a controller's scheduler still shutting down
-            killed = watchdog.kill(self._processes)
+            killed = watchdog.kill(self._ipp.cluster_id)
             if self.launcher == "local":   # the shared memory of a rank that was killed
                 from .verbs.soft import shm
                 shm.reap_when_gone(self.pids + killed, timeout=5)
             if self._watchdog is not None:   # closed properly: it may go
                 children.stop(self._watchdog)
             self._ipp = self.client = self.view = self._watchdog = None
-            self._processes = {}
             atexit.unregister(self.close)
+
+    def _weigh_cpus(self):
+        """Refuse more local ranks than RANKS_PER_CPU per usable CPU, before any starts; for more than
+        one per CPU, say how long they will take to start."""
+        cpus = usable_cpus()
+        most = max(1, int(RANKS_PER_CPU * cpus))
+        if self.ranks <= cpus:
+            return
+        start = _duration(START_S + self.ranks * RANK_CPU_S / cpus)
+        if self.ranks > most and not self.oversubscribe:
+            raise ClusterError(f"{self.ranks} local ranks are too many for {cpus:g} usable CPUs (at most {most}, "
+                               f"{RANKS_PER_CPU} per CPU; starting them would take about {start}): use at most "
+                               f"{most} ranks, or spread them over nodes with launcher=\"slurm\", \"mpi\" or \"ssh\" "
+                               f"(docs/cluster.md), or oversubscribe anyway (--oversubscribe, oversubscribe=True)")
+        self._say(f"{self.ranks} ranks on {cpus:g} usable CPUs: about {start} to start, and ranks that share a CPU "
+                  f"take turns (their times include the wait)")
+
+    def _wait_for_engines(self, timeout, since):
+        """Wait until every engine has registered, telling `progress` every PROGRESS_EVERY s how many have."""
+        ready = self.client.wait_for_engines(self.ranks, timeout=timeout, block=False, interactive=False)
+        said = False
+        while True:
+            try:
+                ready.result(timeout=PROGRESS_EVERY)
+                break
+            except concurrent.futures.TimeoutError:
+                if ready.done():   # the wait itself timed out
+                    raise
+            said = True
+            self._say(f"starting {self.ranks} ranks: {len(self.client.ids)}/{self.ranks} ready "
+                      f"({time.monotonic() - since:.0f} s)")
+        if said:
+            self._say(f"starting {self.ranks} ranks: {self.ranks}/{self.ranks} ready ({time.monotonic() - since:.0f} s)")
+
+    def _say(self, line):
+        if self.progress is not None:
+            self.progress(line)
 
     def _refuse_what_memory_cannot_hold(self):
         """A clear error now rather than the kernel's OOM killer taking a rank (or JupyterLab) later."""
@@ -210,11 +261,8 @@ class Cluster:
                     pass
 
 
-def _start_watchdog(processes):
-    """rdmalab.watchdog, in a session of its own, holding the cluster's processes: if this process dies
-    without closing the cluster, the watchdog's stdin reaches end of file and it stops them."""
-    return children.spawn("rdmalab.watchdog", *(f"{pid}:{start}" for pid, start in processes.items()),
-                          new_session=True)
+def _duration(seconds):
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
 
 
 def _gib(n):

@@ -1,17 +1,21 @@
 """Stops a cluster's processes if the process that started them dies without closing the cluster.
 
-    python -m rdmalab.watchdog PID:STARTED ...      # started by rdmalab.cluster.Cluster
+    python -m rdmalab.watchdog CLUSTER_ID      # started by rdmalab.cluster.Cluster, before the cluster
 
 ipyparallel starts the controller and the engines in sessions of their own, so they outlive a
 notebook kernel that is killed (out of memory, a crash, kill -9), holding their registered memory
-for ever. The watchdog blocks reading its stdin, a pipe whose other end only the cluster's owner
-holds. A line on it (rdmalab.children.stop's close) means the cluster was closed properly: exit.
-End of file means the owner died: SIGKILL every listed process that is still the one listed (same
-start time, so a reused pid is left alone), then remove the shared memory they left behind.
+for ever. It also starts each of them with IPP_CLUSTER_ID=<the cluster's id> in its environment,
+which their own children (an engine's nanny, the controller's schedulers, mpiexec's ranks) inherit:
+that is how the watchdog knows them, whoever their parent is now, even those that were still
+starting when the owner died. The watchdog blocks reading its stdin, a pipe whose other end only the
+cluster's owner holds. A line on it (rdmalab.children.stop's close) means the cluster was closed
+properly: exit. End of file means the owner died (whatever the signal): SIGKILL every process of the
+cluster, again until none is left, then remove the shared memory they left behind.
 """
 import os
 import signal
 import sys
+import time
 
 from .procstat import stat_fields
 
@@ -42,24 +46,51 @@ def descendants(pid):
     return found
 
 
-def kill(processes):
-    """SIGKILL each {pid: start time} that is still that process; returns the pids killed."""
-    killed = []
-    for pid, start in processes.items():
-        if started(pid) == start:
+def members(cluster_id):
+    """Pids of the living processes started with IPP_CLUSTER_ID=cluster_id (none for an empty id:
+    that is any cluster's default)."""
+    if not cluster_id:
+        return []
+    mark = f"IPP_CLUSTER_ID={cluster_id}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as f:   # empty for a zombie: it is dead already
+                    if mark in f.read().split(b"\0"):
+                        found.append(int(entry))
+            except OSError:
+                pass   # ended meanwhile, or not ours to read
+    return found
+
+
+def kill(cluster_id, settle=0.0, timeout=10.0):
+    """SIGKILL every process of the cluster, and again those found next time (one may have been
+    starting another), until none is found for `settle` seconds; returns the pids killed."""
+    killed, quiet_since, deadline = set(), time.monotonic(), time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = members(cluster_id)
+        for pid in found:
             try:
                 os.kill(pid, signal.SIGKILL)
-                killed.append(pid)
+                killed.add(pid)
             except (ProcessLookupError, PermissionError):
                 pass
-    return killed
+        if found:
+            quiet_since = time.monotonic()
+        elif time.monotonic() - quiet_since >= settle:
+            break
+        time.sleep(0.05)
+    return sorted(killed)
 
 
-def main(listed):
+def main(args):
+    cluster_id, = args
     if sys.stdin.readline():
         return 0
     from .verbs.soft import shm
-    shm.reap_when_gone(kill(dict(map(int, item.split(":")) for item in listed)))
+    # half a second of quiet: a process the owner was starting when it died may take that to appear
+    shm.reap_when_gone(kill(cluster_id, settle=0.5))
     return 0
 
 
