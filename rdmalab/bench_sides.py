@@ -134,11 +134,6 @@ class RdmaSide:
             wc = waiting.poll(cq, 1, SPIN_TIMEOUT, what)[0]
         return wc if wc.status == 0 else check(wc, what)
 
-    def _wait_for_byte(self, index, value):
-        """Wait until our inbox's byte `index` holds `value`: the peer's WRITE has landed."""
-        mem = self.mem
-        waiting.memory(lambda: mem[index] == value, self.mr, SPIN_TIMEOUT, "the peer's RDMA WRITE")
-
     # ------------------------------------------------------------ the target's side
 
     def prepare(self, size, iters):
@@ -181,22 +176,23 @@ class RdmaSide:
         mem, out_last, in_last = self.mem, size - 1, self.half + size - 1
         if first:
             mem[in_last] = 0   # no stale counter from an earlier size may pass for an answer
-        post, clock, wait = self.qp.post_send, time.perf_counter_ns, self._wait_for_byte
+        post, clock, until, bell = self.qp.post_send, time.perf_counter_ns, waiting.until, getattr(self.mr, "bell", None)
+        want = [0]
+        landed = lambda: mem[in_last] == want[0]   # noqa: E731 (the peer's WRITE carrying our counter arrived)
         stamps = [0] * iters
         for i in range(iters):
-            self.counter = self.counter % 255 + 1
-            value = self.counter
-            if not first:
-                wait(in_last, value)
-            mem[out_last] = value
+            self.counter = want[0] = self.counter % 255 + 1
+            if not first and not landed():
+                until(landed, SPIN_TIMEOUT, "the peer's RDMA WRITE", bell)
+            mem[out_last] = want[0]
             stamps[i] = clock()
             if i % SIGNAL_EVERY == SIGNAL_EVERY - 1:
                 post(loud)
                 self._poll(self.send_cq, "RDMA WRITE")
             else:
                 post(quiet)
-            if first:
-                wait(in_last, value)
+            if first and not landed():
+                until(landed, SPIN_TIMEOUT, "the peer's RDMA WRITE", bell)
         return stamps
 
     def _send_pingpong(self, iters, size, first):

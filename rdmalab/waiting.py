@@ -36,6 +36,7 @@ PREEMPTED_S = 200e-6         # a gap this long between two checks of a spin: ano
 CALM_S = (0.5, 8.0)          # after a preempted spin, sleep at once for this long, doubling each time
 FUTEX_SYSCALL = {"x86_64": 202, "amd64": 202, "aarch64": 98, "arm64": 98}.get(platform.machine().lower())
 FUTEX_WAIT, FUTEX_WAKE = 0, 1
+yield_cpu = getattr(os, "sched_yield", lambda: time.sleep(0))
 
 
 class Policy:
@@ -80,10 +81,15 @@ def until(ready, timeout, what="the peer", bell=None, alive=None, busy=True):
     yielding: the caller asked to sleep, as a blocking read of a completion channel does."""
     if ready():
         return
-    p = policy()
+    p = _policy or policy()
     clock = time.monotonic
     last = clock()
-    if busy and p.busy_waiting(last):
+    if busy and last >= p.sleep_only_until:
+        if p.yields:   # one CPU (or less): the peer can only answer once we let it run
+            for _ in range(p.yields):
+                yield_cpu()
+                if ready():
+                    return
         stop = last + p.spin_s
         while last < stop:
             if ready():
@@ -93,10 +99,6 @@ def until(ready, timeout, what="the peer", bell=None, alive=None, busy=True):
                 p.preempted(now)
                 break
             last = now
-        for _ in range(p.yields if p.busy_waiting(last) else 0):
-            os.sched_yield()
-            if ready():
-                return
     deadline, nap = clock() + timeout, 20e-6
     while True:
         if bell is not None and futex_works():

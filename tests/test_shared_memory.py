@@ -49,9 +49,9 @@ def test_closing_the_context_releases_everything():
     before = set(shm.leftovers(os.getpid()))
     with v.device.Context(name="soft0") as ctx:
         pd = v.pd.PD(ctx)
-        v.mr.MR(pd, 4096, e.IBV_ACCESS_LOCAL_WRITE)
+        mr = v.mr.MR(pd, 4096, e.IBV_ACCESS_LOCAL_WRITE)   # noqa: F841 (held, as a program holds it)
         cq = v.cq.CQ(ctx, 4)
-        v.qp.QP(pd, v.qp.QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq))
+        qp = v.qp.QP(pd, v.qp.QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq))   # noqa: F841
         assert len(set(shm.leftovers(os.getpid())) - before) == 3  # one MR, one CQ, one QP
     assert set(shm.leftovers(os.getpid())) == before
 

@@ -78,7 +78,7 @@ def loopback():
         ea, eb = rc.endpoint(ctx, a, dst), rc.endpoint(ctx, b, dst)
         rc.connect(ctx, a, ea, eb, access)
         rc.connect(ctx, b, eb, ea, access)
-        yield a, src, dst, cq
+        yield a, src, dst, cq, b
 
 
 def write(qp, src, dst, value):
@@ -91,7 +91,7 @@ def write(qp, src, dst, value):
 @pytest.mark.skipif(v.PROVIDER != "soft", reason="soft0's NIC rings a futex; a real NIC cannot wake a CPU "
                                                   "polling memory, so on a device waits nap instead")
 def test_a_write_wakes_a_sleeper_on_its_memory_and_makes_no_wake_call_when_none_sleeps(loopback, monkeypatch):
-    qp, src, dst, cq = loopback
+    qp, src, dst, cq, _ = loopback
     wakes = []
     real_wake = waiting.futex_wake
     monkeypatch.setattr(waiting, "futex_wake", lambda address: (wakes.append(address), real_wake(address)))
@@ -119,8 +119,7 @@ def test_a_write_wakes_a_sleeper_on_its_memory_and_makes_no_wake_call_when_none_
 
 @pytest.mark.skipif(v.PROVIDER != "soft", reason="the emulated NIC's CQ bell; rxe0 sleeps in naps here")
 def test_a_poller_asleep_on_a_cq_is_woken_by_a_receive(loopback):
-    qp, src, dst, cq = loopback
-    peer = next(q for q in cq._recv_qps if q is not qp)
+    qp, src, dst, cq, peer = loopback
     peer.post_recv(v.wr.RecvWR(wr_id=7, num_sge=1, sg=[v.wr.SGE(dst.buf, 64, dst.lkey)]))
     got = []
 

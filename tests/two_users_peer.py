@@ -178,7 +178,7 @@ class Peer:
 
     def forge(self):
         """Segments named and laid out as soft0's, created by hand, mode 0666."""
-        from rdmalab.verbs.soft import mr as mrmod, nic
+        from rdmalab.verbs.soft import layout as at, mr as mrmod
         pd, psn, addr = 0x5EED, 0x1234, 0x7F0000000000
         while True:   # a QP number and a key nobody uses
             qp_num, key = random.randrange(17, 1 << 24), random.getrandbits(32) or 1
@@ -188,10 +188,10 @@ class Peer:
                 break
             except FileExistsError:
                 continue
-        q[nic.Q_STATE], q[nic.Q_ACCESS], q[nic.Q_PD], q[nic.Q_EXPECTED_PSN] = e.IBV_QPS_RTS, REMOTE, pd, psn
-        q[nic.Q_RQ_SIZE], q[nic.Q_RQ_MAX_SGE], q[nic.Q_ALIVE] = 1, 1, 1
-        m[mrmod.W_ACCESS], m[mrmod.W_LENGTH], m[mrmod.W_ADDR], m[mrmod.W_PD] = e.IBV_ACCESS_LOCAL_WRITE | REMOTE, SIZE, addr, pd
-        m[mrmod.W_VALID] = 1
+        q[at.Q_STATE], q[at.Q_ACCESS], q[at.Q_PD], q[at.Q_EXPECTED_PSN] = e.IBV_QPS_RTS, REMOTE, pd, psn
+        q[at.Q_RQ_SIZE], q[at.Q_RQ_MAX_SGE], q[at.Q_ALIVE] = 1, 1, 1
+        m[at.M_ACCESS], m[at.M_LENGTH], m[at.M_ADDR], m[at.M_PD] = e.IBV_ACCESS_LOCAL_WRITE | REMOTE, SIZE, addr, pd
+        m[at.M_VALID] = 1
         self.forged_data = np.frombuffer(m.base, dtype=np.uint8, offset=shm.HEADER_BYTES)   # m.base: the mmap
         self.forged_data[:] = 0x5A
         return {"qp_num": qp_num, "psn": psn, "gid": self.me["gid"], "rkey": key, "addr": addr,

@@ -17,14 +17,13 @@ import time
 from collections import deque
 
 from . import shm
+from .layout import C_ALIVE, C_ARMED, C_CHANNEL, C_EVENTS, W_SLEEPERS
 from .base import Resource
 from .device import DEVICE_ATTR, Context
 from .enums import IBV_QPS_ERR
 from .pyverbs_error import PyverbsRDMAError, PyverbsUserError
 
 EINVAL = 22
-# Words of a CQ's and a channel's segment header (after magic and owner pid)
-C_ALIVE, C_ARMED, C_CHANNEL, C_EVENTS = 2, 3, 4, 5
 NOT_ARMED, NEXT_COMPLETION, SOLICITED_ONLY = 0, 1, 2
 
 LOCAL_SEGMENTS = {}   # segment name -> Segment of this process's CQs and channels
@@ -162,9 +161,8 @@ class CQ(Resource):
         self.cqe = cqe
         self.context = context
         self._completions = deque()  # (wr_id, status, opcode, byte_len, qp_num, imm_data, wc_flags)
-        self._recv_qps = []          # QPs whose receive completions come here
-        self._receive_queues = []    # and their receive queues, which poll() reads
-        self._timed = set()          # QPs whose send queue waits for an RNR or ACK timer
+        self._receive_queues = []    # of the QPs whose receives complete here: poll() reads them
+        self._timed = set()          # send queues that wait for an RNR or ACK timer
         self._segment, self.number = _new_segment("cq")
         self._events_taken = 0       # events get_cq_event() has handed out
         self.unacked_events = 0
@@ -183,26 +181,24 @@ class CQ(Resource):
         """The NIC completed one of our send WRs: queue its completion."""
         self._completions.append((wr_id, status, opcode, byte_len, qp_num, imm_data, wc_flags))
         h = self._segment.header
-        if h[C_ARMED] or h[shm.W_SLEEPERS]:
+        if h[C_ARMED] or h[W_SLEEPERS]:
             announce_to(self._segment)
 
-    def watch_receives(self, qp, receive_queue):
-        self._recv_qps.append(qp)
+    def watch_receives(self, receive_queue):
+        """A QP's receives complete here: poll() harvests this receive queue."""
         self._receive_queues.append(receive_queue)
 
-    def forget(self, qp):
-        if qp in self._recv_qps:
-            self._receive_queues.pop(self._recv_qps.index(qp))
-            self._recv_qps.remove(qp)
-        self._timed.discard(qp)
+    def forget_receives(self, receive_queue):
+        if receive_queue in self._receive_queues:
+            self._receive_queues.remove(receive_queue)
 
-    def wait_for_timer(self, qp, waiting=True):
-        """qp's send queue waits for a timer (True) or no longer does (False): poll() drives it."""
-        (self._timed.add if waiting else self._timed.discard)(qp)
+    def wait_for_timer(self, send_queue, waiting=True):
+        """A send queue waits for a timer (True) or no longer does (False): poll() drives its retries."""
+        (self._timed.add if waiting else self._timed.discard)(send_queue)
 
     def next_timer(self):
         """When the earliest waiting send queue wants to retry (monotonic seconds), or None."""
-        deadlines = [qp.next_retry() for qp in self._timed]
+        deadlines = [sq.next_retry() for sq in self._timed]
         return min((d for d in deadlines if d), default=None)
 
     # ------------------------------------------------------------ pyverbs' API
@@ -212,8 +208,8 @@ class CQ(Resource):
         if self._closed:
             self._check_open()
         if self._timed:
-            for qp in list(self._timed):
-                qp.progress()
+            for sq in list(self._timed):
+                sq.progress()
         wcs = []
         local = self._completions
         while local and len(wcs) < num_entries:
@@ -241,7 +237,6 @@ class CQ(Resource):
             self.channel.cqs.remove(self)
         LOCAL_SEGMENTS.pop(f"cq-{self.number:08x}", None)
         self._completions.clear()
-        self._recv_qps.clear()
         self._receive_queues.clear()
         self._timed.clear()
         self._segment.close()

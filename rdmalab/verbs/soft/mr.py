@@ -12,16 +12,17 @@ import random
 
 from . import shm
 from .base import Resource
+from .layout import M_ACCESS, M_ADDR, M_LENGTH, M_PD, M_VALID
 from .enums import (IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_REMOTE_READ,
                                IBV_ACCESS_REMOTE_WRITE)
 from .pd import PD
 from .pyverbs_error import PyverbsRDMAError, PyverbsUserError
 
-W_VALID, W_ACCESS, W_LENGTH, W_ADDR, W_PD = 2, 3, 4, 5, 6  # header words after magic and owner pid
 REMOTE_ACCESS = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC
 EINVAL, ENOMEM = errno.EINVAL, errno.ENOMEM
 
 REGISTERED = {}  # lkey -> MR, for this process: the local half of the key table
+SEGMENTS = {}    # lkey -> its shared segment, for this process's NIC
 
 
 def segment_name(key):
@@ -48,11 +49,12 @@ class MR(Resource):
         self.buf = self._segment.address
         self.data = self._segment.data  # numpy uint8 view of the buffer
         self.bell = self._segment.bell  # rdmalab.waiting sleeps on it; a peer's write wakes it
+        self.memory = self._segment.bytes  # the buffer as a memoryview: what the NIC copies from and to
         self.data[::4096] = 0  # registering pins every page: the kernel faults each one in; so do we
         words = self._segment.words
-        words[W_ACCESS], words[W_LENGTH], words[W_ADDR], words[W_PD] = access, self.length, self.buf, creator.handle
-        words[W_VALID] = 1
-        REGISTERED[self.lkey] = self
+        words[M_ACCESS], words[M_LENGTH], words[M_ADDR], words[M_PD] = access, self.length, self.buf, creator.handle
+        words[M_VALID] = 1
+        REGISTERED[self.lkey], SEGMENTS[self.lkey] = self, self._segment
         self._depend_on(creator)
 
     def write(self, data, length, offset=0):
@@ -82,8 +84,9 @@ class MR(Resource):
 
     def _release(self):
         REGISTERED.pop(self.lkey, None)
-        self._segment.words[W_VALID] = 0  # peers holding a mapping see the key die at once
-        self.data = None
+        SEGMENTS.pop(self.lkey, None)
+        self._segment.words[M_VALID] = 0  # peers holding a mapping see the key die at once
+        self.data = self.memory = None
         self._segment.close()
 
 

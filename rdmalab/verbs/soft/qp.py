@@ -13,7 +13,7 @@ with errno 22 and changes nothing.
 import random
 from collections import deque
 
-from . import nic, shm
+from . import requester, responder, shm
 from .addr import AHAttr
 from .base import Resource
 from .cq import CQ
@@ -29,7 +29,7 @@ from .enums import (
     IBV_QPS_ERR as ERR, IBV_QPS_INIT as INIT, IBV_QPS_RESET as RESET, IBV_QPS_RTR as RTR,
     IBV_QPS_RTS as RTS, IBV_MTU_1024, IBV_QPT_RC, IBV_QPT_UD, IBV_SEND_INLINE,
     IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE)
-from .nic import Q_ACCESS, Q_ALIVE, Q_EXPECTED_PSN, Q_MIN_RNR_TIMER, Q_PD, Q_RECV_CQ, Q_RQ_MAX_SGE, Q_RQ_SIZE, Q_STATE
+from .layout import Q_ACCESS, Q_ALIVE, Q_EXPECTED_PSN, Q_MIN_RNR_TIMER, Q_PD, Q_RECV_CQ, Q_RQ_MAX_SGE, Q_RQ_SIZE, Q_STATE
 from .pd import PD
 from .pyverbs_error import PyverbsRDMAError, PyverbsUserError
 
@@ -114,24 +114,21 @@ class QP(Resource):
         self.pd, self._send_cq, self._recv_cq = creator, scq, rcq
         self.qp_type, self._sq_sig_all = IBV_QPT_RC, init_attr.sq_sig_all
         self._segment, self.qp_num = self._new_segment()
-        self._words = self._segment.words
-        self._rq_size = self.cap.max_recv_wr
-        w = self._words
+        self._words = w = self._segment.header   # what a peer's NIC sees of this QP (layout.Q_*)
         w[Q_PD], w[Q_RQ_SIZE], w[Q_RQ_MAX_SGE], w[Q_STATE], w[Q_RECV_CQ] = \
-            creator.handle, self._rq_size, self.cap.max_recv_sge, RESET, rcq.number
-        self._rq = nic.ReceiveQueue(self._segment, self.qp_num)
+            creator.handle, self.cap.max_recv_wr, self.cap.max_recv_sge, RESET, rcq.number
+        self._rq = responder.ReceiveQueue(self._segment, self.qp_num)
+        self._send = requester.SendQueue(w, self.qp_num, creator, scq, init_attr.sq_sig_all)
         w[Q_ALIVE] = 1
-        self._sq = deque()  # WQEs waiting for an RNR timer or an ACK timeout
-        self._routes = {}  # (rkey, lkey) -> nic.Route: the fast path's cache of connections and keys
         self._reset_attributes()
-        nic.LOCAL_QPS[self.qp_num] = self
-        rcq.watch_receives(self, self._rq)
+        responder.LOCAL_QPS[self.qp_num] = responder.PeerQP(self._segment, self._rq)
+        rcq.watch_receives(self._rq)
         self._depend_on(creator, scq, rcq)
         if qp_attr is not None:
             self.to_init(qp_attr)
 
     def _new_segment(self):
-        room = nic.ReceiveQueue.bytes_for(self.cap.max_recv_wr, self.cap.max_recv_sge)
+        room = responder.ReceiveQueue.bytes_for(self.cap.max_recv_wr, self.cap.max_recv_sge)
         while True:
             qp_num = random.randrange(17, 1 << 24)
             try:
@@ -142,14 +139,12 @@ class QP(Resource):
     def _reset_attributes(self):
         self._cached_state = RESET
         self._rq.reset()
-        self._sq.clear()
-        self._routes.clear()
+        self._send.reset()
         w = self._words
         w[Q_ACCESS] = w[Q_EXPECTED_PSN] = w[Q_MIN_RNR_TIMER] = 0
-        self._dest_qp_num = self._sq_psn = self._timeout = self._retry_cnt = self._rnr_retry = 0
         self._pkey_index = self._max_rd_atomic = self._max_dest_rd_atomic = 0
-        self._port_num, self._path_mtu, self._mtu_bytes = 1, IBV_MTU_1024, 1024
-        self._ah_attr, self._sgid_index, self._dgid = AHAttr(), 0, None
+        self._port_num, self._path_mtu = 1, IBV_MTU_1024
+        self._ah_attr, self._sgid_index = AHAttr(), 0
 
     # ------------------------------------------------------------ state
 
@@ -171,10 +166,11 @@ class QP(Resource):
         self._apply(qp_attr, comp_mask)
         if target == RESET:
             self._reset_attributes()
-        self._words[Q_STATE] = target
+        responder.enter(self._words, target)   # peers' cached routes to this QP are dropped
+        self._send.routes.clear()              # and so are ours: the destination or MTU may change
         self._cached_state = target
         if target == ERR:
-            nic.progress(self)  # flush the send queue
+            self._send.progress()  # flush the send queue
             if not self._rq.flushed:
                 self._rq.flush()
 
@@ -197,7 +193,7 @@ class QP(Resource):
         return not (mask & RETRY_CNT and not 0 <= a.retry_cnt <= 7 or mask & RNR_RETRY and not 0 <= a.rnr_retry <= 7)
 
     def _apply(self, a, mask):
-        w = self._words
+        w, send = self._words, self._send
         if mask & ACCESS_FLAGS:
             w[Q_ACCESS] = a.qp_access_flags
         if mask & PKEY_INDEX:
@@ -206,12 +202,12 @@ class QP(Resource):
             self._port_num = a.port_num
         if mask & AV:
             self._ah_attr = a.ah_attr
-            self._sgid_index, self._dgid = a.ah_attr.gr.sgid_index, str(a.ah_attr.gr.dgid)
+            self._sgid_index, send.dgid = a.ah_attr.gr.sgid_index, str(a.ah_attr.gr.dgid)
         if mask & PATH_MTU:
             self._path_mtu = a.path_mtu
-            self._mtu_bytes = 128 << min(a.path_mtu, PORT_ATTR["active_mtu"])
+            send.mtu = 128 << min(a.path_mtu, PORT_ATTR["active_mtu"])
         if mask & DEST_QPN:
-            self._dest_qp_num = a.dest_qp_num & 0xFFFFFF
+            send.dest_qp_num = a.dest_qp_num & 0xFFFFFF
         if mask & RQ_PSN:
             w[Q_EXPECTED_PSN] = a.rq_psn & 0xFFFFFF
         if mask & MAX_DEST_RD_ATOMIC:
@@ -219,13 +215,13 @@ class QP(Resource):
         if mask & MIN_RNR_TIMER:
             w[Q_MIN_RNR_TIMER] = a.min_rnr_timer
         if mask & SQ_PSN:
-            self._sq_psn = a.sq_psn & 0xFFFFFF
+            send.psn = a.sq_psn & 0xFFFFFF
         if mask & TIMEOUT:
-            self._timeout = a.timeout
+            send.timeout = a.timeout
         if mask & RETRY_CNT:
-            self._retry_cnt = a.retry_cnt
+            send.retry_cnt = a.retry_cnt
         if mask & RNR_RETRY:
-            self._rnr_retry = a.rnr_retry
+            send.rnr_retry = a.rnr_retry
         if mask & MAX_QP_RD_ATOMIC:
             self._max_rd_atomic = a.max_rd_atomic
 
@@ -265,23 +261,14 @@ class QP(Resource):
                    path_mtu=self._path_mtu)
         w = self._words
         a.qp_access_flags, a.rq_psn, a.min_rnr_timer = int(w[Q_ACCESS]), int(w[Q_EXPECTED_PSN]), int(w[Q_MIN_RNR_TIMER])
-        a.pkey_index, a.dest_qp_num, a.sq_psn = self._pkey_index, self._dest_qp_num, self._sq_psn
-        a.timeout, a.retry_cnt, a.rnr_retry = self._timeout, self._retry_cnt, self._rnr_retry
+        send = self._send
+        a.pkey_index, a.dest_qp_num, a.sq_psn = self._pkey_index, send.dest_qp_num, send.psn
+        a.timeout, a.retry_cnt, a.rnr_retry = send.timeout, send.retry_cnt, send.rnr_retry
         a.max_rd_atomic, a.max_dest_rd_atomic = self._max_rd_atomic, self._max_dest_rd_atomic
         a.ah_attr, a.cap = self._ah_attr, self.cap
         init = QPInitAttr(qp_type=self.qp_type, scq=self._send_cq, rcq=self._recv_cq, cap=self.cap,
                           sq_sig_all=self._sq_sig_all)
         return a, init
-
-    # ------------------------------------------------------------ what the CQ asks
-
-    def progress(self):
-        """Retry what waits for a timer in the send queue (the CQ calls this when polled)."""
-        nic.progress(self)
-
-    def next_retry(self):
-        """When the send queue's head wants to be retried (monotonic seconds), or None."""
-        return self._sq[0].deadline if self._sq else None
 
     # ------------------------------------------------------------ posting
 
@@ -289,19 +276,20 @@ class QP(Resource):
         """Post a chain of send WRs. Errors found at post time raise (EINVAL, ENOMEM); later ones complete."""
         if self._closed:
             self._check_open()
-        state = self._segment.header[Q_STATE]
-        if state == RTS and wr.next_wr is None and not self._sq and nic.fast_post(self, wr):
-            return
+        state = self._words[Q_STATE]
         if state != RTS and state != ERR:  # rxe's kernel refuses the doorbell before RTS
             raise PyverbsRDMAError("Failed to post send", EINVAL)
+        post = self._send.post
         while wr is not None:
             error = self._send_error(wr)
             if error:
                 raise PyverbsRDMAError("Failed to post send", error)
-            nic.post(self, wr)
+            post(wr)
             wr = wr.next_wr
 
     def _send_error(self, wr):
+        """What ibv_post_send refuses at once: too many SGEs, a misaligned or short atomic, inline
+        data past the limit (EINVAL); a full send queue (ENOMEM)."""
         sges, cap = wr.sges, self.cap
         if len(sges) > cap.max_send_sge:
             return EINVAL
@@ -310,7 +298,7 @@ class QP(Resource):
                 return EINVAL
         if wr.send_flags & IBV_SEND_INLINE and sum(s[1] for s in sges) > cap.max_inline_data:
             return EINVAL
-        if len(self._sq) >= cap.max_send_wr:
+        if len(self._send.pending) >= cap.max_send_wr:
             return ENOMEM
         return 0
 
@@ -329,10 +317,11 @@ class QP(Resource):
 
     def _release(self):
         self._words[Q_ALIVE] = 0
-        self._sq.clear()
-        nic.LOCAL_QPS.pop(self.qp_num, None)
-        self._recv_cq.forget(self)
-        self._send_cq.forget(self)
+        responder.enter(self._words, self._words[Q_STATE])
+        self._send.reset()
+        responder.LOCAL_QPS.pop(self.qp_num, None)
+        self._recv_cq.forget_receives(self._rq)
+        self._send_cq.wait_for_timer(self._send, False)
         self._rq.release()
         self._rq = self._words = None
         self._segment.close()

@@ -24,12 +24,11 @@ import weakref
 import numpy as np
 
 from ... import waiting
+from .layout import W_BELL, W_MAGIC, W_OWNER_PID, W_SLEEPERS
 
 MAGIC = 0x52444D414C4142  # "RDMALAB"
 PREFIX = "rdmalab-"
 HEADER_BYTES = 4096  # data starts page-aligned, as pyverbs' MR buffers are
-W_MAGIC, W_OWNER_PID = 0, 1  # the first two header words of every segment
-W_BELL, W_SLEEPERS = 14, 15   # and these two: a futex word its owner sleeps on, and whether one does
 
 
 ENOUGH_SHM = 1 << 30   # a smaller /dev/shm (Docker's and many containers' default is 64 MiB) is passed over

@@ -1,0 +1,26 @@
+"""Where things live in soft0's shared-memory segments: the 64-bit words of each header.
+
+Every segment (rdmalab.verbs.soft.shm) starts with a 4096-byte header of int64 words. The first two
+and the bell are the same in all of them; the others depend on what the segment holds. These are
+the parts of a verbs object that a peer's NIC may read or write, so they are the interface between
+the processes of one host: change a number here and every process must agree.
+"""
+
+# every segment
+W_MAGIC, W_OWNER_PID = 0, 1   # "RDMALAB" and the owner's pid (a dead owner's segments are reaped)
+W_BELL, W_SLEEPERS = 14, 15   # a futex word its owner sleeps on, and whether one does (shm.Bell)
+
+# a memory region (rdmalab-mr-<lkey>): what a NIC's translation table holds for its key
+M_VALID, M_ACCESS, M_LENGTH, M_ADDR, M_PD = 2, 3, 4, 5, 6
+
+# a queue pair (rdmalab-qp-<qpn>): the part of its context a peer's NIC may see
+Q_STATE, Q_ACCESS, Q_PD, Q_EXPECTED_PSN, Q_MIN_RNR_TIMER, Q_RQ_SIZE, Q_RQ_MAX_SGE, \
+    Q_RQ_POSTED, Q_RQ_CONSUMED, Q_RQ_POLLED, Q_ALIVE, Q_RECV_CQ = range(2, 14)
+Q_GENERATION = 16   # bumped whenever what a responder checks changes: state, access flags, alive
+
+# one slot of a receive queue, after the QP's header: the posted WR, then (once consumed) its completion
+R_WR_ID, R_NUM_SGE, R_STATUS, R_OPCODE, R_BYTE_LEN, R_IMM, R_FLAGS = range(7)
+R_SGES = 8   # then (addr, length, lkey) for each SGE
+
+# a completion queue (rdmalab-cq-<n>) or a completion channel (rdmalab-ch-<n>)
+C_ALIVE, C_ARMED, C_CHANNEL, C_EVENTS = 2, 3, 4, 5

@@ -1,0 +1,354 @@
+"""The requester half of soft0's NIC: what a NIC does with the work requests a program posts.
+
+It reads the local buffers (lkey), carries each request to the target QP, and completes the work
+request when the answer comes back: an ACK completes it; no answer is retried every ACK timeout,
+`retry_cnt` times, then fails with RETRY_EXC_ERR; an RNR NAK is retried after the target's
+min_rnr_timer, `rnr_retry` times (7: forever), then fails with RNR_RETRY_EXC_ERR; a NAK fails it
+with the responder's status. After any error the QP is in ERR and every later WR is flushed.
+
+Here the requester runs in the initiating process, straight after post_send(), and reaches the
+target through rdmalab.verbs.soft.responder.respond(): the initiator's CPU does what a NIC's DMA
+engine would do, and the target's process runs no code, which is the property the lab measures.
+Local checks run first, as in rxe: an unknown lkey is LOC_QP_OP_ERR, an SGE out of bounds
+LOC_PROT_ERR, and nothing is sent.
+
+Like a NIC, it caches what it looked up: once a request of one shape (opcode, local key, remote
+key) has been carried out on a connection, a Route remembers where both buffers are. A later
+request of the same shape repeats none of the checks while nothing they depended on has changed
+(the target QP's generation, which every change of its state or access flags bumps, and the keys'
+validity); it checks only what is its own (its PSN, its bounds) and copies. That is the path the
+lab's benchmarks measure; anything else takes the general path.
+"""
+import copy
+import ctypes
+import time
+from collections import deque
+
+from . import responder
+from .device import GIDS
+from .enums import (
+    IBV_ACCESS_LOCAL_WRITE as LOCAL_WRITE, IBV_QPS_ERR, IBV_SEND_INLINE, IBV_SEND_SIGNALED,
+    IBV_WC_COMP_SWAP, IBV_WC_FETCH_ADD, IBV_WC_LOC_PROT_ERR, IBV_WC_LOC_QP_OP_ERR, IBV_WC_RDMA_READ,
+    IBV_WC_RDMA_WRITE, IBV_WC_RETRY_EXC_ERR, IBV_WC_RNR_RETRY_EXC_ERR, IBV_WC_SEND, IBV_WC_SUCCESS,
+    IBV_WC_WITH_IMM, IBV_WC_WR_FLUSH_ERR,
+    IBV_WR_ATOMIC_CMP_AND_SWP as CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD as FETCH_AND_ADD,
+    IBV_WR_RDMA_READ as READ, IBV_WR_RDMA_WRITE as WRITE, IBV_WR_RDMA_WRITE_WITH_IMM as WRITE_WITH_IMM,
+    IBV_WR_SEND as SEND, IBV_WR_SEND_WITH_IMM as SEND_WITH_IMM)
+from .layout import (M_VALID, Q_EXPECTED_PSN, Q_GENERATION, Q_RQ_CONSUMED, Q_RQ_POSTED, Q_STATE, R_NUM_SGE,
+                     R_SGES)
+from .mr import REGISTERED
+from .responder import ACK, ATOMICS, CONSUMES_RECEIVE, NEEDS_ACCESS, NO_ANSWER, PSN_MOD, RNR_NAK, packets, respond
+
+WC_OPCODE = {WRITE: IBV_WC_RDMA_WRITE, WRITE_WITH_IMM: IBV_WC_RDMA_WRITE, SEND: IBV_WC_SEND,
+             SEND_WITH_IMM: IBV_WC_SEND, READ: IBV_WC_RDMA_READ, CMP_AND_SWP: IBV_WC_COMP_SWAP,
+             FETCH_AND_ADD: IBV_WC_FETCH_ADD}
+CARRIES_DATA = (WRITE, WRITE_WITH_IMM, SEND, SEND_WITH_IMM)
+WITH_IMM = (WRITE_WITH_IMM, SEND_WITH_IMM)
+ROUTES_KEPT = 64   # request shapes a send queue remembers, as a NIC caches translations
+
+
+class Pending:
+    """A send WQE that is waiting: for an RNR timer, or for an ACK that did not come."""
+
+    def __init__(self, wqe):
+        self.wqe, self.deadline, self.rnr_left, self.retries_left = wqe, 0.0, None, None
+
+
+class SendQueue:
+    """A QP's sending state, which its NIC owns: where it sends (destination QP and GID, path MTU),
+    the next PSN, its timers and retry counts, the WQEs waiting for a timer, and the CQ it completes
+    on. The QP sets the attributes modify() gives it; the NIC does the rest."""
+
+    def __init__(self, header, qp_num, pd, cq, sig_all):
+        self.header, self.qp_num, self.pd, self.cq, self.sig_all = header, qp_num, pd, cq, sig_all
+        self.pending, self.routes = deque(), {}
+        self.reset()
+
+    def reset(self):
+        self.pending.clear()
+        self.routes.clear()
+        self.dest_qp_num = self.psn = self.timeout = self.retry_cnt = self.rnr_retry = 0
+        self.dgid, self.mtu = None, 1024
+        self.connected, self.connected_to = None, None   # the peer's PeerQP, and its number, once found
+
+    # ------------------------------------------------------------ what the QP and its CQ call
+
+    def post(self, wr):
+        """Ring the doorbell for one checked WR: carry it out now if nothing waits before it, else queue it."""
+        if self.pending or self.header[Q_STATE] == IBV_QPS_ERR:
+            self.pending.append(Pending(snapshot(wr)))
+            self.progress()
+            return
+        sges = wr.sges
+        if len(sges) == 1:
+            route = self.routes.get((wr.opcode, sges[0][2], wr.rkey))
+            if route is not None and route.carry(self, wr, *sges[0]):
+                return
+        outcome = attempt(self, wr, None)
+        if outcome is not None:   # it must wait: keep a copy at the head of the queue
+            pending = Pending(snapshot(wr))
+            pending.deadline, pending.rnr_left, pending.retries_left = outcome
+            self.pending.append(pending)
+            self.cq.wait_for_timer(self)
+
+    def progress(self):
+        """Work through the waiting WQEs: flush them in ERR, retry what waited long enough."""
+        queue = self.pending
+        while queue:
+            head = queue[0]
+            if self.header[Q_STATE] == IBV_QPS_ERR:
+                queue.popleft()
+                complete(self, head.wqe, IBV_WC_WR_FLUSH_ERR)
+                continue
+            if head.deadline and time.monotonic() < head.deadline:
+                return
+            outcome = attempt(self, head.wqe, head)
+            if outcome is not None:
+                head.deadline, head.rnr_left, head.retries_left = outcome
+                return
+            queue.popleft()
+        self.cq.wait_for_timer(self, False)
+
+    def next_retry(self):
+        """When the head of the queue wants to be retried (monotonic seconds), or None."""
+        return self.pending[0].deadline if self.pending else None
+
+    def peer(self):
+        """The QP we send to, if a packet from us would reach it (else None: nobody answers)."""
+        if self.dgid not in GIDS:
+            return None   # a GID that is not soft0's: nobody answers, and the requester times out
+        found = responder.peer_qp(self.dest_qp_num)
+        if found is None or not found.alive():
+            return None   # no such QP (yet): nobody answers
+        self.connected, self.connected_to = found, self.dest_qp_num
+        return found
+
+
+class Route:
+    """What the NIC remembers after carrying out one shape of request on this connection: the target
+    QP (and the generation its checks passed at), our buffer, the remote buffer (for a key), and for
+    a SEND the buffer of the receive it used. carry() does a request of that shape again, checking
+    only what belongs to the request (PSN, bounds, a posted receive in the same buffer); it returns
+    False, having done nothing, whenever anything else may have changed: attempt() then decides."""
+    __slots__ = ("opcode", "peer", "header", "generation", "lkey", "local", "local_base", "local_length",
+                 "remote", "remote_base", "remote_length", "remote_header", "remote_segment",
+                 "receive_key", "receive", "receive_base", "receive_length", "receive_header")
+
+    @classmethod
+    def remember(cls, sq, wqe, peer, generation):
+        addr, length, lkey = wqe.sges[0]
+        route, mr = cls(), REGISTERED[lkey]
+        route.opcode, route.peer, route.header, route.generation = wqe.opcode, peer, peer.header, generation
+        route.lkey, route.local, route.local_base, route.local_length = lkey, mr.memory, mr.buf, mr.length
+        route.remote = route.receive = None
+        if NEEDS_ACCESS[wqe.opcode]:
+            seg = responder.mr_segment(wqe.rkey)
+            h = seg.header
+            route.remote_segment, route.remote_header, route.remote = seg, h, seg.bytes
+            route.remote_base, route.remote_length = responder.region_of(seg)
+        elif wqe.opcode in CONSUMES_RECEIVE:   # the receive just used: its buffer is likely the next one's
+            rq = peer.rq
+            words, base = rq.words, rq.slot(peer.header[Q_RQ_CONSUMED] - 1)
+            if words[base + R_NUM_SGE] != 1:
+                return
+            route.receive_key = words[base + R_SGES + 2]
+            seg = responder.mr_segment(route.receive_key)
+            route.receive, route.receive_header = seg.bytes, seg.header
+            route.receive_base, route.receive_length = responder.region_of(seg)
+        if len(sq.routes) >= ROUTES_KEPT:
+            sq.routes.clear()
+        sq.routes[wqe.opcode, lkey, wqe.rkey] = route
+
+    def carry(self, sq, wr, addr, length, lkey):
+        peer = self.header
+        try:
+            if peer[Q_GENERATION] != self.generation or peer[Q_EXPECTED_PSN] != sq.psn or lkey not in REGISTERED \
+                    or wr.send_flags & IBV_SEND_INLINE:
+                return False
+            start, opcode = addr - self.local_base, self.opcode
+            if start < 0 or start + length > self.local_length:
+                return False
+            reach = 8 if opcode in ATOMICS else length
+            if self.remote is not None:
+                offset = wr.remote_addr - self.remote_base
+                if not self.remote_header[M_VALID] or offset < 0 or offset + reach > self.remote_length:
+                    return False
+            if opcode == WRITE:
+                self.remote[offset:offset + length] = self.local[start:start + length]
+                self.remote_segment.ring()
+            elif opcode == READ:
+                self.local[start:start + length] = self.remote[offset:offset + length]
+            elif opcode in ATOMICS:
+                if length < 8 or wr.remote_addr & 7:
+                    return False
+                old = responder.atomic(self.remote_segment, offset, opcode, wr.compare_add, wr.swap)
+                self.local[start:start + 8] = old.to_bytes(8, "little")
+            elif not self._into_receive(wr, start, length, offset if self.remote is not None else 0,
+                                        packets(length, sq.mtu)):
+                return False
+        except ValueError:   # a QP or MR of this process, closed since
+            return False
+        count = packets(reach, sq.mtu)
+        sq.psn = (sq.psn + count) % PSN_MOD
+        if opcode not in CONSUMES_RECEIVE:   # (a receive's completion advanced it already)
+            peer[Q_EXPECTED_PSN] = sq.psn
+        if wr.send_flags & IBV_SEND_SIGNALED or sq.sig_all:
+            complete(sq, wr, IBV_WC_SUCCESS, length)
+        return True
+
+    def _into_receive(self, wr, start, length, offset, count):
+        peer, rq = self.header, self.peer.rq
+        with responder.LOCK:
+            consumed = peer[Q_RQ_CONSUMED]
+            if consumed == peer[Q_RQ_POSTED]:
+                return False   # no receive posted: attempt() gets the RNR NAK
+            if self.opcode == WRITE_WITH_IMM:
+                self.remote[offset:offset + length] = self.local[start:start + length]
+                self.remote_segment.ring()
+            else:
+                words, base = rq.words, rq.slot(consumed)
+                at, room = words[base + R_SGES] - self.receive_base, words[base + R_SGES + 1]
+                if self.receive is None or words[base + R_NUM_SGE] != 1 or words[base + R_SGES + 2] != self.receive_key \
+                        or not self.receive_header[M_VALID] or length > room or at < 0 \
+                        or at + room > self.receive_length:
+                    return False
+                self.receive[at:at + length] = self.local[start:start + length]
+            responder.received(self.peer, wr, consumed, length, count)
+        return True
+
+
+def snapshot(wr):
+    """Copy a posted WR, as the hardware copies it into its queue (inline data is read now)."""
+    wqe = copy.copy(wr)
+    wqe.next_wr = None
+    if wr.send_flags & IBV_SEND_INLINE:
+        wqe.inline_data = _inline(wr)
+    return wqe
+
+
+def _inline(wr):
+    return b"".join(ctypes.string_at(addr, length) for addr, length, _ in wr.sges)
+
+
+# ---------------------------------------------------------------- one WQE, end to end
+
+def attempt(sq, wqe, pending):
+    """Carry out one WQE. Returns None when it completed (well or not), else (deadline, rnr_left,
+    retries_left) for the timer it now waits on."""
+    opcode = wqe.opcode
+    if opcode not in NEEDS_ACCESS:
+        return fail(sq, wqe, IBV_WC_LOC_QP_OP_ERR)
+    sges = wqe.sges
+    if opcode in CARRIES_DATA:
+        payload = _local(sq, *sges[0]) if len(sges) == 1 and not wqe.send_flags & IBV_SEND_INLINE \
+            else _gather(sq, wqe)
+        if type(payload) is int:
+            return fail(sq, wqe, payload)
+        length = len(payload)
+    else:
+        payload, length = None, sum(sge[1] for sge in sges)
+    count = packets(8 if opcode in ATOMICS else length, sq.mtu)
+    peer = sq.connected if sq.connected_to == sq.dest_qp_num else sq.peer()
+    try:
+        generation = peer.header[Q_GENERATION] if peer else None   # what the checks below will have seen
+        answer, data = respond(peer, wqe, payload, length, sq.psn, count) if peer else (NO_ANSWER, None)
+    except ValueError:   # the peer was a QP of this process, closed since: nobody answers now
+        sq.connected_to, answer, data = None, NO_ANSWER, None
+    if answer == ACK:
+        sq.psn = (sq.psn + count) % PSN_MOD
+        if data is not None and not _scatter(sq, wqe, data):   # a READ's or atomic's answer, into our memory
+            return fail(sq, wqe, IBV_WC_LOC_PROT_ERR)
+        if wqe.send_flags & IBV_SEND_SIGNALED or sq.sig_all:
+            complete(sq, wqe, IBV_WC_SUCCESS, length)
+        if len(sges) == 1 and not wqe.send_flags & IBV_SEND_INLINE and pending is None:
+            Route.remember(sq, wqe, peer, generation)
+        return None
+    if answer == NO_ANSWER:
+        return _wait_for_ack(sq, wqe, pending)
+    if answer == RNR_NAK:
+        return _wait_for_receive(sq, wqe, pending, data)
+    return fail(sq, wqe, answer)   # a NAK: the responder is in ERR already
+
+
+def complete(sq, wqe, status, byte_len=0):
+    """Post the requester's completion: always on error, on success only if signaled."""
+    if status == IBV_WC_SUCCESS:
+        if not (wqe.send_flags & IBV_SEND_SIGNALED or sq.sig_all):
+            return None
+        sq.cq.push(wqe.wr_id, status, WC_OPCODE[wqe.opcode], byte_len, sq.qp_num, 0,
+                   IBV_WC_WITH_IMM if wqe.opcode in WITH_IMM else 0)
+    else:
+        sq.cq.push(wqe.wr_id, status, 0, 0, sq.qp_num)
+    return None
+
+
+def fail(sq, wqe, status):
+    """An error completion: the QP goes to ERR, and everything after it will be flushed."""
+    responder.enter(sq.header, IBV_QPS_ERR)
+    return complete(sq, wqe, status)
+
+
+def _gather(sq, wqe):
+    """The data a WRITE or SEND carries (a view of our memory for one SGE), or an error status."""
+    if wqe.send_flags & IBV_SEND_INLINE:
+        data = getattr(wqe, "inline_data", None)
+        return memoryview(data if data is not None else _inline(wqe))
+    pieces = [_local(sq, *sge) for sge in wqe.sges]
+    for piece in pieces:
+        if type(piece) is int:
+            return piece
+    return pieces[0] if len(pieces) == 1 else memoryview(b"".join(pieces))
+
+
+def _local(sq, addr, length, lkey):
+    """Our memory that an SGE names, as a view; or LOC_QP_OP_ERR (no such key in our PD) or
+    LOC_PROT_ERR (out of its bounds)."""
+    mr = REGISTERED.get(lkey)
+    if mr is None or mr.pd is not sq.pd:
+        return IBV_WC_LOC_QP_OP_ERR
+    offset = addr - mr.buf
+    if offset < 0 or offset + length > mr.length:
+        return IBV_WC_LOC_PROT_ERR
+    return mr.memory[offset:offset + length]
+
+
+def _scatter(sq, wqe, data):
+    """Write a READ's bytes or an atomic's old value into the local SGEs; False if they forbid it."""
+    targets = []
+    for addr, length, lkey in wqe.sges:
+        mr = REGISTERED.get(lkey)
+        offset = addr - mr.buf if mr is not None else -1
+        if mr is None or mr.pd is not sq.pd or not mr.access & LOCAL_WRITE or offset < 0 \
+                or offset + length > mr.length:
+            return False
+        targets.append((mr.memory, offset, length))
+    done = 0
+    for memory, offset, length in targets:
+        take = min(length, len(data) - done)
+        if take <= 0:
+            break
+        memory[offset:offset + take] = data[done:done + take]
+        done += take
+    return True
+
+
+def _wait_for_receive(sq, wqe, pending, timer_ms):
+    """RNR NAK: the peer has no receive posted. Retry after its min_rnr_timer, rnr_retry times (7: forever)."""
+    first = pending is None or pending.rnr_left is None
+    rnr_left = sq.rnr_retry if first else pending.rnr_left
+    if rnr_left == 0:
+        return fail(sq, wqe, IBV_WC_RNR_RETRY_EXC_ERR)
+    retries_left = None if pending is None else pending.retries_left
+    return time.monotonic() + timer_ms / 1000.0, (rnr_left if rnr_left == 7 else rnr_left - 1), retries_left
+
+
+def _wait_for_ack(sq, wqe, pending):
+    """No answer: retransmit after the ACK timeout (4.096 us * 2**timeout; 0 = never), retry_cnt times.
+    As in rxe, retry_cnt 7 retries forever (the spec reserves that meaning for rnr_retry only)."""
+    first = pending is None or pending.retries_left is None
+    if not first and pending.retries_left == 0:
+        return fail(sq, wqe, IBV_WC_RETRY_EXC_ERR)
+    retries_left = sq.retry_cnt if first or sq.retry_cnt == 7 else pending.retries_left - 1
+    wait = float("inf") if sq.timeout == 0 else 4.096e-6 * (1 << sq.timeout)
+    rnr_left = None if pending is None else pending.rnr_left
+    return time.monotonic() + wait, rnr_left, retries_left

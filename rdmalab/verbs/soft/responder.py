@@ -1,0 +1,333 @@
+"""The responder half of soft0's NIC: what the peer's NIC does when a request arrives.
+
+It checks the request against the target QP (state, expected PSN, access flags), its receive queue
+and the remote key, in the order rxe checks them, and only then touches memory: a refused request
+changes no target byte. It answers as a responder answers on the wire:
+- ACK, with the data of a READ or the old value of an atomic;
+- no answer at all (no such QP, not in RTR/RTS, a PSN it does not expect): the requester times out;
+- RNR NAK: a SEND or WRITE_WITH_IMM found no posted receive (with the QP's min_rnr_timer);
+- NAK with a status: invalid request (access flags), remote access (rkey, PD, bounds), remote
+  operation (a receive too small); the responder's QP goes to ERR.
+
+`respond()` is the seam between the two halves: the requester (rdmalab.verbs.soft.requester) calls
+it in its own process, reaching the target's QP and memory through shared memory, so the target's
+process runs no code. A link that carries requests as packets would call the same function on the
+receiving host.
+"""
+import fcntl
+import threading
+
+from . import cq as cqmod, mr as mrmod, shm
+from .enums import (
+    IBV_ACCESS_LOCAL_WRITE as LOCAL_WRITE, IBV_ACCESS_REMOTE_ATOMIC as REMOTE_ATOMIC,
+    IBV_ACCESS_REMOTE_READ as REMOTE_READ, IBV_ACCESS_REMOTE_WRITE as REMOTE_WRITE,
+    IBV_QPS_ERR, IBV_QPS_RTR, IBV_QPS_RTS, IBV_SEND_SOLICITED, IBV_WC_GRH, IBV_WC_LOC_QP_OP_ERR,
+    IBV_WC_RECV, IBV_WC_RECV_RDMA_WITH_IMM, IBV_WC_REM_ACCESS_ERR, IBV_WC_REM_INV_REQ_ERR, IBV_WC_REM_OP_ERR,
+    IBV_WC_SUCCESS, IBV_WC_WITH_IMM, IBV_WC_WR_FLUSH_ERR,
+    IBV_WR_ATOMIC_CMP_AND_SWP as CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD as FETCH_AND_ADD,
+    IBV_WR_RDMA_READ as READ, IBV_WR_RDMA_WRITE as WRITE, IBV_WR_RDMA_WRITE_WITH_IMM as WRITE_WITH_IMM,
+    IBV_WR_SEND as SEND, IBV_WR_SEND_WITH_IMM as SEND_WITH_IMM)
+from .layout import (M_ACCESS, M_ADDR, M_LENGTH, M_PD, M_VALID, Q_ACCESS, Q_ALIVE, Q_EXPECTED_PSN, Q_GENERATION,
+                     Q_MIN_RNR_TIMER, Q_PD, Q_RECV_CQ, Q_RQ_CONSUMED, Q_RQ_MAX_SGE, Q_RQ_POLLED, Q_RQ_POSTED,
+                     Q_RQ_SIZE, Q_STATE, R_BYTE_LEN, R_FLAGS, R_IMM, R_NUM_SGE, R_OPCODE, R_SGES, R_STATUS,
+                     R_WR_ID)
+
+ACK, NO_ANSWER, RNR_NAK = IBV_WC_SUCCESS, -1, -2   # besides NAKs, which carry their completion status
+PSN_MOD = 1 << 24
+NEEDS_ACCESS = {WRITE: REMOTE_WRITE, WRITE_WITH_IMM: REMOTE_WRITE, READ: REMOTE_READ,
+                CMP_AND_SWP: REMOTE_ATOMIC, FETCH_AND_ADD: REMOTE_ATOMIC, SEND: 0, SEND_WITH_IMM: 0}
+ATOMICS = (CMP_AND_SWP, FETCH_AND_ADD)
+CONSUMES_RECEIVE = (SEND, SEND_WITH_IMM, WRITE_WITH_IMM)
+# min_rnr_timer encodings (IB spec table 45), in milliseconds
+RNR_TIMER_MS = [655.36, 0.01, 0.02, 0.03, 0.04, 0.06, 0.08, 0.12, 0.16, 0.24, 0.32, 0.48, 0.64, 0.96,
+                1.28, 1.92, 2.56, 3.84, 5.12, 7.68, 10.24, 15.36, 20.48, 30.72, 40.96, 61.44, 81.92,
+                122.88, 163.84, 245.76, 327.68, 491.52]
+
+LOCAL_QPS = {}        # qp_num -> PeerQP of this process's QPs
+_attached_mrs = {}    # key -> Segment of another process's MR
+_attached_qps = {}    # qp_num -> PeerQP of another process's QP
+LOCK = threading.Lock()   # receive queues and atomics, across this process's threads
+
+
+def enter(header, state):
+    """Move a QP (by its shared header) to `state`. Every change a responder would see bumps the
+    QP's generation, so that what a requester cached about it (requester.Route) is dropped."""
+    header[Q_STATE] = state
+    header[Q_GENERATION] += 1
+
+
+def packets(length, mtu):
+    """Packets a message of `length` bytes takes at this path MTU (a zero-length one takes one):
+    both ends advance their PSN by this."""
+    return (length + mtu - 1) // mtu or 1
+
+
+# ---------------------------------------------------------------- finding the target's QP and memory
+
+def mr_segment(key):
+    """The segment behind a key, wherever its MR lives; None if no valid MR has that key."""
+    seg = mrmod.SEGMENTS.get(key)
+    if seg is not None:
+        return seg
+    seg = _attached_mrs.get(key)
+    if seg is not None:
+        if seg.header[M_VALID]:
+            return seg
+        del _attached_mrs[key]
+        seg.close()
+    seg = shm.Segment.attach(mrmod.segment_name(key)) if key else None
+    if seg is None or not seg.header[M_VALID]:
+        return None
+    _attached_mrs[key] = seg
+    return seg
+
+
+def region_of(seg):
+    """(address, length) of the buffer the MR of `seg` registered."""
+    return seg.header[M_ADDR], seg.header[M_LENGTH]
+
+
+def region(seg, addr, length, pd, need):
+    """Offset of [addr, addr+length) inside the MR of `seg`, or None if PD, access or bounds forbid it."""
+    if seg is None:
+        return None
+    h = seg.header
+    offset = addr - h[M_ADDR]
+    if not h[M_VALID] or h[M_PD] != pd or not h[M_ACCESS] & need or offset < 0 or offset + length > h[M_LENGTH]:
+        return None
+    return offset
+
+
+class PeerQP:
+    """A QP as a NIC reaches it: its shared header, its receive queue, and the CQ its receives
+    complete on (found when first needed)."""
+    __slots__ = ("header", "rq", "segment", "_cq")
+
+    def __init__(self, segment, rq):
+        self.header, self.rq, self.segment, self._cq = segment.header, rq, segment, None
+
+    def alive(self):
+        try:
+            return bool(self.header[Q_ALIVE])
+        except (TypeError, ValueError):   # its owner closed it (this process's views released)
+            return False
+
+    def announce(self, solicited):
+        """A receive completed: wake the CQ's poller, raise an event if it is armed."""
+        if self._cq is None:
+            self._cq = cqmod.find_segment("cq", self.header[Q_RECV_CQ])
+        if self._cq is not None:
+            cqmod.announce_to(self._cq, solicited)
+
+
+def peer_qp(qp_num):
+    """The QP numbered qp_num on this host, or None when no QP answers to it."""
+    found = LOCAL_QPS.get(qp_num)
+    if found is not None:
+        return found
+    found = _attached_qps.get(qp_num)
+    if found is not None and not found.header[Q_ALIVE]:
+        del _attached_qps[qp_num]
+        found.rq.release()
+        found.segment.close()
+        found = None
+    if found is None:
+        seg = shm.Segment.attach(f"qp-{qp_num:06x}")
+        if seg is None or not seg.header[Q_ALIVE]:
+            return None
+        found = _attached_qps[qp_num] = PeerQP(seg, ReceiveQueue(seg))
+    return found
+
+
+class ReceiveQueue:
+    """A QP's receive queue, in its shared segment: slots its owner posts (Q_RQ_POSTED) and polls
+    (Q_RQ_POLLED), which the peer's NIC consumes (Q_RQ_CONSUMED). Each counter has one writer.
+    The owning QP and its CQ call post() and harvest(); a responder calls scatter() and complete()."""
+
+    def __init__(self, seg, qp_num=0):
+        h = seg.header
+        self.header, self.size, self.stride = h, int(h[Q_RQ_SIZE]), R_SGES + 3 * int(h[Q_RQ_MAX_SGE])
+        self.words = seg.bytes[:self.size * self.stride * 8].cast("Q")
+        self.qp_num, self.flushed = qp_num, False
+
+    @staticmethod
+    def bytes_for(size, max_sge):
+        """Room a queue of `size` receives of up to `max_sge` SGEs takes in the QP's segment."""
+        return size * (R_SGES + 3 * max_sge) * 8
+
+    def slot(self, n):
+        """Where receive number n (counted from the start, not wrapped) begins in `words`."""
+        return n % self.size * self.stride
+
+    # ------------------------------------------------------------ the owner's side
+
+    def post(self, wr_id, sges):
+        """Queue one receive; False if the queue is full."""
+        h = self.header
+        posted = h[Q_RQ_POSTED]
+        if posted - h[Q_RQ_POLLED] >= self.size:
+            return False
+        w, base = self.words, posted % self.size * self.stride
+        w[base + R_WR_ID], w[base + R_NUM_SGE] = wr_id, len(sges)
+        for addr, length, lkey in sges:
+            w[base + R_SGES], w[base + R_SGES + 1], w[base + R_SGES + 2] = addr, length, lkey
+            base += 3
+        h[Q_RQ_POSTED] = posted + 1   # publish last: the peer's NIC consumes up to here
+        return True
+
+    def harvest(self, out, limit):
+        """Move completed receives into `out` (up to `limit` entries in all); in ERR, flush first."""
+        h = self.header
+        polled, consumed = h[Q_RQ_POLLED], h[Q_RQ_CONSUMED]
+        if polled == consumed:
+            if h[Q_STATE] != IBV_QPS_ERR or self.flushed:
+                return   # nothing arrived and nothing to flush: the common case, kept cheap
+            self.flush()
+            consumed = h[Q_RQ_CONSUMED]
+        w, size, stride, qp_num, new_wc = self.words, self.size, self.stride, self.qp_num, cqmod.new_wc
+        while polled < consumed and len(out) < limit:
+            base = polled % size * stride
+            out.append(new_wc(w[base + R_WR_ID], w[base + R_STATUS], w[base + R_OPCODE], w[base + R_BYTE_LEN],
+                              qp_num, w[base + R_IMM], w[base + R_FLAGS]))
+            polled += 1
+        h[Q_RQ_POLLED] = polled
+
+    def flush(self):
+        """The QP entered ERR: every receive posted until now completes with WR_FLUSH_ERR (once)."""
+        h = self.header
+        with LOCK:   # a peer's NIC stops consuming once it sees ERR, which the QP entered before this
+            for n in range(h[Q_RQ_CONSUMED], h[Q_RQ_POSTED]):
+                self.complete(n, IBV_WC_WR_FLUSH_ERR, 0, 0, 0, 0)
+        self.flushed = True
+
+    def reset(self):
+        h = self.header
+        h[Q_RQ_POSTED] = h[Q_RQ_CONSUMED] = h[Q_RQ_POLLED] = 0
+        self.flushed = False
+
+    def release(self):
+        self.words.release()
+
+    # ------------------------------------------------------------ the responder's side
+
+    def scatter(self, n, payload, pd):
+        """Copy `payload` into receive number n's SGEs; False (nothing copied) if they are too small
+        or name memory the receive may not use."""
+        w, base = self.words, n % self.size * self.stride
+        targets, room = [], 0
+        for i in range(w[base + R_NUM_SGE]):
+            addr, length, lkey = w[base + R_SGES + 3 * i:base + R_SGES + 3 * i + 3]
+            seg = mr_segment(lkey)
+            offset = region(seg, addr, length, pd, LOCAL_WRITE)
+            if offset is None:
+                return False
+            targets.append((seg.bytes, offset, length))
+            room += length
+        if room < len(payload):
+            return False
+        done = 0
+        for memory, offset, length in targets:
+            take = min(length, len(payload) - done)
+            memory[offset:offset + take] = payload[done:done + take]
+            done += take
+        return True
+
+    def complete(self, n, status, opcode, byte_len, imm, flags):
+        """Receive number n completed: its completion, then the count the owner polls up to."""
+        w, base = self.words, n % self.size * self.stride
+        w[base + R_STATUS], w[base + R_OPCODE], w[base + R_BYTE_LEN], w[base + R_IMM], w[base + R_FLAGS] = \
+            status, opcode, byte_len, imm, flags
+        self.header[Q_RQ_CONSUMED] = n + 1   # publish last: the owner's poll reads up to here
+
+
+# ---------------------------------------------------------------- answering one request
+
+def respond(peer, wqe, payload, length, psn, count):
+    """Carry out the request `wqe` (opcode, remote_addr, rkey, imm_data, send_flags, compare_add, swap)
+    at `peer`, arriving as `count` packets from sequence number `psn` on (packets(): the requester
+    segments it at its path MTU). `payload` holds the data of a WRITE or SEND (`length` bytes). Returns (answer, data): ACK with a READ's bytes or an
+    atomic's old value (else None), NO_ANSWER, RNR_NAK with the timer in ms, or a NAK's status."""
+    h = peer.header
+    state = h[Q_STATE]
+    if (state != IBV_QPS_RTR and state != IBV_QPS_RTS) or not h[Q_ALIVE] or h[Q_EXPECTED_PSN] != psn:
+        return NO_ANSWER, None   # a QP not ready to receive, or a PSN it does not expect, drops the packet
+    opcode = wqe.opcode
+    need = NEEDS_ACCESS[opcode]
+    if need and not h[Q_ACCESS] & need:
+        enter(h, IBV_QPS_ERR)
+        return IBV_WC_REM_INV_REQ_ERR, None
+    if opcode in CONSUMES_RECEIVE:
+        with LOCK:
+            return _into_receive(peer, h, wqe, payload, length, count)
+    reach = 8 if opcode in ATOMICS else length
+    seg = _attached_mrs.get(wqe.rkey) or mrmod.SEGMENTS.get(wqe.rkey) or mr_segment(wqe.rkey)
+    offset = region(seg, wqe.remote_addr, reach, h[Q_PD], need)
+    if offset is None:
+        enter(h, IBV_QPS_ERR)
+        return IBV_WC_REM_ACCESS_ERR, None
+    if opcode == WRITE:
+        seg.bytes[offset:offset + length] = payload
+        seg.ring()
+        data = None
+    elif opcode == READ:
+        data = seg.bytes[offset:offset + length]
+    else:
+        data = atomic(seg, offset, opcode, wqe.compare_add, wqe.swap).to_bytes(8, "little")
+    h[Q_EXPECTED_PSN] = (psn + count) % PSN_MOD
+    return ACK, data
+
+
+def _into_receive(peer, h, wqe, payload, length, count):
+    """SEND, SEND_WITH_IMM and WRITE_WITH_IMM: each consumes the peer's next posted receive."""
+    consumed = h[Q_RQ_CONSUMED]
+    if consumed == h[Q_RQ_POSTED]:
+        return RNR_NAK, RNR_TIMER_MS[h[Q_MIN_RNR_TIMER] % 32]
+    opcode, rq = wqe.opcode, peer.rq
+    solicited = wqe.send_flags & IBV_SEND_SOLICITED
+    if opcode == WRITE_WITH_IMM:
+        seg = mr_segment(wqe.rkey)
+        offset = region(seg, wqe.remote_addr, length, h[Q_PD], REMOTE_WRITE)
+        if offset is None:
+            enter(h, IBV_QPS_ERR)
+            return IBV_WC_REM_ACCESS_ERR, None
+        seg.bytes[offset:offset + length] = payload
+        seg.ring()
+    elif not rq.scatter(consumed, payload, h[Q_PD]):   # the receive is too small, or names memory it may not use
+        rq.complete(consumed, IBV_WC_LOC_QP_OP_ERR, 0, 0, 0, 0)
+        enter(h, IBV_QPS_ERR)
+        peer.announce(solicited)
+        return IBV_WC_REM_OP_ERR, None
+    received(peer, wqe, consumed, length, count)
+    return ACK, None
+
+
+def received(peer, wqe, consumed, length, count):
+    """The message of `wqe` landed (in memory, or in receive number `consumed`'s buffers): complete
+    that receive, expect the next PSN, and tell the CQ."""
+    opcode = wqe.opcode
+    with_imm = opcode != SEND
+    wc_opcode = IBV_WC_RECV_RDMA_WITH_IMM if opcode == WRITE_WITH_IMM else IBV_WC_RECV
+    peer.rq.complete(consumed, IBV_WC_SUCCESS, wc_opcode, length, wqe.imm_data if with_imm else 0,
+                     IBV_WC_GRH | IBV_WC_WITH_IMM if with_imm else IBV_WC_GRH)
+    h = peer.header
+    h[Q_EXPECTED_PSN] = (h[Q_EXPECTED_PSN] + count) % PSN_MOD
+    peer.announce(wqe.send_flags & IBV_SEND_SOLICITED)
+
+
+def atomic(seg, offset, opcode, compare_add, swap):
+    """An atomic on an 8-byte word of shared memory, held against every other thread and process
+    (fcntl record locks, which die with their holder)."""
+    word = seg.data[offset:offset + 8].view("<u8")
+    at = shm.HEADER_BYTES + offset
+    with LOCK:
+        fcntl.lockf(seg.fd, fcntl.LOCK_EX, 8, at)
+        try:
+            old = int(word[0])
+            if opcode == FETCH_AND_ADD:
+                word[0] = (old + compare_add) % (1 << 64)
+            elif old == compare_add:
+                word[0] = swap
+        finally:
+            fcntl.lockf(seg.fd, fcntl.LOCK_UN, 8, at)
+    seg.ring()
+    return old
