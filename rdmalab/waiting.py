@@ -165,10 +165,13 @@ class _Timespec(ctypes.Structure):
 
 
 def futex_wait(address, expected, seconds):
-    """Sleep while the 32-bit word at `address` holds `expected`, for at most `seconds`."""
+    """Sleep while the 32-bit word at `address` holds `expected`, for at most `seconds`. Returns 0, or
+    the errno that ended the sleep (EINTR: a signal came; EAGAIN: the word had changed already)."""
     ts = _Timespec(int(seconds), int((seconds % 1) * 1e9))
-    _libc.syscall(FUTEX_SYSCALL, ctypes.c_void_p(address), FUTEX_WAIT, ctypes.c_int(expected),
-                  ctypes.byref(ts), None, 0)
+    if _libc.syscall(FUTEX_SYSCALL, ctypes.c_void_p(address), FUTEX_WAIT, ctypes.c_int(expected),
+                     ctypes.byref(ts), None, 0) == 0:
+        return 0
+    return ctypes.get_errno()
 
 
 def futex_wake(address):

@@ -96,9 +96,9 @@ class Pair:
     """Two RC QPs in one PD, each with its own CQ, connected to each other (loopback)."""
 
     def __init__(self, ctx, gid_index, pd, access_b=ALL_ACCESS, rnr_retry=7, sq_sig_all=1, cap=None,
-                 connect=True):
+                 connect=True, channel=None):
         self.ctx, self.pd = ctx, pd
-        self.cq_a, self.cq_b = v.cq.CQ(ctx, 64), v.cq.CQ(ctx, 64)
+        self.cq_a, self.cq_b = v.cq.CQ(ctx, 64, None, channel, 0), v.cq.CQ(ctx, 64, None, channel, 0)
         cap = cap or v.qp.QPCap(max_send_wr=8, max_recv_wr=8, max_send_sge=2, max_recv_sge=2)
 
         def make(cq):

@@ -23,7 +23,7 @@ from .device import DEVICE_ATTR, Context
 from .enums import IBV_QPS_ERR
 from .pyverbs_error import PyverbsRDMAError, PyverbsUserError
 
-EINVAL = 22
+EINTR, EBADF, EINVAL = 4, 9, 22
 NOT_ARMED, NEXT_COMPLETION, SOLICITED_ONLY = 0, 1, 2
 
 LOCAL_SEGMENTS = {}   # segment name -> Segment of this process's CQs and channels
@@ -118,28 +118,37 @@ class CompChannel(Resource):
         self._depend_on(context)
 
     def get_cq_event(self, expected_cq):
-        """Wait for the next completion event (as long as it takes, like ibv_get_cq_event on a
-        blocking channel; Ctrl-C interrupts). The event counts as unacknowledged on its CQ until
-        expected_cq.ack_events()."""
+        """Wait for the next completion event, as long as it takes (a blocking read of the channel, as
+        ibv_get_cq_event does; a signal ends it with errno 4, EINTR). The event counts as
+        unacknowledged on its CQ until expected_cq.ack_events()."""
         from ... import waiting
         self._check_open()
-        found = []
-
-        def event_ready():
-            if self._closed:
-                raise PyverbsRDMAError("Failed to get CQ event: the completion channel was closed", 9)
-            for cq in self.cqs:
-                if cq._segment.header[C_EVENTS] > cq._events_taken:
-                    found.append(cq)
-                    return True
-            return False
-
-        waiting.until(event_ready, float("inf"), "a completion event", bell=self._segment.bell, busy=False)
-        cq = found[0]
-        cq._events_taken += 1
+        bell = self._segment.bell
+        while True:
+            cq = self._next_event()
+            if cq is not None:
+                break
+            if not waiting.futex_works():
+                time.sleep(0.001)
+                continue
+            token = bell.arm()
+            try:
+                if self._next_event(peek=True) is None and bell.sleep(token, waiting.SLEEP_CHUNK_S) == EINTR:
+                    raise PyverbsRDMAError("Failed to get CQ event", EINTR)
+            finally:
+                bell.disarm()
         cq.unacked_events += 1
         if cq is not expected_cq:
             raise PyverbsRDMAError("Received event on an unexpected CQ", 0)
+
+    def _next_event(self, peek=False):
+        """Take (or just see) the first CQ of this channel with an event not yet handed out."""
+        if self._closed:
+            raise PyverbsRDMAError("Failed to get CQ event: the completion channel was closed", EBADF)
+        for cq in self.cqs:
+            if cq.take_event(peek):
+                return cq
+        return None
 
     def _release(self):
         self._segment.header[C_ALIVE] = 0
@@ -158,13 +167,15 @@ class CQ(Resource):
             raise PyverbsUserError(f"Expected CompChannel, got {type(channel)}")
         if not 1 <= cqe <= DEVICE_ATTR["max_cqe"] or not 0 <= comp_vector < context.num_comp_vectors:
             raise PyverbsRDMAError("Failed to create a CQ", EINVAL)
-        self.cqe = cqe
+        if channel is not None and channel.context is not context:
+            raise PyverbsRDMAError("Failed to create a CQ", EBADF)   # the kernel finds no such channel here
+        self.cqe = (1 << cqe.bit_length()) - 1   # rxe rounds the ring up to a power of two, less one slot
         self.context = context
         self._completions = deque()  # (wr_id, status, opcode, byte_len, qp_num, imm_data, wc_flags)
         self._receive_queues = []    # of the QPs whose receives complete here: poll() reads them
         self._timed = set()          # send queues that wait for an RNR or ACK timer
         self._segment, self.number = _new_segment("cq")
-        self._events_taken = 0       # events get_cq_event() has handed out
+        self._events_taken = 0       # events its channel's get_cq_event() has handed out
         self.unacked_events = 0
         self.channel = channel
         if channel is not None:
@@ -200,6 +211,15 @@ class CQ(Resource):
         """When the earliest waiting send queue wants to retry (monotonic seconds), or None."""
         deadlines = [sq.next_retry() for sq in self._timed]
         return min((d for d in deadlines if d), default=None)
+
+    def take_event(self, peek=False):
+        """For the channel: True if an event raised on this CQ has not been handed out yet (and, unless
+        peek, hand it out now)."""
+        if self._segment.header[C_EVENTS] <= self._events_taken:
+            return False
+        if not peek:
+            self._events_taken += 1
+        return True
 
     # ------------------------------------------------------------ pyverbs' API
 

@@ -161,7 +161,8 @@ class Bell:
         return self.header[W_BELL]
 
     def sleep(self, token, seconds):
-        waiting.futex_wait(self.address, token, seconds)
+        """Sleep until woken, or for `seconds`; returns futex_wait's errno (EINTR: a signal came)."""
+        return waiting.futex_wait(self.address, token, seconds)
 
     def disarm(self):
         with self._lock:
