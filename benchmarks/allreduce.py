@@ -17,8 +17,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from report import emit  # noqa: E402
-from rdmalab import allreduce, bench, model  # noqa: E402
-from rdmalab.cluster import Cluster  # noqa: E402
+
+from rdmalab import allreduce, bench
+from rdmalab.allreduce import model  # noqa: E402
+from rdmalab.allreduce.cluster import Cluster  # noqa: E402
 
 MiB = 1 << 20
 

@@ -26,10 +26,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import numpy as np  # noqa: E402
-
 from report import emit  # noqa: E402
+
 from rdmalab import bench  # noqa: E402
-from rdmalab.cpus import usable_cpus  # noqa: E402
+from rdmalab.proc.cpus import usable_cpus  # noqa: E402
 
 BW_SIZE = 16 << 20
 MODES = ("quiet", "one-core", "loaded")

@@ -16,9 +16,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import psutil  # noqa: E402
 from jupyter_client.manager import start_new_kernel  # noqa: E402
-
 from report import emit  # noqa: E402
-from rdmalab.cluster import Cluster  # noqa: E402
+
+from rdmalab.allreduce.cluster import Cluster  # noqa: E402
 
 HOLD_A_PAIR = """
 from rdmalab import verbs as v

@@ -3,7 +3,7 @@ import argparse
 import signal
 import sys
 
-from .errors import ProviderError
+from rdmalab.errors import ProviderError
 
 
 def parser():
@@ -12,7 +12,7 @@ def parser():
     doc = commands.add_parser("doctor", help="what this machine offers for RDMA, and the next step")
     doc.add_argument("--json", action="store_true", help="print the findings as JSON")
 
-    from .bench import TESTS
+    from rdmalab.bench import TESTS
     bench = commands.add_parser("bench", help="perftest-style benchmarks: RDMA against TCP",
                                 description="Run a perftest-style test between two processes, or `compare` "
                                             "RDMA and TCP side by side. Tests: " + ", ".join(TESTS) + ".")
@@ -77,7 +77,7 @@ def _stop(signum, frame):
 
 
 def _allreduce(args):
-    from . import allreduce
+    from rdmalab import allreduce
     if args.ranks < 1 or args.iters < 1:
         raise SystemExit("rdmalab allreduce: --ranks and --iters must be at least 1")
     previous = {s: signal.signal(s, _stop) for s in STOP_SIGNALS}
@@ -100,7 +100,7 @@ def _allreduce(args):
 
 
 def _bench(args):
-    from . import bench
+    from rdmalab import bench
     sizes = bench.ALL_SIZES if args.all else args.size
 
     def progress(row, done, total):
@@ -118,10 +118,10 @@ def _bench(args):
 
 def main(argv=None):
     args = parser().parse_args(argv)
-    from .bench import BenchError
+    from rdmalab.bench import BenchError
     try:
         if args.command == "doctor":
-            from .diagnose import main as run
+            from rdmalab.doctor import main as run
             return run(args)
         if args.command == "allreduce":
             return _allreduce(args)

@@ -10,8 +10,9 @@ import time
 import numpy as np
 import pytest
 
-from rdmalab import verbs as v, watchdog
-from rdmalab.cluster import Cluster, ClusterError, count_wrong
+from rdmalab import verbs as v
+from rdmalab.allreduce.cluster import Cluster, ClusterError, count_wrong
+from rdmalab.proc import watchdog
 from rdmalab.verbs.soft.shm import pid_alive
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -140,7 +141,7 @@ def test_closing_a_cluster_leaves_none_of_its_processes():
 
 OWNER = """
 import sys, time
-from rdmalab.cluster import Cluster
+from rdmalab.allreduce.cluster import Cluster
 c = Cluster(ranks=2, transport="rdma", max_bytes=1 << 20)
 print(" ".join(map(str, c.pids)), flush=True)
 time.sleep(600)

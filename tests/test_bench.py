@@ -11,7 +11,9 @@ import time
 
 import pytest
 
-from rdmalab import bench, perfstats, procstat
+from rdmalab import bench
+from rdmalab.bench import stats as perfstats
+from rdmalab.proc import procstat
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -126,7 +128,7 @@ def children_running(role):
             stat = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
         except (OSError, ValueError):
             continue
-        if b"rdmalab.bench" in cmd and role.encode() in cmd and int(stat[1]) == os.getpid() and stat[0] != "Z":
+        if b"rdmalab.bench.child" in cmd and role.encode() in cmd and int(stat[1]) == os.getpid() and stat[0] != "Z":
             out.append(int(pid))
     return out
 

@@ -11,8 +11,11 @@ import time
 
 import pytest
 
-from rdmalab import cli, cluster, verbs as v, watchdog
-from rdmalab.cluster import Cluster, ClusterError
+from rdmalab import cli
+from rdmalab import verbs as v
+from rdmalab.allreduce import cluster
+from rdmalab.allreduce.cluster import Cluster, ClusterError
+from rdmalab.proc import watchdog
 from rdmalab.verbs.soft import shm
 from rdmalab.verbs.soft.shm import pid_alive
 

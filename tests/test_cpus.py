@@ -1,9 +1,9 @@
-"""rdmalab.cpus.usable_cpus(): the CPUs this process may really use, from its affinity and its
+"""rdmalab.proc.cpus.usable_cpus(): the CPUs this process may really use, from its affinity and its
 cgroup's quota (v2 cpu.max in its cgroup or any ancestor, v1 cpu.cfs_quota_us), read here from a fake
 cgroup tree."""
 import os
 
-from rdmalab.cpus import usable_cpus
+from rdmalab.proc.cpus import usable_cpus
 
 AFFINITY = float(len(os.sched_getaffinity(0)))
 

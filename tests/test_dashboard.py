@@ -4,8 +4,9 @@ import pytest
 
 matplotlib.use("Agg")
 
-from rdmalab import bench, plots  # noqa: E402
-from rdmalab.widgets import Dashboard  # noqa: E402
+from rdmalab import bench
+from rdmalab.lessons import plots  # noqa: E402
+from rdmalab.lessons.dashboard import Dashboard  # noqa: E402
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 pytestmark = pytest.mark.host_only   # charts and widgets: the same on any provider

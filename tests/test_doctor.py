@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from rdmalab import diagnose as doc, verbs as v
+from rdmalab.doctor import collect, doctor, memlock   # (the package attribute rdmalab.doctor is the function)
+from rdmalab import verbs as v
 from rdmalab.errors import CompletionError, check, explain_error, explain_status
 from rdmalab.verbs import link_pyverbs
 
@@ -51,7 +52,7 @@ def test_doctor_text_has_the_table_and_the_next_steps():
 
 @pytest.mark.skipif(v.PROVIDER != "soft", reason="checks the advice given where pyverbs is missing")
 def test_without_pyverbs_the_advice_says_how_to_install_it_and_make_a_device():
-    report = doc.collect()
+    report = collect()
     if report["pyverbs"] is not None:
         pytest.skip("pyverbs is installed here")
     steps = " ".join(report["next_steps"])
@@ -66,17 +67,17 @@ def test_a_provider_that_cannot_run_is_one_clear_line_and_exit_1():
 
 
 def test_the_notebook_view_is_an_html_table():
-    page = doc.doctor()._repr_html_()
+    page = doctor()._repr_html_()
     assert page.startswith("<div>") and "<table>" in page and f"<code>{v.PROVIDER}</code>" in page
 
 
 def test_a_low_memlock_limit_is_flagged_with_the_fix(monkeypatch):
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     monkeypatch.setattr(resource, "getrlimit", lambda what: (64 << 10, 64 << 10))
-    m = doc.memlock()
+    m = memlock()
     assert not m["ok"] and "64 KiB is too little" in m["note"] and "--ulimit memlock=-1" in m["note"]
     monkeypatch.setattr(resource, "getrlimit", lambda what: (resource.RLIM_INFINITY,) * 2)
-    assert doc.memlock() == {"soft_bytes": None, "hard_bytes": None, "ok": True, "note": "enough"}
+    assert memlock() == {"soft_bytes": None, "hard_bytes": None, "ok": True, "note": "enough"}
 
 
 def test_completion_errors_explain_themselves():

@@ -1,8 +1,10 @@
 """Every exercise's check accepts its reference solution and rejects the typical wrong answers."""
 import pytest
 
-from rdmalab import exercises, lessons, verbs as v
-from rdmalab.exercise_checks import _to_rts
+from rdmalab import lessons
+from rdmalab import verbs as v
+from rdmalab.lessons import exercises
+from rdmalab.lessons.checks import _to_rts
 
 e = v.enums
 
@@ -117,7 +119,7 @@ def test_03_the_wrong_peer_is_named(ctx, pd):
 
 @pytest.fixture
 def mailbox(ctx, pd):
-    from rdmalab.remote import RemoteBuffer
+    from rdmalab.lessons.target import RemoteBuffer
     from rdmalab.verbs import rc
     cq = v.cq.CQ(ctx, 16)
     qp = v.qp.QP(pd, v.qp.QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=v.qp.QPCap(8, 2), sq_sig_all=0))

@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from rdmalab import model
+from rdmalab.allreduce import model
 
 
 def test_ring_hd_and_naive_terms():

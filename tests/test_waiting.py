@@ -1,4 +1,4 @@
-"""rdmalab.waiting: spin, yield, then sleep until woken; the policy follows the usable CPUs and backs
+"""rdmalab.proc.waiting: spin, yield, then sleep until woken; the policy follows the usable CPUs and backs
 off when spinning gets preempted; soft0's NIC wakes a sleeper with a futex only when one sleeps."""
 import threading
 import time
@@ -6,7 +6,7 @@ import time
 import pytest
 
 from rdmalab import verbs as v
-from rdmalab import waiting
+from rdmalab.proc import waiting
 from rdmalab.verbs import rc
 
 e = v.enums

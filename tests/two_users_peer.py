@@ -178,7 +178,8 @@ class Peer:
 
     def forge(self):
         """Segments named and laid out as soft0's, created by hand, mode 0666."""
-        from rdmalab.verbs.soft import layout as at, mr as mrmod
+        from rdmalab.verbs.soft import layout as at
+        from rdmalab.verbs.soft import mr as mrmod
         pd, psn, addr = 0x5EED, 0x1234, 0x7F0000000000
         while True:   # a QP number and a key nobody uses
             qp_num, key = random.randrange(17, 1 << 24), random.getrandbits(32) or 1

@@ -9,7 +9,7 @@ active port exists, else soft. `PROVIDER` says which was taken and `REASON` why.
 import importlib
 import os
 
-from ..errors import ProviderError
+from rdmalab.errors import ProviderError
 
 MODULES = ("device", "pd", "mr", "cq", "qp", "wr", "addr", "pyverbs_error")
 ENUM_MODULES = ("enums", "libibverbs_enums")  # pyverbs <= 58 has the first, >= 59 the second

@@ -7,8 +7,10 @@ rdmalab.verbs.route_of() picks: the first active port, its routable GID, its act
 """
 import random
 
-from .. import waiting
-from . import addr, enums as e, qp as qpmod, route_of
+from rdmalab.proc import waiting
+from rdmalab.verbs import addr, route_of
+from rdmalab.verbs import enums as e
+from rdmalab.verbs import qp as qpmod
 
 
 def endpoint(ctx, qp, mr=None, psn=None):
@@ -34,7 +36,7 @@ def connect(ctx, qp, local, remote, access=e.IBV_ACCESS_REMOTE_WRITE, rnr_retry=
 
 
 def wait_for_completion(cq, timeout=5.0):
-    """Poll until one completion arrives (rdmalab.waiting: spin, yield, then sleep); TimeoutError
+    """Poll until one completion arrives (rdmalab.proc.waiting: spin, yield, then sleep); TimeoutError
     names the likely causes if none does."""
     try:
         return waiting.poll(cq, 1, timeout)[0]

@@ -9,7 +9,7 @@ import os
 import runpy
 import sys
 
-from . import ENUM_MODULES, MODULES
+from rdmalab.verbs import ENUM_MODULES, MODULES
 
 SOFT = "rdmalab.verbs.soft"
 

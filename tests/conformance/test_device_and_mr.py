@@ -2,6 +2,7 @@
 import pytest
 
 from rdmalab import verbs as v
+
 from .conftest import ALL_ACCESS, e, rdma_error
 
 

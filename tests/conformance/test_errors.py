@@ -7,6 +7,7 @@ LOC_QP_OP_ERR and the requester with REM_OP_ERR).
 import pytest
 
 from rdmalab import verbs as v
+
 from .conftest import ALL_ACCESS, e, poll, rdma_error, recv_wr, send_wr, states, to_init, to_rtr, to_rts
 
 RTS, ERR = e.IBV_QPS_RTS, e.IBV_QPS_ERR

@@ -6,6 +6,7 @@ import signal
 import pytest
 
 from rdmalab import verbs as v
+
 from .conftest import e, observe, poll, rdma_error, recv_wr, send_wr
 
 

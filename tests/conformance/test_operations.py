@@ -2,6 +2,7 @@
 import struct
 
 from rdmalab import verbs as v
+
 from .conftest import e, poll, recv_wr, send_wr
 
 GRH = e.IBV_WC_GRH  # RoCE receive completions carry a GRH

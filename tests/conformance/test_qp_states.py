@@ -2,6 +2,7 @@
 import pytest
 
 from rdmalab import verbs as v
+
 from .conftest import ALL_ACCESS, RTR_MASK, e, rdma_error, rtr_attr, send_wr, states, to_init, to_rtr, to_rts
 
 

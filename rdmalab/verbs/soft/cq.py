@@ -9,7 +9,7 @@ as a driver's completion path does.
 
 Each CQ also has a small shared segment, `rdmalab-cq-<id>`, which a peer's NIC reaches through the
 receiving QP: it rings the segment's bell when a receive completes (waking a poller that sleeps,
-rdmalab.waiting), and raises a completion event when the CQ is armed (req_notify): the event goes
+rdmalab.proc.waiting), and raises a completion event when the CQ is armed (req_notify): the event goes
 to the CQ's completion channel, where get_cq_event() is waiting for it.
 """
 import random
@@ -20,7 +20,6 @@ from . import shm
 from .layout import C_ALIVE, C_ARMED, C_CHANNEL, C_EVENTS, W_SLEEPERS
 from .base import Resource
 from .device import DEVICE_ATTR, Context
-from .enums import IBV_QPS_ERR
 from .pyverbs_error import PyverbsRDMAError, PyverbsUserError
 
 EINTR, EBADF, EINVAL = 4, 9, 22
@@ -121,7 +120,7 @@ class CompChannel(Resource):
         """Wait for the next completion event, as long as it takes (a blocking read of the channel, as
         ibv_get_cq_event does; a signal ends it with errno 4, EINTR). The event counts as
         unacknowledged on its CQ until expected_cq.ack_events()."""
-        from ... import waiting
+        from rdmalab.proc import waiting
         self._check_open()
         bell = self._segment.bell
         while True:
@@ -266,7 +265,7 @@ class CQ(Resource):
 
 
 class _PollerBell:
-    """rdmalab.waiting.until's bell for a CQ: sleep until a receive lands or the next retry is due."""
+    """rdmalab.proc.waiting.until's bell for a CQ: sleep until a receive lands or the next retry is due."""
 
     def __init__(self, cq):
         self.cq = cq

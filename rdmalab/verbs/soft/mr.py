@@ -48,7 +48,7 @@ class MR(Resource):
         self.rkey = self.lkey if access & REMOTE_ACCESS else 0
         self.buf = self._segment.address
         self.data = self._segment.data  # numpy uint8 view of the buffer
-        self.bell = self._segment.bell  # rdmalab.waiting sleeps on it; a peer's write wakes it
+        self.bell = self._segment.bell  # rdmalab.proc.waiting sleeps on it; a peer's write wakes it
         self.memory = self._segment.bytes  # the buffer as a memoryview: what the NIC copies from and to
         self.data[::4096] = 0  # registering pins every page: the kernel faults each one in; so do we
         words = self._segment.words

@@ -11,7 +11,6 @@ must be in the mask and those that may; anything else, or an illegal jump, raise
 with errno 22 and changes nothing.
 """
 import random
-from collections import deque
 
 from . import requester, responder, shm
 from .addr import AHAttr
@@ -28,7 +27,7 @@ from .enums import (
     IBV_QP_SQ_PSN as SQ_PSN, IBV_QP_STATE as STATE, IBV_QP_TIMEOUT as TIMEOUT,
     IBV_QPS_ERR as ERR, IBV_QPS_INIT as INIT, IBV_QPS_RESET as RESET, IBV_QPS_RTR as RTR,
     IBV_QPS_RTS as RTS, IBV_MTU_1024, IBV_QPT_RC, IBV_QPT_UD, IBV_SEND_INLINE,
-    IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE)
+    IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD)
 from .layout import Q_ACCESS, Q_ALIVE, Q_EXPECTED_PSN, Q_MIN_RNR_TIMER, Q_PD, Q_RECV_CQ, Q_RQ_MAX_SGE, Q_RQ_SIZE, Q_STATE
 from .pd import PD
 from .pyverbs_error import PyverbsRDMAError, PyverbsUserError

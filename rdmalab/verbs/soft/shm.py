@@ -23,7 +23,7 @@ import weakref
 
 import numpy as np
 
-from ... import waiting
+from rdmalab.proc import waiting
 from .layout import W_BELL, W_MAGIC, W_OWNER_PID, W_SLEEPERS
 
 MAGIC = 0x52444D414C4142  # "RDMALAB"
@@ -143,7 +143,7 @@ class Segment:
 
 
 class Bell:
-    """How a segment's owner sleeps until a NIC touches the segment (rdmalab.waiting.until's `bell`).
+    """How a segment's owner sleeps until a NIC touches the segment (rdmalab.proc.waiting.until's `bell`).
 
     The owner arms it (W_SLEEPERS says someone sleeps), takes the futex word's value, checks once
     more, and sleeps while the word still holds that value. A writer bumps the word after every

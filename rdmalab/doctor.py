@@ -11,7 +11,7 @@ import platform
 import resource
 import subprocess
 
-from . import __version__
+from rdmalab import __version__
 
 MTU_BYTES = {1: 256, 2: 512, 3: 1024, 4: 2048, 5: 4096}
 PORT_STATES = {0: "NOP", 1: "DOWN", 2: "INIT", 3: "ARMED", 4: "ACTIVE", 5: "ACTIVE_DEFER"}
@@ -117,14 +117,14 @@ def next_steps(report):
 
 def collect():
     """The doctor's findings as a plain dict (what --json prints)."""
-    from . import verbs
+    from rdmalab import verbs
     report = {"rdmalab": __version__, "python": platform.python_version(),
               "platform": f"{platform.system()} {platform.release()} {platform.machine()}",
               "pyverbs": pyverbs_version(), "provider": verbs.PROVIDER, "reason": verbs.REASON,
               "real_rdma": verbs._real_pyverbs_status()[1] if verbs.PROVIDER == "soft" else verbs.REASON,
               "memlock": memlock()}
     if verbs.PROVIDER == "soft":   # the emulated NIC's "host memory": how much it may register
-        from .verbs.soft import shm
+        from rdmalab.verbs.soft import shm
         fs = os.statvfs(shm.directory())
         report["soft_memory"] = {"directory": shm.directory(), "free_bytes": fs.f_bavail * fs.f_frsize}
     report["devices"], report["device_error"] = describe_devices(verbs)

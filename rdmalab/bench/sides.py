@@ -5,8 +5,9 @@ is far too slow to sit in a timed loop) and times only what perftest times.
 """
 import time
 
-from . import procstat, sockets, waiting
-from .bench import CQ_MOD, TESTS, TX_DEPTH
+from rdmalab import sockets
+from rdmalab.bench.catalogue import CQ_MOD, TESTS, TX_DEPTH
+from rdmalab.proc import procstat, waiting
 
 SIGNAL_EVERY = 64      # latency loops: one signaled WR in 64 keeps the send queue drained
 RECEIVE_DEPTH = 128    # receives kept posted in send_lat
@@ -76,8 +77,8 @@ class RdmaSide:
     """Both roles of the RDMA tests. The MR holds an outbox (first half) and an inbox (second half)."""
 
     def __init__(self, role, test, max_size, host, events=False):
-        from . import verbs as v
-        from .verbs import rc
+        from rdmalab import verbs as v
+        from rdmalab.verbs import rc
         self.v, self.rc, self.role, self.test = v, rc, role, test
         e = v.enums
         self.route = v.choose_route()
@@ -124,7 +125,7 @@ class RdmaSide:
         self.qp.post_recv(self.recv_wr)
 
     def _poll(self, cq, what):
-        from .errors import check
+        from rdmalab.errors import check
         n, wcs = cq.poll(1)
         if n:
             wc = wcs[0]
@@ -227,7 +228,7 @@ class RdmaSide:
 
     def _write_stream(self, iters, size):
         """perftest's write_bw: up to TX_DEPTH writes in flight, one signaled in every cq_mod."""
-        from .errors import check
+        from rdmalab.errors import check
         e = self.v.enums
         cq_mod = min(CQ_MOD, iters)
         quiet = self._wr(e.IBV_WR_RDMA_WRITE, size, False)

@@ -1,5 +1,5 @@
 """The exercises of the lessons: each a check (raising Wrong with a hint) and a reference solution."""
-from .exercises import NotYet, Wrong, exercise, reference
+from rdmalab.lessons.exercises import NotYet, Wrong, exercise, reference
 
 # ---------------------------------------------------------------- lesson 01: the socket path
 
@@ -34,8 +34,8 @@ def _predict():
           hints=["Access flags are OR-ed IBV_ACCESS_* values; remote write also needs local write "
                  "(the kernel refuses REMOTE_WRITE without LOCAL_WRITE with errno 22)."])
 def _check_write_not_read(mr, ctx, pd):
-    from . import lessons
-    from .verbs import enums as e
+    from rdmalab import lessons
+    from rdmalab.verbs import enums as e
     if mr.length < 4096:
         raise Wrong(f"the MR is {mr.length} bytes; register at least 4096.")
     with lessons.Pair(ctx, pd) as pair:
@@ -51,7 +51,8 @@ def _check_write_not_read(mr, ctx, pd):
 
 @reference("02.write-not-read")
 def _write_not_read(ctx, pd):
-    from .verbs import enums as e, mr
+    from rdmalab.verbs import enums as e
+    from rdmalab.verbs import mr
     return mr.MR(pd, 4096, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE)
 
 
@@ -62,8 +63,8 @@ def _write_not_read(ctx, pd):
                  "dest_qp_num, rq_psn, max_dest_rd_atomic, min_rnr_timer), RTS (sq_psn, timeout, retry_cnt, "
                  "rnr_retry, max_rd_atomic); each mask must name every attribute the step requires."])
 def _check_to_rts(qp, _qp, local, remote, route, lab):
-    from . import lessons
-    from .verbs import enums as e
+    from rdmalab import lessons
+    from rdmalab.verbs import enums as e
     state = lessons.state_of(qp)
     if state != "RTS":
         advice = {"RESET": "it never left RESET: start with a modify to INIT.",
@@ -88,7 +89,9 @@ def _check_to_rts(qp, _qp, local, remote, route, lab):
 
 @reference("03.to-rts")
 def _to_rts(qp, local, remote, route):
-    from .verbs import addr, enums as e, qp as qpmod
+    from rdmalab.verbs import addr
+    from rdmalab.verbs import enums as e
+    from rdmalab.verbs import qp as qpmod
     qp.modify(qpmod.QPAttr(qp_state=e.IBV_QPS_RESET), e.IBV_QP_STATE)        # start clean, whatever went before
 
     init = qpmod.QPAttr(qp_state=e.IBV_QPS_INIT, port_num=route.port)
@@ -139,7 +142,8 @@ def _mailbox(length):
 
 def deliver(plan, qp, cq, local_mr, target, message):
     """Stage flag and message locally, post the plan's writes in order, let the target read its mailbox."""
-    from .verbs import enums as e, rc, wr
+    from rdmalab.verbs import enums as e
+    from rdmalab.verbs import rc, wr
     local_mr.write(len(message).to_bytes(8, "little") + message, 8 + len(message))
     for i, (local, length, remote) in enumerate(plan):
         last = i == len(plan) - 1
@@ -159,8 +163,8 @@ def deliver(plan, qp, cq, local_mr, target, message):
                  "step's slot), waits for rank r-1 (comm.t.wait), and adds chunk (r - s - 1) mod p from the "
                  "stage into x."])
 def _check_ring_step(step, cluster):
-    from .cluster import ClusterError
-    from .collectives import check_ring
+    from rdmalab.allreduce.algorithms import check_ring
+    from rdmalab.allreduce.cluster import ClusterError
     try:
         wrong = cluster.run(check_ring, step, timeout=120)
     except ClusterError as error:
@@ -174,5 +178,5 @@ def _check_ring_step(step, cluster):
 
 @reference("05.ring-step")
 def _ring_step():
-    from .collectives import reduce_scatter_step
+    from rdmalab.allreduce.algorithms import reduce_scatter_step
     return reduce_scatter_step

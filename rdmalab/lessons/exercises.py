@@ -13,14 +13,14 @@ Every check is tested to accept the reference and reject typical wrong answers (
 import html
 import inspect
 
-from .errors import explain_error
+from rdmalab.errors import explain_error
 
 REGISTRY = {}
 
 
 def _load():
     """The lessons' exercises register themselves when their module is imported."""
-    from . import exercise_checks  # noqa: F401
+    from rdmalab.lessons import checks as exercise_checks  # noqa: F401
 
 
 class NotYet(Exception):

@@ -5,7 +5,7 @@
 Columns as nccl-tests' all_reduce_perf: size (bytes), count (elements), type, redop, root (-1),
 then out-of-place and in-place: time (us, the slowest rank's mean), algbw = size / time (GB/s,
 10^9 B/s) and busbw = algbw * 2 (n - 1) / n, the bandwidth each link must carry; #wrong counts
-elements outside the bound of rdmalab.collectives (0 expected). `# Avg bus bandwidth` averages busbw.
+elements outside the bound of rdmalab.allreduce.algorithms (0 expected). `# Avg bus bandwidth` averages busbw.
 """
 import json
 import os
@@ -22,8 +22,8 @@ def run(ranks=2, sizes=(1 << 20,), algorithm="ring", transport="rdma", dtype="fl
         compare_mpi=False, provider=None, progress=None, starting=None, oversubscribe=False):
     """Start a cluster, measure, stop it: the CLI's report. `progress(row, done, total)` hears of each
     size measured, `starting(line)` of the cluster's start (its cost, how many ranks are ready)."""
-    from .cluster import Cluster
-    from .collectives import validate
+    from rdmalab.allreduce.algorithms import validate
+    from rdmalab.allreduce.cluster import Cluster
     validate(algorithm, dtype, ranks)   # before any rank starts
     itemsize = np.dtype(dtype).itemsize
     if not sizes or min(sizes) < itemsize:
@@ -71,7 +71,7 @@ def mpi_allreduce(ranks, counts, dtype, iters):
     mpiexec = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
     if mpiexec is None:
         raise RuntimeError("no mpiexec: pip install mpi4py mpich (the lab's dependencies include them)")
-    cmd = [mpiexec, "-n", str(ranks), sys.executable, "-m", "rdmalab.mpi_allreduce",
+    cmd = [mpiexec, "-n", str(ranks), sys.executable, "-m", "rdmalab.allreduce.mpi",
            "--counts", ",".join(map(str, counts)), "--dtype", dtype, "--iters", str(iters)]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
                          env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))

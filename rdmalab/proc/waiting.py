@@ -14,7 +14,7 @@ it calls `until(ready, ...)`, which tries three things in turn:
    where only the CPU can look) or without futexes (not Linux), it sleeps for a short, growing time.
 
 How long to spin and yield is decided once per process from the CPUs it can really use (its
-affinity and its cgroup's quota, rdmalab.cpus), not os.cpu_count(): a learner on Binder or a
+affinity and its cgroup's quota, rdmalab.proc.cpus), not os.cpu_count(): a learner on Binder or a
 workshop server gets one CPU or part of one, where two peers that both spin take turns a whole
 scheduler slice (about 4 ms) at a time. And it adapts to a busy machine: a spinner that finds it
 was preempted in mid-spin (a gap in its own clock readings) stops spinning for a while and goes
@@ -27,7 +27,7 @@ import platform
 import sys
 import time
 
-from .cpus import usable_cpus
+from rdmalab.proc.cpus import usable_cpus
 
 SPIN_S = float(os.environ.get("RDMALAB_SPIN_US", 50)) * 1e-6   # with two CPUs or more
 YIELDS = 100                 # with fewer than two: about 2 us each when the peer shares our CPU

@@ -1,6 +1,6 @@
-"""MPI_Allreduce timed as rdmalab.cluster times its own: run under mpiexec, prints JSON on rank 0.
+"""MPI_Allreduce timed as rdmalab.allreduce.cluster times its own: run under mpiexec, prints JSON on rank 0.
 
-    mpiexec -n 2 python -m rdmalab.mpi_allreduce --counts 262144 --dtype float32 --iters 10
+    mpiexec -n 2 python -m rdmalab.allreduce.mpi --counts 262144 --dtype float32 --iters 10
 
 The reference: a production MPI (MPICH from PyPI, through mpi4py) on the same machine, same sizes.
 """
@@ -10,8 +10,8 @@ import time
 
 
 def main(argv=None):
-    from mpi4py import MPI
     import numpy as np
+    from mpi4py import MPI
     p = argparse.ArgumentParser()
     p.add_argument("--counts", required=True)
     p.add_argument("--dtype", default="float32")

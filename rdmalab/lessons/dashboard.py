@@ -1,6 +1,6 @@
 """The RDMA-against-sockets dashboard: choose sizes, iterations and tests, press Run, watch it grow.
 
-    from rdmalab.widgets import Dashboard
+    from rdmalab.lessons.dashboard import Dashboard
     Dashboard()                      # in a notebook: the controls, a progress bar, the charts
 
 Everything the buttons do is callable without a browser (tests and papermill use it):
@@ -13,7 +13,8 @@ import time
 import ipywidgets as w
 import matplotlib.pyplot as plt
 
-from . import bench, plots
+from rdmalab import bench
+from rdmalab.lessons import plots
 
 LATENCY_TESTS = ("write_lat", "read_lat", "send_lat", "tcp_lat")
 BANDWIDTH_TESTS = ("write_bw", "tcp_bw")

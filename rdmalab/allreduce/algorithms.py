@@ -1,6 +1,6 @@
-"""Sum-AllReduce, written once against rdmalab.transports (RDMA or TCP), three ways.
+"""Sum-AllReduce, written once against rdmalab.allreduce.transports (RDMA or TCP), three ways.
 
-    comm = Communicator(transport)                 # inside each rank (rdmalab.cluster sets this up)
+    comm = Communicator(transport)                 # inside each rank (rdmalab.allreduce.cluster sets this up)
     x = comm.buffer(count, "float32")              # registered memory: no copy in or out
     comm.allreduce(x, algorithm="ring")            # in place: every rank ends with the sum
 

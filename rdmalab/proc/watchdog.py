@@ -1,6 +1,6 @@
 """Stops a cluster's processes if the process that started them dies without closing the cluster.
 
-    python -m rdmalab.watchdog CLUSTER_ID      # started by rdmalab.cluster.Cluster, before the cluster
+    python -m rdmalab.proc.watchdog CLUSTER_ID      # started by rdmalab.allreduce.cluster.Cluster, before the cluster
 
 ipyparallel starts the controller and the engines in sessions of their own, so they outlive a
 notebook kernel that is killed (out of memory, a crash, kill -9), holding their registered memory
@@ -8,7 +8,7 @@ for ever. It also starts each of them with IPP_CLUSTER_ID=<the cluster's id> in 
 which their own children (an engine's nanny, the controller's schedulers, mpiexec's ranks) inherit:
 that is how the watchdog knows them, whoever their parent is now, even those that were still
 starting when the owner died. The watchdog blocks reading its stdin, a pipe whose other end only the
-cluster's owner holds. A line on it (rdmalab.children.stop's close) means the cluster was closed
+cluster's owner holds. A line on it (rdmalab.proc.children.stop's close) means the cluster was closed
 properly: exit. End of file means the owner died (whatever the signal): SIGKILL every process of the
 cluster, again until none is left, then remove the shared memory they left behind.
 """
@@ -17,7 +17,7 @@ import signal
 import sys
 import time
 
-from .procstat import stat_fields
+from rdmalab.proc.procstat import stat_fields
 
 
 def started(pid):
@@ -88,7 +88,7 @@ def main(args):
     cluster_id, = args
     if sys.stdin.readline():
         return 0
-    from .verbs.soft import shm
+    from rdmalab.verbs.soft import shm
     # half a second of quiet: a process the owner was starting when it died may take that to appear
     shm.reap_when_gone(kill(cluster_id, settle=0.5))
     return 0

@@ -21,7 +21,8 @@ import threading
 
 import numpy as np
 
-from . import sockets, waiting
+from rdmalab import sockets
+from rdmalab.proc import waiting
 
 REGIONS = ("data", "stage")
 # a peer silent for this long while we wait is treated as dead (RDMALAB_TIME_SCALE stretches it on
@@ -38,8 +39,8 @@ class RdmaTransport:
     flags[2 * peer] holds the sequence number of the last put or signal from `peer`."""
 
     def __init__(self, rank, size, region_bytes):
-        from . import verbs as v
-        from .verbs import rc
+        from rdmalab import verbs as v
+        from rdmalab.verbs import rc
         self.v, self.rc, self.rank, self.size = v, rc, rank, size
         e = v.enums
         self.route = v.choose_route()
@@ -116,7 +117,7 @@ class RdmaTransport:
         self._write(peer, self.seq_mr.buf + 8 * peer, 8, self.seq_mr.lkey, "flags", 16 * self.rank, True)
 
     def wait(self, peer, alive=None):
-        """Watch our own flag memory until peer's next sequence number has landed (rdmalab.waiting:
+        """Watch our own flag memory until peer's next sequence number has landed (rdmalab.proc.waiting:
         spin, yield, then sleep until the write wakes us; between sleeps, check for failed writes)."""
         self.seen[peer] += 1
         want, slot = self.seen[peer], 2 * peer
@@ -134,7 +135,7 @@ class RdmaTransport:
 
     def _reap(self):
         """Poll completions of signaled writes; an error completion means a peer is gone."""
-        from .errors import explain_status
+        from rdmalab.errors import explain_status
         while True:
             n, wcs = self.cq.poll(16)
             for wc in wcs:

@@ -1,6 +1,6 @@
 """N ranks as ipyparallel engines, each with a transport connected to all the others.
 
-    from rdmalab.cluster import Cluster
+    from rdmalab.allreduce.cluster import Cluster
     with Cluster(ranks=4, transport="rdma") as cluster:      # local engines on this machine
         cluster.allreduce(1 << 20, "float32", algorithm="ring")
         cluster.view                                         # an ipyparallel DirectView: %%px works on it
@@ -26,8 +26,9 @@ import socket
 import sys
 import time
 
-from . import children, collectives, watchdog
-from .cpus import usable_cpus
+from rdmalab.allreduce import algorithms as collectives
+from rdmalab.proc import children, watchdog
+from rdmalab.proc.cpus import usable_cpus
 
 ENGINE_ENV = {"OPENBLAS_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
 RANKS_PER_CPU = 8   # more local ranks than this per usable CPU are refused: they start for minutes, then take turns
@@ -91,7 +92,7 @@ class Cluster:
         atexit.register(self.close)
         # ipyparallel starts every process of the cluster with IPP_CLUSTER_ID in its environment: the
         # watchdog, running before the first of them, can stop them all if this process dies at any moment
-        self._watchdog = children.spawn("rdmalab.watchdog", self._ipp.cluster_id, new_session=True)
+        self._watchdog = children.spawn("rdmalab.proc.watchdog", self._ipp.cluster_id, new_session=True)
         try:
             self._ipp.start_cluster_sync()
             self.client = self._ipp.connect_client_sync()
@@ -133,7 +134,7 @@ class Cluster:
             # whatever survived the stop: a stuck engine, a controller's scheduler still shutting down
             killed = watchdog.kill(self._ipp.cluster_id)
             if self.launcher == "local":   # the shared memory of a rank that was killed
-                from .verbs.soft import shm
+                from rdmalab.verbs.soft import shm
                 shm.reap_when_gone(self.pids + killed, timeout=5)
             if self._watchdog is not None:   # closed properly: it may go
                 children.stop(self._watchdog)
@@ -247,7 +248,7 @@ class Cluster:
         return out
 
     def _dead_ranks(self):
-        from .verbs.soft.shm import pid_alive
+        from rdmalab.verbs.soft.shm import pid_alive
         if self.launcher == "local" and self.pids:
             return [i for i, pid in enumerate(self.pids) if not pid_alive(pid)]
         return [i for i in range(self.ranks) if i not in self.client.ids]
@@ -279,7 +280,7 @@ def _set_env(env):
 
 
 def _setup(rank, size, transport, regions, host):
-    from rdmalab import transports
+    from rdmalab.allreduce import transports
     t = (transports.RdmaTransport(rank, size, regions) if transport == "rdma"
          else transports.TcpTransport(rank, size, regions, host=host))
     _state["transport"] = t
@@ -287,7 +288,7 @@ def _setup(rank, size, transport, regions, host):
 
 
 def _connect(theirs, pids):
-    from rdmalab.collectives import Communicator
+    from rdmalab.allreduce.algorithms import Communicator
     from rdmalab.verbs.soft.shm import pid_alive
     t = _state["transport"]
     t.connect(theirs)
@@ -368,7 +369,7 @@ def _fill(x, rank, i):
 
 
 def count_wrong(result, expected, abs_sum, ranks):
-    """Elements outside the bound of rdmalab.collectives' docstring: 2 p eps sum|x_i| for floats
+    """Elements outside the bound of rdmalab.allreduce.algorithms' docstring: 2 p eps sum|x_i| for floats
     (expected and abs_sum in float64), exact equality for integers."""
     import numpy as np
     if np.issubdtype(result.dtype, np.integer):

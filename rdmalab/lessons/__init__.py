@@ -68,7 +68,7 @@ MEANING = {"RESET": "just created", "INIT": "may post receives", "RTR": "ready t
 
 def state_of(qp):
     """The state the device reports (query), as a name."""
-    from .verbs import enums as e
+    from rdmalab.verbs import enums as e
     attr, _ = qp.query(e.IBV_QP_STATE)
     return STATE_NAMES.get(attr.qp_state, str(attr.qp_state))
 
@@ -111,7 +111,8 @@ class Pair:
     `a` sends, `b` receives; `b_mr` is what a's one-sided operations target."""
 
     def __init__(self, ctx, pd, b_access=None, rnr_retry=7):
-        from .verbs import cq, enums as e, mr, qp, rc
+        from rdmalab.verbs import cq, mr, qp, rc
+        from rdmalab.verbs import enums as e
         full = (e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
                 | e.IBV_ACCESS_REMOTE_ATOMIC)
         self.cq_a, self.cq_b = cq.CQ(ctx, 32), cq.CQ(ctx, 32)
@@ -138,7 +139,8 @@ class Pair:
 def one_sided(pair, opcode, length=8, target=None, rkey=None, remote_offset=0, lkey=None):
     """Post one signaled RDMA operation from pair.a into `target` (default pair.b_mr), optionally with a
     wrong rkey, offset or lkey; returns its completion."""
-    from .verbs import enums as e, rc, wr
+    from rdmalab.verbs import enums as e
+    from rdmalab.verbs import rc, wr
     target = target or pair.b_mr
     sge = wr.SGE(pair.a_mr.buf, length, pair.a_mr.lkey if lkey is None else lkey)
     request = wr.SendWR(wr_id=1, opcode=opcode, num_sge=1, sg=[sge], send_flags=e.IBV_SEND_SIGNALED)
@@ -152,7 +154,8 @@ class QPLab:
     their endpoints `local` and `remote` (as exchanged out of band), and `route` (port, GID index, MTU)."""
 
     def __init__(self, ctx, pd):
-        from .verbs import choose_route, cq, enums as e, mr, qp, rc, route_of
+        from rdmalab.verbs import choose_route, cq, mr, qp, rc, route_of
+        from rdmalab.verbs import enums as e
         self.ctx, self.route = ctx, route_of(ctx, choose_route().device)
         access = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE
         self.cq, self.peer_cq = cq.CQ(ctx, 16), cq.CQ(ctx, 16)
@@ -166,7 +169,8 @@ class QPLab:
     def send_and_receive(self, payload, timeout=10):
         """The peer posts a receive; your QP SENDs `payload`. Returns your send completion; on success
         the peer's buffer holds the payload."""
-        from .verbs import enums as e, rc, wr
+        from rdmalab.verbs import enums as e
+        from rdmalab.verbs import rc, wr
         self.peer.post_recv(wr.RecvWR(wr_id=2, num_sge=1, sg=[wr.SGE(self.peer_mr.buf, 4096, self.peer_mr.lkey)]))
         self.mr.write(payload, len(payload))
         self.qp.post_send(wr.SendWR(wr_id=1, opcode=e.IBV_WR_SEND, num_sge=1,
@@ -188,7 +192,7 @@ def wait_for_sends(target, qp, cq, mr, messages=20, gap_s=0.005, channel=None):
     for each one, by busy polling `cq` (channel None: what NCCL and perftest do) or by sleeping on
     completion events through `channel`. Returns the median latency from the target's post to our
     seeing the completion (us), and the CPU this thread used per message (us)."""
-    from .verbs import rc, wr
+    from rdmalab.verbs import rc, wr
     receive = wr.RecvWR(wr_id=9, num_sge=1, sg=[wr.SGE(mr.buf + mr.length // 2, 64, mr.lkey)])
     for _ in range(min(messages, 4)):
         qp.post_recv(receive)

@@ -1,0 +1,125 @@
+"""A second process whose registered memory you reach with one-sided RDMA (lesson 04).
+
+    target = RemoteBuffer()                 # starts it; it registers 4 KiB and creates a QP
+    rc.connect(ctx, qp, mine, target.endpoint)
+    target.connect(mine)                    # it connects back, posts receives, then blocks in read()
+    ... RDMA WRITE / READ / atomics into target.endpoint["addr"] with target.endpoint["rkey"] ...
+    procstat.snapshot(target.pid)           # its CPU and syscalls, read from outside
+    target.read(16)                         # only now does it run: it looks at its own memory
+    target.close()
+
+The child runs `python -m rdmalab.lessons.target`, speaking JSON lines on stdin/stdout.
+"""
+import os
+import time
+
+from rdmalab.proc import waiting
+from rdmalab.proc.children import Helper, answer, serve
+
+SIZE = 4096
+RECEIVES = 16
+
+
+class RemoteBuffer:
+    def __init__(self, timeout=60):
+        self.helper = Helper("lesson 04's target process", "rdmalab.lessons.target", timeout=timeout)
+        self.pid, self.proc = self.helper.pid, self.helper.proc
+        self.endpoint = self.helper.reply()   # it introduces itself: QP number, PSN, GID, rkey, address
+
+    def connect(self, initiator_endpoint):
+        """Connect the target's QP to ours and post its receives (for WRITE_WITH_IMM); then it blocks."""
+        return self.helper.ask(op="connect", peer=initiator_endpoint)
+
+    def read(self, length, offset=0):
+        """The target looks at its own memory (this is when its CPU runs)."""
+        return bytes.fromhex(self.helper.ask(op="read", length=length, offset=offset)["hex"])
+
+    def completions(self):
+        """The target polls its CQ: the receive completions WRITE_WITH_IMM left there."""
+        return self.helper.ask(op="poll")["completions"]
+
+    def start_sending(self, count, gap_s, length=8):
+        """The target SENDs `count` messages of `length` bytes to our QP, `gap_s` apart, while we wait
+        for them (post receives first). sent_times() then gives when it posted each (time.monotonic)."""
+        self.helper.send(op="send", count=count, gap=gap_s, length=length)
+
+    def sent_times(self):
+        return self.helper.reply()["posted"]
+
+    def wait_for_mail(self, timeout=10.0):
+        """The target spins on the 8-byte flag at offset 0 of its buffer, then reads the message after it."""
+        return self.helper.ask(reply_within=timeout + 5, op="mailbox", timeout=timeout)
+
+    def close(self):
+        self.helper.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def main():
+    """The target process: registers SIZE bytes, creates a QP, says where they are, then does only
+    what it is asked."""
+    import numpy as np
+
+    from rdmalab import verbs as v
+    from rdmalab.verbs import rc
+    e = v.enums
+    route = v.choose_route()
+    ctx = v.device.Context(name=route.device)
+    pd = v.pd.PD(ctx)
+    access = (e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
+              | e.IBV_ACCESS_REMOTE_ATOMIC)
+    mr = v.mr.MR(pd, SIZE, access)
+    cq = v.cq.CQ(ctx, 64)
+    qp = v.qp.QP(pd, v.qp.QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq,
+                                     cap=v.qp.QPCap(max_send_wr=4, max_recv_wr=RECEIVES)))
+    mine = rc.endpoint(ctx, qp, mr)
+    mem = v.as_array(mr)
+
+    def connect(peer):
+        rc.connect(ctx, qp, mine, peer, access)
+        for _ in range(RECEIVES):
+            qp.post_recv(v.wr.RecvWR(wr_id=1, num_sge=1, sg=[v.wr.SGE(mr.buf, 0, mr.lkey)]))
+        return {"ok": True}
+
+    def poll():
+        n, wcs = cq.poll(RECEIVES)
+        return {"completions": [{"status": w.status, "opcode": w.opcode, "byte_len": w.byte_len,
+                                 "imm_data": w.imm_data} for w in wcs]}
+
+    def send(count, gap, length):
+        sge = v.wr.SGE(mr.buf + SIZE // 2, length, mr.lkey)
+        posted = []
+        for _ in range(count):
+            time.sleep(gap)
+            posted.append(time.monotonic())
+            qp.post_send(v.wr.SendWR(wr_id=3, opcode=e.IBV_WR_SEND, num_sge=1, sg=[sge], send_flags=e.IBV_SEND_SIGNALED))
+            rc.wait_for_completion(cq)   # ours; a receive completion of an earlier lesson step counts too
+        return {"posted": posted}
+
+    def mailbox(timeout):
+        flag = mem[:8].view(np.uint64)
+        try:
+            waiting.memory(lambda: flag[0] != 0, mr, timeout, "the mailbox's writer")
+        except TimeoutError:
+            raise TimeoutError("no mail: the flag at offset 0 was never set") from None
+        length = int(flag[0])
+        text = mem[8:8 + min(length, SIZE - 8)].tobytes()
+        flag[0] = 0
+        return {"flag": length, "message": text.hex()}
+
+    answer({**mine, "pid": os.getpid(), "size": SIZE})
+    try:
+        serve({"connect": connect, "poll": poll, "send": send, "mailbox": mailbox,
+               "read": lambda length, offset: {"hex": mem[offset:offset + length].tobytes().hex()}})
+    finally:
+        for obj in (qp, mr, cq, pd, ctx):
+            obj.close()
+
+
+if __name__ == "__main__":
+    main()

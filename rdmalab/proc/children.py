@@ -1,0 +1,141 @@
+"""Helper processes that speak JSON lines on stdin/stdout: rdmalab.bench's two sides, lesson 04's
+target (rdmalab.lessons.target) and a cluster's watchdog (rdmalab.proc.watchdog). One way to start
+them and stop them, leaving nothing behind, and one protocol: Helper on this side, serve() on theirs.
+"""
+import json
+import os
+import select
+import subprocess
+import sys
+import time
+import warnings
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def spawn(module, *args, new_session=False, **env):
+    """`python -m module args...` with this checkout importable and numpy's BLAS on one thread
+    (its spinning threads would be counted as the helper's CPU time); `new_session` keeps signals
+    sent to this process's group (a kernel being killed) away from it."""
+    environ = dict(os.environ, OPENBLAS_NUM_THREADS="1",
+                   PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), **env)
+    return subprocess.Popen([sys.executable, "-m", module, *args], env=environ, text=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=new_session)
+
+
+def stop(proc):
+    """Ask the helper to close (it releases its verbs objects), kill it if it does not, close the pipes."""
+    if proc.poll() is None:
+        try:
+            proc.stdin.write(json.dumps({"op": "close"}) + "\n")
+            proc.stdin.flush()
+            proc.wait(timeout=5)
+        except (OSError, subprocess.TimeoutExpired, ValueError):
+            proc.kill()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:   # stuck inside the kernel (state D): report it, never hang
+                warnings.warn(f"helper process {proc.pid} ({' '.join(proc.args[2:])}) does not die after SIGKILL; "
+                              f"it is stuck in the kernel (see /proc/{proc.pid}/stack)", RuntimeWarning, stacklevel=2)
+    for f in (proc.stdin, proc.stdout, proc.stderr):
+        try:
+            f.close()
+        except (OSError, ValueError):
+            pass
+
+
+# ---------------------------------------------------------------- one protocol, both ends
+
+class HelperError(RuntimeError):
+    """A helper process failed, died or fell silent; the message says which and why."""
+
+
+class Helper:
+    """This side of a helper process: send() a request (a JSON line), reply() for its answer.
+
+    A reply that carries "error" raises HelperError with it; so does the helper dying or staying
+    silent past `timeout`, or a `watch`ed helper (its peer) dying meanwhile. `name` says who in
+    every message ("the target", "lesson 04's target"); `error`, the class of what it raises."""
+
+    def __init__(self, name, module, *args, timeout=120.0, error=HelperError, **env):
+        self.name, self.timeout, self.error = name, timeout, error
+        self.proc = spawn(module, *args, **env)
+        self.pid = self.proc.pid
+
+    def send(self, **message):
+        try:
+            self.proc.stdin.write(json.dumps(message) + "\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, ValueError):
+            self._died()
+
+    def reply(self, timeout=None, watch=()):
+        deadline = time.monotonic() + (timeout or self.timeout)
+        while not select.select([self.proc.stdout], [], [], 0.2)[0]:
+            for other in watch:
+                if other.proc.poll() is not None:
+                    raise self.error(f"{other.name} died (exit {other.proc.returncode}) while {self.name} was working")
+            if self.proc.poll() is not None:
+                break
+            if time.monotonic() > deadline:
+                raise self.error(f"{self.name} gave no answer within {timeout or self.timeout:.0f} s")
+        line = self.proc.stdout.readline()
+        if not line:
+            self._died()
+        answer = json.loads(line)
+        if "error" in answer:
+            raise self.error(f"{self.name} failed: {answer['error']}")
+        return answer
+
+    def ask(self, reply_within=None, **message):
+        """send(), then reply(); `reply_within` seconds instead of the helper's usual timeout."""
+        self.send(**message)
+        return self.reply(reply_within)
+
+    def _died(self):
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        err = self.proc.stderr.read().strip().splitlines() if self.proc.stderr else []
+        raise self.error(f"{self.name} died (exit {self.proc.returncode}): {err[-1] if err else 'no message'}")
+
+    def close(self):
+        stop(self.proc)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def answer(message):
+    """The helper's side: one JSON line on stdout."""
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+
+
+def serve(handlers, stop_on_error=False):
+    """The helper's side: for each request line on stdin, call handlers[op](**rest) and answer what it
+    returns (a handler that answers early itself returns None). {"op": "close"} or the end of stdin
+    ends the loop. A handler's exception is answered as {"error": "Type: message"}; with
+    stop_on_error the loop then ends too."""
+    for line in sys.stdin:
+        message = json.loads(line)
+        op = message.pop("op", None)
+        if op == "close":
+            return
+        try:
+            handler = handlers.get(op)
+            if handler is None:
+                raise ValueError(f"unknown operation {op!r}")
+            result = handler(**message)
+        except Exception as error:
+            answer({"error": f"{type(error).__name__}: {error}"})
+            if stop_on_error:
+                return
+            continue
+        if result is not None:
+            answer(result)
