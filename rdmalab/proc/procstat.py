@@ -12,6 +12,11 @@ and status, which are exact while it is blocked (the kernel updates them when a 
 out: a process measured from outside while it runs shows up to a scheduler tick too little).
 A process measuring itself also counts the reads of /proc that measuring takes; since() subtracts
 that (measured once, `self_overhead()`), so a loop that makes no syscall shows 0. Linux only.
+
+Why not psutil: it gives the read/write syscall counts (io_counters) and context switches, but
+another process's CPU time only in clock ticks (10 ms) and no run delay at all; the lab measures
+loops of a few milliseconds from outside the process that runs them, so it reads schedstat's
+nanoseconds itself. (benchmarks/idle.py, which watches whole process trees for seconds, uses psutil.)
 """
 import os
 import resource
@@ -30,6 +35,20 @@ def stat_fields(pid):
     [12] stime, [19] start time (clock ticks since boot). OSError if there is no such process."""
     with open(f"/proc/{pid}/stat") as f:
         return f.read().rsplit(")", 1)[1].split()
+
+
+def pid_alive(pid):
+    """Is process `pid` still there, holding memory? (A zombie, killed but not yet waited for, is not.)"""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        return stat_fields(pid)[0] != "Z"
+    except OSError:
+        return True
 
 
 def snapshot(pid=None):

@@ -51,6 +51,23 @@ for _state in (INIT, RTR, RTS, ERR):
     TRANSITIONS[(_state, RESET)] = TRANSITIONS[(_state, ERR)] = (0, 0)
 
 
+# Where modify() keeps each attribute it is given (mask bit, QPAttr field, where, under which name):
+# a word of the QP's shared header, which a peer's NIC reads; the send queue the requester uses; or
+# the QP itself, for query(). PSNs and QP numbers are 24-bit fields.
+APPLIED = [
+    (ACCESS_FLAGS, "qp_access_flags", "header", Q_ACCESS), (RQ_PSN, "rq_psn", "header", Q_EXPECTED_PSN),
+    (MIN_RNR_TIMER, "min_rnr_timer", "header", Q_MIN_RNR_TIMER),
+    (DEST_QPN, "dest_qp_num", "send", "dest_qp_num"), (SQ_PSN, "sq_psn", "send", "psn"),
+    (TIMEOUT, "timeout", "send", "timeout"), (RETRY_CNT, "retry_cnt", "send", "retry_cnt"),
+    (RNR_RETRY, "rnr_retry", "send", "rnr_retry"),
+    (PKEY_INDEX, "pkey_index", "qp", "pkey_index"), (PORT, "port_num", "qp", "port_num"),
+    (PATH_MTU, "path_mtu", "qp", "path_mtu"), (AV, "ah_attr", "qp", "ah_attr"),
+    (MAX_DEST_RD_ATOMIC, "max_dest_rd_atomic", "qp", "max_dest_rd_atomic"),
+    (MAX_QP_RD_ATOMIC, "max_rd_atomic", "qp", "max_rd_atomic"),
+]
+TWENTY_FOUR_BITS = ("rq_psn", "sq_psn", "dest_qp_num")
+
+
 class QPCap:
     def __init__(self, max_send_wr=1, max_recv_wr=10, max_send_sge=1, max_recv_sge=1, max_inline_data=0):
         self.max_send_wr, self.max_recv_wr = max_send_wr, max_recv_wr
@@ -141,9 +158,8 @@ class QP(Resource):
         self._send.reset()
         w = self._words
         w[Q_ACCESS] = w[Q_EXPECTED_PSN] = w[Q_MIN_RNR_TIMER] = 0
-        self._pkey_index = self._max_rd_atomic = self._max_dest_rd_atomic = 0
-        self._port_num, self._path_mtu = 1, IBV_MTU_1024
-        self._ah_attr, self._sgid_index = AHAttr(), 0
+        self._kept = dict(pkey_index=0, port_num=1, path_mtu=IBV_MTU_1024, ah_attr=AHAttr(), max_rd_atomic=0,
+                          max_dest_rd_atomic=0)
 
     # ------------------------------------------------------------ state
 
@@ -192,37 +208,21 @@ class QP(Resource):
         return not (mask & RETRY_CNT and not 0 <= a.retry_cnt <= 7 or mask & RNR_RETRY and not 0 <= a.rnr_retry <= 7)
 
     def _apply(self, a, mask):
-        w, send = self._words, self._send
-        if mask & ACCESS_FLAGS:
-            w[Q_ACCESS] = a.qp_access_flags
-        if mask & PKEY_INDEX:
-            self._pkey_index = a.pkey_index
-        if mask & PORT:
-            self._port_num = a.port_num
+        for bit, field, where, name in APPLIED:
+            if mask & bit:
+                value = getattr(a, field)
+                if field in TWENTY_FOUR_BITS:
+                    value &= 0xFFFFFF
+                if where == "header":
+                    self._words[name] = value
+                elif where == "send":
+                    setattr(self._send, name, value)
+                else:
+                    self._kept[name] = value
         if mask & AV:
-            self._ah_attr = a.ah_attr
-            self._sgid_index, send.dgid = a.ah_attr.gr.sgid_index, str(a.ah_attr.gr.dgid)
+            self._send.dgid = str(a.ah_attr.gr.dgid)
         if mask & PATH_MTU:
-            self._path_mtu = a.path_mtu
-            send.mtu = 128 << min(a.path_mtu, PORT_ATTR["active_mtu"])
-        if mask & DEST_QPN:
-            send.dest_qp_num = a.dest_qp_num & 0xFFFFFF
-        if mask & RQ_PSN:
-            w[Q_EXPECTED_PSN] = a.rq_psn & 0xFFFFFF
-        if mask & MAX_DEST_RD_ATOMIC:
-            self._max_dest_rd_atomic = a.max_dest_rd_atomic
-        if mask & MIN_RNR_TIMER:
-            w[Q_MIN_RNR_TIMER] = a.min_rnr_timer
-        if mask & SQ_PSN:
-            send.psn = a.sq_psn & 0xFFFFFF
-        if mask & TIMEOUT:
-            send.timeout = a.timeout
-        if mask & RETRY_CNT:
-            send.retry_cnt = a.retry_cnt
-        if mask & RNR_RETRY:
-            send.rnr_retry = a.rnr_retry
-        if mask & MAX_QP_RD_ATOMIC:
-            self._max_rd_atomic = a.max_rd_atomic
+            self._send.mtu = 128 << min(a.path_mtu, PORT_ATTR["active_mtu"])
 
     # pyverbs' helpers: the masks a transition needs, then modify()
     def _get_comp_mask(self, dst):
@@ -256,15 +256,12 @@ class QP(Resource):
         """Returns (QPAttr, QPInitAttr) as the device sees the QP now; refreshes qp.qp_state."""
         self._check_open()
         self._cached_state = int(self._words[Q_STATE])
-        a = QPAttr(qp_state=self._cached_state, cur_qp_state=RESET, port_num=self._port_num,
-                   path_mtu=self._path_mtu)
-        w = self._words
-        a.qp_access_flags, a.rq_psn, a.min_rnr_timer = int(w[Q_ACCESS]), int(w[Q_EXPECTED_PSN]), int(w[Q_MIN_RNR_TIMER])
-        send = self._send
-        a.pkey_index, a.dest_qp_num, a.sq_psn = self._pkey_index, send.dest_qp_num, send.psn
-        a.timeout, a.retry_cnt, a.rnr_retry = send.timeout, send.retry_cnt, send.rnr_retry
-        a.max_rd_atomic, a.max_dest_rd_atomic = self._max_rd_atomic, self._max_dest_rd_atomic
-        a.ah_attr, a.cap = self._ah_attr, self.cap
+        a = QPAttr(qp_state=self._cached_state, cur_qp_state=RESET)
+        for _, field, where, name in APPLIED:
+            value = self._words[name] if where == "header" else getattr(self._send, name) if where == "send" \
+                else self._kept[name]
+            setattr(a, field, int(value) if where == "header" else value)
+        a.cap = self.cap
         init = QPInitAttr(qp_type=self.qp_type, scq=self._send_cq, rcq=self._recv_cq, cap=self.cap,
                           sq_sig_all=self._sq_sig_all)
         return a, init

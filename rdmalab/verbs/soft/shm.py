@@ -24,6 +24,7 @@ import weakref
 import numpy as np
 
 from rdmalab.proc import waiting
+from rdmalab.proc.procstat import pid_alive
 from .layout import W_BELL, W_MAGIC, W_OWNER_PID, W_SLEEPERS
 
 MAGIC = 0x52444D414C4142  # "RDMALAB"
@@ -189,20 +190,6 @@ def _release(mm, fd, path_to_unlink):
         os.close(fd)
     except OSError:
         pass
-
-
-def pid_alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie (killed, not yet waited for) holds no memory any more
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except OSError:
-        return True
 
 
 def _segments():
