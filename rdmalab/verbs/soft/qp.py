@@ -68,6 +68,12 @@ APPLIED = [
 TWENTY_FOUR_BITS = ("rq_psn", "sq_psn", "dest_qp_num")
 
 
+def _report(bad_wr, wr):
+    """pyverbs' bad_wr: the WR object given is filled with the one that failed."""
+    if bad_wr is not None:
+        bad_wr.__dict__.update(vars(wr))
+
+
 class QPCap:
     def __init__(self, max_send_wr=1, max_recv_wr=10, max_send_sge=1, max_recv_sge=1, max_inline_data=0):
         self.max_send_wr, self.max_recv_wr = max_send_wr, max_recv_wr
@@ -269,23 +275,33 @@ class QP(Resource):
     # ------------------------------------------------------------ posting
 
     def post_send(self, wr, bad_wr=None):
-        """Post a chain of send WRs. Errors found at post time raise (EINVAL, ENOMEM); later ones complete."""
+        """Post a chain of send WRs. Errors found at post time raise (EINVAL, ENOMEM) and name the WR in
+        `bad_wr`; later ones complete. As in rxe, a chain takes at most the send queue's free slots, and
+        WRs posted before RTS are refused (EINVAL) but kept: the next post in RTS runs them first."""
         if self._closed:
             self._check_open()
-        state = self._words[Q_STATE]
+        state, send = self._words[Q_STATE], self._send
+        free = self.cap.max_send_wr - len(send.pending)
         if state != RTS and state != ERR:  # rxe's kernel refuses the doorbell before RTS
+            if free > 0 and not self._send_error(wr):
+                send.hold(wr)
+            _report(bad_wr, wr)
             raise PyverbsRDMAError("Failed to post send", EINVAL)
-        post = self._send.post
+        post = send.post
         while wr is not None:
-            error = self._send_error(wr)
+            error = self._send_error(wr) or (ENOMEM if free <= 0 else 0)
             if error:
+                if send.pending:
+                    send.progress()   # the doorbell rang: what waited in the ring runs
+                _report(bad_wr, wr)
                 raise PyverbsRDMAError("Failed to post send", error)
             post(wr)
+            free -= 1
             wr = wr.next_wr
 
     def _send_error(self, wr):
         """What ibv_post_send refuses at once: too many SGEs, a misaligned or short atomic, inline
-        data past the limit (EINVAL); a full send queue (ENOMEM)."""
+        data past the limit (EINVAL)."""
         sges, cap = wr.sges, self.cap
         if len(sges) > cap.max_send_sge:
             return EINVAL
@@ -294,8 +310,6 @@ class QP(Resource):
                 return EINVAL
         if wr.send_flags & IBV_SEND_INLINE and sum(s[1] for s in sges) > cap.max_inline_data:
             return EINVAL
-        if len(self._send.pending) >= cap.max_send_wr:
-            return ENOMEM
         return 0
 
     def post_recv(self, wr, bad_wr=None):

@@ -91,6 +91,11 @@ class SendQueue:
             self.pending.append(pending)
             self.cq.wait_for_timer(self)
 
+    def hold(self, wr):
+        """Keep a WR the QP refused to post (before RTS): rxe leaves it in the send ring, where the next
+        post in RTS carries it out first, and a move to ERR flushes it."""
+        self.pending.append(Pending(snapshot(wr)))
+
     def progress(self):
         """Work through the waiting WQEs: flush them in ERR, retry what waited long enough."""
         queue = self.pending
@@ -260,7 +265,7 @@ def attempt(sq, wqe, pending):
             return fail(sq, wqe, IBV_WC_LOC_PROT_ERR)
         if wqe.send_flags & IBV_SEND_SIGNALED or sq.sig_all:
             complete(sq, wqe, IBV_WC_SUCCESS, length)
-        if len(sges) == 1 and not wqe.send_flags & IBV_SEND_INLINE and pending is None:
+        if len(sges) == 1 and length and not wqe.send_flags & IBV_SEND_INLINE and pending is None:
             Route.remember(sq, wqe, peer, generation)
         return None
     if answer == NO_ANSWER:
@@ -302,7 +307,9 @@ def _gather(sq, wqe):
 
 def _local(sq, addr, length, lkey):
     """Our memory that an SGE names, as a view; or LOC_QP_OP_ERR (no such key in our PD) or
-    LOC_PROT_ERR (out of its bounds)."""
+    LOC_PROT_ERR (out of its bounds). An SGE of length 0 names nothing: rxe checks no key for it."""
+    if not length:
+        return memoryview(b"")
     mr = REGISTERED.get(lkey)
     if mr is None or mr.pd is not sq.pd:
         return IBV_WC_LOC_QP_OP_ERR
@@ -316,6 +323,8 @@ def _scatter(sq, wqe, data):
     """Write a READ's bytes or an atomic's old value into the local SGEs; False if they forbid it."""
     targets = []
     for addr, length, lkey in wqe.sges:
+        if not length:
+            continue
         mr = REGISTERED.get(lkey)
         offset = addr - mr.buf if mr is not None else -1
         if mr is None or mr.pd is not sq.pd or not mr.access & LOCAL_WRITE or offset < 0 \

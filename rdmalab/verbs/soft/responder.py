@@ -217,6 +217,8 @@ class ReceiveQueue:
         targets, room = [], 0
         for i in range(w[base + R_NUM_SGE]):
             addr, length, lkey = w[base + R_SGES + 3 * i:base + R_SGES + 3 * i + 3]
+            if not length:
+                continue
             seg = mr_segment(lkey)
             offset = region(seg, addr, length, pd, LOCAL_WRITE)
             if offset is None:
@@ -260,6 +262,9 @@ def respond(peer, wqe, payload, length, psn, count):
         with LOCK:
             return _into_receive(peer, h, wqe, payload, length, count)
     reach = 8 if opcode in ATOMICS else length
+    if not reach:
+        h[Q_EXPECTED_PSN] = (psn + count) % PSN_MOD
+        return ACK, (b"" if opcode == READ else None)   # a zero-length WRITE or READ names no memory: no key is checked
     seg = _attached_mrs.get(wqe.rkey) or mrmod.SEGMENTS.get(wqe.rkey) or mr_segment(wqe.rkey)
     offset = region(seg, wqe.remote_addr, reach, h[Q_PD], need)
     if offset is None:
@@ -284,7 +289,7 @@ def _into_receive(peer, h, wqe, payload, length, count):
         return RNR_NAK, RNR_TIMER_MS[h[Q_MIN_RNR_TIMER] % 32]
     opcode, rq = wqe.opcode, peer.rq
     solicited = wqe.send_flags & IBV_SEND_SOLICITED
-    if opcode == WRITE_WITH_IMM:
+    if opcode == WRITE_WITH_IMM and length:   # (a zero-length one names no memory: only its receive counts)
         seg = mr_segment(wqe.rkey)
         offset = region(seg, wqe.remote_addr, length, h[Q_PD], REMOTE_WRITE)
         if offset is None:
@@ -292,7 +297,7 @@ def _into_receive(peer, h, wqe, payload, length, count):
             return IBV_WC_REM_ACCESS_ERR, None
         seg.bytes[offset:offset + length] = payload
         seg.ring()
-    elif not rq.scatter(consumed, payload, h[Q_PD]):   # the receive is too small, or names memory it may not use
+    elif opcode != WRITE_WITH_IMM and not rq.scatter(consumed, payload, h[Q_PD]):   # the receive is too small, or names memory it may not use
         rq.complete(consumed, IBV_WC_LOC_QP_OP_ERR, 0, 0, 0, 0)
         enter(h, IBV_QPS_ERR)
         peer.announce(solicited)

@@ -28,17 +28,30 @@ def _copy_sges(sg, num_sge):
     return tuple((s.addr, s.length, s.lkey) for s in sg[:num_sge])
 
 
-class RecvWR:
+class _WR:
+    """What send and receive WRs share: the SGEs they copied, of which the NIC uses the first num_sge
+    (a program may lower num_sge after building the WR, as the C struct allows: 0 makes it empty)."""
+
+    @property
+    def num_sge(self):
+        return self._num_sge
+
+    @num_sge.setter
+    def num_sge(self, count):
+        self._num_sge, self.sges = count, self._all_sges[:max(count, 0)]
+
+
+class RecvWR(_WR):
     def __init__(self, wr_id=0, num_sge=0, sg=None, next_wr=None):
-        self.sges = _copy_sges(sg, num_sge)
+        self._all_sges = _copy_sges(sg, num_sge)
         self.num_sge, self.wr_id, self.next_wr = num_sge, wr_id, next_wr
 
 
-class SendWR:
+class SendWR(_WR):
     def __init__(self, wr_id=0, opcode=IBV_WR_SEND, num_sge=0, imm_data=0, sg=None,
                  send_flags=IBV_SEND_SIGNALED, next_wr=None):
         no_data = opcode in (IBV_WR_LOCAL_INV, IBV_WR_BIND_MW, IBV_WR_SEND_WITH_INV)
-        self.sges = () if no_data and (num_sge < 1 or sg is None) else _copy_sges(sg, num_sge)
+        self._all_sges = () if no_data and (num_sge < 1 or sg is None) else _copy_sges(sg, num_sge)
         self.wr_id, self.opcode, self.num_sge, self.imm_data = wr_id, opcode, num_sge, imm_data
         self.send_flags, self.next_wr = send_flags, next_wr
         self.remote_addr = self.rkey = self.compare_add = self.swap = 0
@@ -57,4 +70,5 @@ class SendWR:
 
     @sg_list.setter
     def sg_list(self, sge):
-        self.sges = ((sge.addr, sge.length, sge.lkey),)
+        self._all_sges = ((sge.addr, sge.length, sge.lkey),)
+        self.num_sge = 1
