@@ -4,6 +4,7 @@
     rdmalab doctor [--json]               # the same from a shell
 """
 import html
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -11,7 +12,10 @@ import platform
 import resource
 import subprocess
 
-from rdmalab import __version__
+from rdmalab import verbs
+from rdmalab.verbs.provider import real_pyverbs_status
+from rdmalab.verbs.soft import shm
+
 
 MTU_BYTES = {1: 256, 2: 512, 3: 1024, 4: 2048, 5: 4096}
 PORT_STATES = {0: "NOP", 1: "DOWN", 2: "INIT", 3: "ARMED", 4: "ACTIVE", 5: "ACTIVE_DEFER"}
@@ -117,14 +121,12 @@ def next_steps(report):
 
 def collect():
     """The doctor's findings as a plain dict (what --json prints)."""
-    from rdmalab import verbs
-    report = {"rdmalab": __version__, "python": platform.python_version(),
+    report = {"rdmalab": _version(), "python": platform.python_version(),
               "platform": f"{platform.system()} {platform.release()} {platform.machine()}",
               "pyverbs": pyverbs_version(), "provider": verbs.PROVIDER, "reason": verbs.REASON,
-              "real_rdma": verbs._real_pyverbs_status()[1] if verbs.PROVIDER == "soft" else verbs.REASON,
+              "real_rdma": real_pyverbs_status()[1] if verbs.PROVIDER == "soft" else verbs.REASON,
               "memlock": memlock()}
     if verbs.PROVIDER == "soft":   # the emulated NIC's "host memory": how much it may register
-        from rdmalab.verbs.soft import shm
         fs = os.statvfs(shm.directory())
         report["soft_memory"] = {"directory": shm.directory(), "free_bytes": fs.f_bavail * fs.f_frsize}
     report["devices"], report["device_error"] = describe_devices(verbs)
@@ -189,6 +191,13 @@ class Report:
         return (f"<div><h4 style='color:{colour};margin:0'>rdmalab doctor: provider "
                 f"<code>{self.data['provider']}</code></h4><table>{rows}</table>"
                 f"<p style='margin-bottom:0'><b>Next steps</b></p><ul>{steps}</ul></div>")
+
+
+def _version():
+    try:
+        return importlib.metadata.version("rdmalab")
+    except importlib.metadata.PackageNotFoundError:   # run from a checkout that was not installed
+        return "unknown (not installed)"
 
 
 def doctor():

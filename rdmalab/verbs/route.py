@@ -3,7 +3,7 @@ the traps learners fall into (a link-local or RoCE v1 GID gives RETRY_EXC_ERR on
 than the port's drops packets; a port that is down)."""
 import os
 
-from rdmalab import verbs
+from rdmalab.verbs.provider import chosen
 from rdmalab.errors import ProviderError
 
 IPV4_MAPPED_PREFIX = "0000:0000:0000:0000:0000:ffff:"
@@ -54,11 +54,11 @@ def route_of(ctx, device_name, port=None):
     ports = [port] if port else range(1, ctx.query_device().phys_port_cnt + 1)
     for p in ports:
         attr = ctx.query_port(p)
-        if attr.state != verbs.enums.IBV_PORT_ACTIVE:
+        if attr.state != chosen()["enums"].IBV_PORT_ACTIVE:
             continue
         index = routable_gid_index(ctx, p)
         return Route(device_name, p, index, str(ctx.query_gid(p, index)),
-                     min(attr.active_mtu, verbs.enums.IBV_MTU_4096), attr.link_layer)
+                     min(attr.active_mtu, chosen()["enums"].IBV_MTU_4096), attr.link_layer)
     raise ProviderError(f"{device_name} has no active port{'' if port is None else f' {port}'}: "
                         "check the cable or link (ibv_devinfo shows PORT_ACTIVE when it is up)")
 
@@ -66,12 +66,12 @@ def route_of(ctx, device_name, port=None):
 def choose_route(device_name=None):
     """The Route to use on this machine: the named device (RDMALAB_DEVICE) or the first with an active port."""
     wanted = device_name or os.environ.get("RDMALAB_DEVICE")
-    names = [d.name.decode() for d in verbs.device.get_device_list()]
+    names = [d.name.decode() for d in chosen()["device"].get_device_list()]
     if wanted and wanted not in names:
         raise ProviderError(f"no RDMA device {wanted!r}; this machine has {', '.join(names) or 'none'}")
     problems = []
     for name in [wanted] if wanted else names:
-        with verbs.device.Context(name=name) as ctx:
+        with chosen()["device"].Context(name=name) as ctx:
             try:
                 return route_of(ctx, name)
             except ProviderError as error:
