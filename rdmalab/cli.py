@@ -3,7 +3,10 @@ import argparse
 import signal
 import sys
 
+from rdmalab.allreduce.algorithms import ALGORITHMS, DTYPES
+from rdmalab.allreduce.transports import TRANSPORTS
 from rdmalab.errors import ProviderError
+from rdmalab.verbs import CHOICES as PROVIDERS
 
 
 def parser():
@@ -23,7 +26,7 @@ def parser():
     sizes.add_argument("-a", "--all", action="store_true", help="sweep 2 B .. 8 MiB, as perftest -a")
     bench.add_argument("--iters", "-n", type=int, help="iterations per size (default: perftest's 1000 latency, "
                        "5000 bandwidth, capped at 1 GiB moved per size)")
-    bench.add_argument("--provider", choices=["auto", "soft", "pyverbs"], help="verbs provider for the RDMA side")
+    bench.add_argument("--provider", choices=PROVIDERS, help="verbs provider for the RDMA side")
     bench.add_argument("--events", "-e", action="store_true",
                        help="sleep on completion events instead of polling the CQ, as perftest -e")
     bench.add_argument("--json", action="store_true", help="print the results as JSON")
@@ -36,11 +39,11 @@ def parser():
     ar.add_argument("--ranks", "-n", type=int, default=2, help="number of ranks (default 2)")
     ar.add_argument("--size", "-s", type=_sizes, default="1M",
                     help="sizes in bytes, comma-separated: 1K,1M,64M (default 1M)")
-    ar.add_argument("--algo", choices=["ring", "naive", "hd"], default="ring")
-    ar.add_argument("--transport", choices=["rdma", "tcp"], default="rdma")
-    ar.add_argument("--dtype", choices=["float32", "float64", "int32", "int64"], default="float32")
+    ar.add_argument("--algo", choices=ALGORITHMS, default="ring")
+    ar.add_argument("--transport", choices=TRANSPORTS, default="rdma")
+    ar.add_argument("--dtype", choices=DTYPES, default="float32")
     ar.add_argument("--iters", type=int, default=5, help="timed iterations per size (default 5)")
-    ar.add_argument("--provider", choices=["auto", "soft", "pyverbs"], help="verbs provider on the ranks")
+    ar.add_argument("--provider", choices=PROVIDERS, help="verbs provider on the ranks")
     ar.add_argument("--compare-mpi", action="store_true", help="also time MPI_Allreduce (mpi4py + MPICH)")
     ar.add_argument("--json", action="store_true", help="print the results as JSON")
     ar.add_argument("--oversubscribe", action="store_true",

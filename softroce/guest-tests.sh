@@ -4,7 +4,8 @@
 #     except those marked host_only (TCP, charts, many-rank scaling: nothing there touches the
 #     device, make test runs them, and under CPU emulation they would take most of CI's budget);
 #  3. the differential check: the conformance suite must have observed the same outcomes on both.
-# Tests that only make sense on the emulated NIC skip on rxe0 and say why.
+# Tests that only make sense on the emulated NIC (tests/soft) skip on rxe0 and say why; tests/helpers
+# holds the programs some tests start, which pytest does not collect.
 # RDMALAB_TIME_SCALE: the guest runs under CPU emulation, several times slower than the host
 export PYTHONPATH=/project MPLBACKEND=Agg OPENBLAS_NUM_THREADS=1 PY_COLORS=0 RDMALAB_TIME_SCALE=5
 python -m rdmalab doctor

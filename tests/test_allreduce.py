@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from rdmalab import verbs as v
-from rdmalab.allreduce.cluster import Cluster, ClusterError, count_wrong
+from rdmalab.allreduce.cluster import Cluster, ClusterError
+from rdmalab.allreduce.ranks import count_wrong
 from rdmalab.proc import watchdog
 from rdmalab.verbs.soft.shm import pid_alive
 

@@ -11,11 +11,12 @@ from rdmalab.verbs import rc
 
 e = v.enums
 HERE = os.path.dirname(os.path.abspath(__file__))
+TARGET = os.path.join(HERE, "helpers", "one_sided_target.py")
 SIZE = 1 << 20
 
 
 def test_rdma_write_lands_in_a_sleeping_process_without_its_cpu(tmp_path):
-    target = subprocess.Popen([sys.executable, os.path.join(HERE, "one_sided_target.py"), str(SIZE)],
+    target = subprocess.Popen([sys.executable, TARGET, str(SIZE)],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                               # OpenBLAS worker threads spin for ~35 ms of CPU after numpy's import,
                               # in any process: one thread keeps the target truly idle.

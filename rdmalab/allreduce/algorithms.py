@@ -1,6 +1,6 @@
 """Sum-AllReduce, written once against rdmalab.allreduce.transports (RDMA or TCP), three ways.
 
-    comm = Communicator(transport)                 # inside each rank (rdmalab.allreduce.cluster sets this up)
+    comm = Communicator(transport)                 # inside each rank (rdmalab.allreduce.ranks sets this up)
     x = comm.buffer(count, "float32")              # registered memory: no copy in or out
     comm.allreduce(x, algorithm="ring")            # in place: every rank ends with the sum
 
@@ -59,6 +59,11 @@ class Communicator:
         """Sum `x` over all ranks. In place (x from buffer()) unless `out` is given or x lives
         elsewhere, in which case x is copied into the data region first (one local copy)."""
         validate(algorithm, x.dtype, self.size)
+        return self._allreduce(x, algorithm, out)
+
+    def _allreduce(self, x, algorithm, out=None):
+        """allreduce() of a request validated already, by the entry point that took it (Cluster.allreduce,
+        Cluster.check, rdmalab.allreduce.report): rdmalab.allreduce.ranks calls this, once per iteration."""
         work = self.buffer(x.size, x.dtype)
         if work.ctypes.data != x.ctypes.data:
             np.copyto(work, x.reshape(-1))

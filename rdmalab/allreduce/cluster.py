@@ -9,7 +9,8 @@ Launchers: `launcher="local"` (default) starts engines as processes here; `launc
 them with mpiexec (mpi4py and MPICH from PyPI on one host); on many nodes, ipyparallel's "mpi",
 "slurm" and "ssh" launchers, configured through `ipp_options` (see docs/cluster.md). Each rank opens the verbs provider,
 registers its regions, and the ranks swap (qp_num, psn, gid, rkey, addr) through this process, which
-plays the part of an out-of-band bootstrap network. Teardown always runs (close(), `with`, or at exit).
+plays the part of an out-of-band bootstrap network. This module is the host side; what each engine
+runs is in rdmalab.allreduce.ranks. Teardown always runs (close(), `with`, or at exit).
 A rank that dies is noticed within a second: the others are interrupted and ClusterError names it.
 
 Local ranks are weighed before any starts: more than RANKS_PER_CPU per usable CPU are refused (unless
@@ -26,9 +27,13 @@ import socket
 import sys
 import time
 
-from rdmalab.allreduce import algorithms as collectives
+from rdmalab.allreduce import ranks as engine   # what each engine runs (here `ranks` is their number)
+from rdmalab.allreduce.algorithms import stage_bytes, validate
+from rdmalab.allreduce.transports import TRANSPORTS
 from rdmalab.proc import children, watchdog
 from rdmalab.proc.cpus import usable_cpus
+from rdmalab.proc.procstat import pid_alive
+from rdmalab.verbs.soft import shm
 
 ENGINE_ENV = {"OPENBLAS_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
 RANKS_PER_CPU = 8   # more local ranks than this per usable CPU are refused: they start for minutes, then take turns
@@ -48,14 +53,14 @@ class Cluster:
                  provider=None, start=True, ipp_options=None, progress=None, oversubscribe=False):
         if ranks < 1:
             raise ValueError("a cluster needs at least one rank")
-        if transport not in ("rdma", "tcp"):
-            raise ValueError(f"transport {transport!r}: choose rdma or tcp")
+        if transport not in TRANSPORTS:
+            raise ValueError(f"transport {transport!r}: choose {' or '.join(TRANSPORTS)}")
         self.ranks, self.transport, self.launcher = ranks, transport, launcher
         self.max_bytes, self.algorithms, self.provider = max_bytes, tuple(algorithms), provider
         self.ipp_options = dict(ipp_options or {})   # passed to ipyparallel.Cluster: hosts, profiles, ...
         self.progress, self.oversubscribe = progress, oversubscribe
         self.regions = {"data": max_bytes,   # every rank registers these
-                        "stage": max(collectives.stage_bytes(a, ranks, max_bytes) for a in self.algorithms)}
+                        "stage": max(stage_bytes(a, ranks, max_bytes) for a in self.algorithms)}
         self._ipp = self.client = self.view = self._watchdog = None
         self.pids = []
         if start:
@@ -99,17 +104,18 @@ class Cluster:
             self._wait_for_engines(options["engine_timeout"], since)
             self.view = self.client[:]
             self.view.block = True
-            self.view.apply_sync(_set_env, env)
+            self.view.apply_sync(engine.set_env, env)
             self.pids = self.view.apply_sync(os.getpid)
             self.hosts = self.view.apply_sync(socket.gethostname)
             self.view.scatter("rank", list(range(self.ranks)), flatten=True)
             tcp_host = "127.0.0.1" if len(set(self.hosts)) == 1 else None   # else each rank's own name
-            endpoints = self._gather([self.client[i].apply_async(_setup, i, self.ranks, self.transport, self.regions,
-                                                                 tcp_host or self.hosts[i]) for i in range(self.ranks)])
+            endpoints = self._gather([self.client[i].apply_async(engine.setup, i, self.ranks, self.transport,
+                                                                 self.regions, tcp_host or self.hosts[i])
+                                      for i in range(self.ranks)])
             mine = {i: {peer: endpoints[peer]["to"][i] for peer in range(self.ranks) if peer != i}
                     for i in range(self.ranks)}
             pids = {i: (endpoints[i]["host"], endpoints[i]["pid"]) for i in range(self.ranks)}
-            self._gather([self.client[i].apply_async(_connect, mine[i], pids) for i in range(self.ranks)])
+            self._gather([self.client[i].apply_async(engine.connect, mine[i], pids) for i in range(self.ranks)])
         except BaseException:
             self.close()
             raise
@@ -122,7 +128,7 @@ class Cluster:
         try:
             if self.client is not None and self.view is not None:
                 try:
-                    self.view.apply_sync(_close)
+                    self.view.apply_sync(engine.close)
                 except Exception:
                     pass
                 self.client.close()
@@ -134,7 +140,6 @@ class Cluster:
             # whatever survived the stop: a stuck engine, a controller's scheduler still shutting down
             killed = watchdog.kill(self._ipp.cluster_id)
             if self.launcher == "local":   # the shared memory of a rank that was killed
-                from rdmalab.verbs.soft import shm
                 shm.reap_when_gone(self.pids + killed, timeout=5)
             if self._watchdog is not None:   # closed properly: it may go
                 children.stop(self._watchdog)
@@ -198,20 +203,22 @@ class Cluster:
 
     def run(self, fn, *args, timeout=600):
         """fn(comm, *args) on every rank, where comm is that rank's Communicator; returns the results."""
-        return self._gather([self.client[i].apply_async(_run, fn, *args) for i in range(self.ranks)], timeout)
+        return self._gather([self.client[i].apply_async(engine.run, fn, *args) for i in range(self.ranks)], timeout)
 
     def allreduce(self, count, dtype="float32", algorithm="ring", iters=5, warmup=1, check=True, in_place=True):
         """Time `iters` AllReduces of `count` elements on every rank; returns per-rank dicts with the
-        times (s) and the number of wrong elements against numpy (0 expected)."""
-        collectives.validate(algorithm, dtype, self.ranks)
-        return self.run(timed_allreduce, count, dtype, algorithm, iters, warmup, check, in_place)
+        times (s) and the number of wrong elements against numpy (0 expected). The request is validated
+        here, before it reaches any rank."""
+        validate(algorithm, dtype, self.ranks)
+        return self.run(engine.timed_allreduce, count, dtype, algorithm, iters, warmup, check, in_place)
 
     def check(self, cases):
         """Run each (count, dtype, algorithm, in_place) once on every rank; returns, per case, the
-        number of wrong elements summed over ranks (one round trip for the whole list)."""
+        number of wrong elements summed over ranks (one round trip for the whole list). Every case is
+        validated here, before any reaches a rank."""
         for count, dtype, algorithm, in_place in cases:
-            collectives.validate(algorithm, dtype, self.ranks)
-        per_rank = self.run(check_cases, list(cases))
+            validate(algorithm, dtype, self.ranks)
+        per_rank = self.run(engine.check_cases, list(cases))
         return [sum(r[i] for r in per_rank) for i in range(len(cases))]
 
     def _gather(self, results, timeout=600):
@@ -248,7 +255,6 @@ class Cluster:
         return out
 
     def _dead_ranks(self):
-        from rdmalab.verbs.soft.shm import pid_alive
         if self.launcher == "local" and self.pids:
             return [i for i, pid in enumerate(self.pids) if not pid_alive(pid)]
         return [i for i in range(self.ranks) if i not in self.client.ids]
@@ -268,112 +274,3 @@ def _duration(seconds):
 
 def _gib(n):
     return f"{n / 2 ** 30:.1f} GiB" if n >= 1 << 30 else f"{n / 2 ** 20:.0f} MiB"
-
-
-# ---------------------------------------------------------------- what runs on each engine
-
-_state = {}
-
-
-def _set_env(env):
-    os.environ.update(env)
-
-
-def _setup(rank, size, transport, regions, host):
-    from rdmalab.allreduce import transports
-    t = (transports.RdmaTransport(rank, size, regions) if transport == "rdma"
-         else transports.TcpTransport(rank, size, regions, host=host))
-    _state["transport"] = t
-    return {"to": t.endpoints(), "pid": os.getpid(), "host": socket.gethostname()}
-
-
-def _connect(theirs, pids):
-    from rdmalab.allreduce.algorithms import Communicator
-    from rdmalab.verbs.soft.shm import pid_alive
-    t = _state["transport"]
-    t.connect(theirs)
-    here = socket.gethostname()
-    alive = lambda peer: pids[peer][0] != here or pid_alive(pids[peer][1])   # noqa: E731
-    _state["comm"] = Communicator(t, alive)
-    return True
-
-
-def _run(fn, *args):
-    return fn(_state["comm"], *args)
-
-
-def _close():
-    t = _state.pop("transport", None)
-    _state.pop("comm", None)
-    if t is not None:
-        t.close()
-    return True
-
-
-def timed_allreduce(comm, count, dtype, algorithm, iters, warmup, check, in_place):
-    """On one rank, as nccl-tests does: warm up, barrier, `iters` AllReduces back to back (their mean
-    is the time), then one more on known values to count wrong elements against numpy."""
-    import numpy as np
-    dtype = np.dtype(dtype)
-    x = comm.buffer(count, dtype)
-    src = None if in_place else np.empty(count, dtype)   # out of place: the input lives outside the region
-    _fill(x if in_place else src, comm.rank, 0)
-
-    def once():
-        comm.allreduce(x if in_place else src, algorithm, out=None if in_place else x)
-
-    for _ in range(warmup):
-        once()
-    elapsed = None
-    if iters:
-        comm.barrier()
-        start = time.perf_counter()
-        for _ in range(iters):
-            once()
-        elapsed = (time.perf_counter() - start) / iters
-    wrong = 0
-    if check:
-        _fill(x if in_place else src, comm.rank, 1)
-        once()
-        wide = np.float64 if dtype.kind == "f" else dtype
-        for lo in range(0, count, VALUE_CHUNK):   # chunk by chunk: the check needs little memory
-            hi = min(lo + VALUE_CHUNK, count)
-            terms = [_chunk(r, 1, lo // VALUE_CHUNK, dtype)[:hi - lo] for r in range(comm.size)]
-            wrong += count_wrong(x[lo:hi], sum(t.astype(wide) for t in terms),
-                                 sum(np.abs(t.astype(wide)) for t in terms), comm.size)
-    return {"rank": comm.rank, "time": elapsed, "wrong": int(wrong)}
-
-
-def check_cases(comm, cases):
-    """On one rank: each case once, returning the wrong-element counts."""
-    return [timed_allreduce(comm, count, dtype, algorithm, 0, 0, True, in_place)["wrong"]
-            for count, dtype, algorithm, in_place in cases]
-
-
-VALUE_CHUNK = 1 << 16   # test values are made in chunks with their own seeds, so any chunk can be remade
-
-
-def _chunk(rank, i, c, dtype):
-    """Chunk c of rank's i-th test vector: integers in [-1000, 1000) or standard normal floats."""
-    import numpy as np
-    rng = np.random.default_rng((rank, i, c))
-    if np.issubdtype(dtype, np.integer):
-        return rng.integers(-1000, 1000, VALUE_CHUNK, dtype=dtype)
-    return rng.standard_normal(VALUE_CHUNK, dtype=dtype)
-
-
-def _fill(x, rank, i):
-    """Write rank's i-th test vector into x, in place."""
-    for lo in range(0, x.size, VALUE_CHUNK):
-        x[lo:lo + VALUE_CHUNK] = _chunk(rank, i, lo // VALUE_CHUNK, x.dtype)[:x.size - lo]
-
-
-def count_wrong(result, expected, abs_sum, ranks):
-    """Elements outside the bound of rdmalab.allreduce.algorithms' docstring: 2 p eps sum|x_i| for floats
-    (expected and abs_sum in float64), exact equality for integers."""
-    import numpy as np
-    if np.issubdtype(result.dtype, np.integer):
-        return int(np.count_nonzero(result != expected.astype(result.dtype)))
-    eps = np.finfo(result.dtype).eps
-    bound = 2 * ranks * eps * abs_sum + np.finfo(result.dtype).tiny
-    return int(np.count_nonzero(np.abs(result.astype(np.float64) - expected.astype(np.float64)) > bound))

@@ -1,4 +1,4 @@
-"""MPI_Allreduce timed as rdmalab.allreduce.cluster times its own: run under mpiexec, prints JSON on rank 0.
+"""MPI_Allreduce timed as rdmalab.allreduce.ranks times its own: run under mpiexec, prints JSON on rank 0.
 
     mpiexec -n 2 python -m rdmalab.allreduce.mpi --counts 262144 --dtype float32 --iters 10
 

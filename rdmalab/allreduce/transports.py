@@ -24,6 +24,7 @@ import numpy as np
 from rdmalab import sockets
 from rdmalab.proc import waiting
 
+TRANSPORTS = ("rdma", "tcp")   # RdmaTransport, TcpTransport
 REGIONS = ("data", "stage")
 # a peer silent for this long while we wait is treated as dead (RDMALAB_TIME_SCALE stretches it on
 # slow machines, as the Soft-RoCE guest under CPU emulation is)
@@ -41,30 +42,22 @@ class RdmaTransport:
     def __init__(self, rank, size, region_bytes):
         from rdmalab import verbs as v
         from rdmalab.verbs import rc
-        self.v, self.rc, self.rank, self.size = v, rc, rank, size
-        e = v.enums
-        self.route = v.choose_route()
-        self.ctx = v.device.Context(name=self.route.device)
-        self.pd = v.pd.PD(self.ctx)
-        self.cq = v.cq.CQ(self.ctx, 4096)
-        self.access = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE
-        self.mrs = {name: v.mr.MR(self.pd, max(int(region_bytes[name]), 64), self.access) for name in REGIONS}
-        self.mrs["flags"] = v.mr.MR(self.pd, 16 * max(size, 1), self.access)
+        self.v, self.rank, self.size = v, rank, size
+        peers = [peer for peer in range(size) if peer != rank]
+        # one QP per peer, all on one CQ; MRs (local and remote write): the regions, the flags, and the
+        # sequence numbers we WRITE from
+        sizes = [max(int(region_bytes[name]), 64) for name in REGIONS] + [16 * max(size, 1), 8 * size]
+        self.res = rc.Resources(mr_sizes=sizes, qps=len(peers), max_send_wr=512, max_recv_wr=1, cq_depth=4096,
+                                sq_sig_all=0)
+        *regions, self.seq_mr = self.res.mrs
+        self.cq, self.mrs = self.res.cq, dict(zip([*REGIONS, "flags"], regions))
         self.views = {name: v.as_array(mr) for name, mr in self.mrs.items()}
         self.flags = self.views["flags"].view(np.int64)
-        self.qps, self.local = {}, {}
-        cap = v.qp.QPCap(max_send_wr=512, max_recv_wr=1, max_send_sge=1, max_recv_sge=1)
-        for peer in range(size):
-            if peer == rank:
-                continue
-            qp = v.qp.QP(self.pd, v.qp.QPInitAttr(qp_type=e.IBV_QPT_RC, scq=self.cq, rcq=self.cq, cap=cap,
-                                                  sq_sig_all=0))
-            self.qps[peer] = qp
-            self.local[peer] = rc.endpoint(self.ctx, qp)
+        self.qps = dict(zip(peers, self.res.qps))
+        self.local = {peer: self.res.endpoint(i) for i, peer in enumerate(peers)}
         self.sent = [0] * size          # sequence numbers we put/signalled to each peer
         self.seen = [0] * size          # sequence numbers we have waited for, from each peer
         self.outstanding = 0
-        self.seq_mr = v.mr.MR(self.pd, 8 * size, self.access)   # the sequence numbers we WRITE from
         self.seq_view = v.as_array(self.seq_mr).view(np.int64)
 
     def endpoints(self):
@@ -75,9 +68,9 @@ class RdmaTransport:
     def connect(self, theirs):
         """`theirs[peer]` is the endpoint `peer` made for us."""
         self.remote = {}
-        for peer, qp in self.qps.items():
+        for i, peer in enumerate(self.qps):
             self.remote[peer] = theirs[peer]
-            self.rc.connect(self.ctx, qp, self.local[peer], theirs[peer], self.access)
+            self.res.connect(theirs[peer], i)
 
     def buffer(self, region="data"):
         return self.views[region]
@@ -156,11 +149,10 @@ class RdmaTransport:
             raise PeerLost(f"rank {self.rank}: writes not completed within {PEER_TIMEOUT:.0f} s") from None
 
     def close(self):
-        for obj in [*self.qps.values(), *self.mrs.values(), self.seq_mr, self.cq, self.pd, self.ctx]:
-            try:
-                obj.close()
-            except Exception:
-                pass
+        try:
+            self.res.close()
+        except Exception:
+            pass
 
 
 class TcpTransport:

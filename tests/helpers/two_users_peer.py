@@ -1,4 +1,4 @@
-"""One user's process for tests/test_two_users.py: soft0 through the pyverbs API, on command.
+"""One user's process for tests/soft/test_two_users.py: soft0 through the pyverbs API, on command.
 
 The test runs it as a real Unix user (setpriv) and drives it with one JSON object a line on stdin;
 it answers each with one JSON line on stdout ({"error": traceback} if the command raised).

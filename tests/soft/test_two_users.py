@@ -1,7 +1,7 @@
 """Two Unix users on one host, each with soft0 to itself (issue 12, item 5).
 
 Runs as root: it creates two real users (useradd, removed afterwards with their home directories,
-also when a test fails) and runs tests/two_users_peer.py as each of them (setpriv), using soft0
+also when a test fails) and runs tests/helpers/two_users_peer.py as each of them (setpriv), using soft0
 through the pyverbs API. Each user's segments are their own (mode 0600 in a sticky directory), so
 with the other user's real keys, address, QP number and expected PSN a process can neither open,
 map nor delete them, nor reach them by RDMA: what a real NIC reports when nobody answers
@@ -41,9 +41,10 @@ pytestmark = [
     pytest.mark.host_only,
 ]
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-COMMENT = "rdmalab tests/test_two_users.py, pid"   # + the pid of the test that created the user
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PEER = os.path.join(ROOT, "tests", "helpers", "two_users_peer.py")
+# + the pid of the test that created the user; the file's old path, so users an earlier run left are still known
+COMMENT = "rdmalab tests/test_two_users.py, pid"
 TOOLS_PATH = os.environ.get("PATH", "") + ":/usr/local/sbin:/usr/sbin:/sbin:/usr/bin:/bin"
 PROBE = "import numpy, rdmalab.verbs.soft.shm"
 SEGMENT_PREFIX = "rdmalab-"
@@ -186,7 +187,7 @@ class Runtime:
             if os.path.isdir(source):
                 shutil.copytree(source, os.path.join(self.site, os.path.basename(source)),
                                 ignore=shutil.ignore_patterns("tests"))
-        self.peer = shutil.copy(os.path.join(HERE, "two_users_peer.py"), base)
+        self.peer = shutil.copy(PEER, base)
         self.library_path = None
         make_readable(base)
         self.python = self._choose_interpreter(probe_user)
@@ -247,7 +248,7 @@ class Runtime:
 
 
 class Peer:
-    """tests/two_users_peer.py running as `user`, one JSON line each way."""
+    """tests/helpers/two_users_peer.py running as `user`, one JSON line each way."""
 
     def __init__(self, lab, user):
         self.lab, self.user = lab, user

@@ -13,7 +13,7 @@ from rdmalab.verbs.soft import shm
 
 pytestmark = pytest.mark.skipif(v.PROVIDER != "soft", reason="shared-memory segments belong to the emulated NIC")
 e = v.enums
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 HOLDER = textwrap.dedent("""
     import os, sys, time

@@ -1,0 +1,131 @@
+"""`rdmalab allreduce`'s report: the hand-built AllReduce on N ranks, as nccl-tests reports NCCL's.
+
+    rdmalab allreduce --ranks 4 --size 1K,1M,64M --algo ring --transport rdma [--compare-mpi]
+
+Columns as nccl-tests' all_reduce_perf: size (bytes), count (elements), type, redop, root (-1),
+then out-of-place and in-place: time (us, the slowest rank's mean), algbw = size / time (GB/s,
+10^9 B/s) and busbw = algbw * 2 (n - 1) / n, the bandwidth each link must carry; #wrong counts
+elements outside the bound of rdmalab.allreduce.algorithms (0 expected). `# Avg bus bandwidth` averages busbw.
+
+A request is validated once, by the entry point it came through: run() before any rank starts,
+measure() before its first size; the ranks then run it as given (Cluster.run, ranks.timed_allreduce).
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+
+from rdmalab.allreduce import ranks as engine   # what each engine runs
+from rdmalab.allreduce.algorithms import validate
+from rdmalab.allreduce.cluster import Cluster
+
+NCCL_TYPE = {"float32": "float", "float64": "double", "int32": "int32", "int64": "int64"}
+
+
+def run(ranks=2, sizes=(1 << 20,), algorithm="ring", transport="rdma", dtype="float32", iters=5,
+        compare_mpi=False, provider=None, progress=None, starting=None, oversubscribe=False):
+    """Start a cluster, measure, stop it: the CLI's report. `progress(row, done, total)` hears of each
+    size measured, `starting(line)` of the cluster's start (its cost, how many ranks are ready)."""
+    validate(algorithm, dtype, ranks)   # the only validation of this request, before any rank starts
+    itemsize = np.dtype(dtype).itemsize
+    if not sizes or min(sizes) < itemsize:
+        raise ValueError(f"sizes {sizes}: each must hold at least one {dtype} element ({itemsize} bytes)")
+    with Cluster(ranks=ranks, transport=transport, max_bytes=max(max(s // itemsize, 1) for s in sizes) * itemsize,
+                 algorithms=(algorithm,), provider=provider, progress=starting, oversubscribe=oversubscribe) as cluster:
+        report = _measure(cluster, sizes, algorithm, dtype, iters, progress)
+    if compare_mpi:
+        report.data["mpi"] = mpi_allreduce(ranks, [row["count"] for row in report.data["rows"]], dtype, iters)
+    return report
+
+
+def measure(cluster, sizes, algorithm="ring", dtype="float32", iters=5, progress=None):
+    """nccl-tests' measurements on a running cluster: out of place, then in place, per size."""
+    validate(algorithm, dtype, cluster.ranks)
+    return _measure(cluster, sizes, algorithm, dtype, iters, progress)
+
+
+def _measure(cluster, sizes, algorithm, dtype, iters, progress):
+    """measure() of a request validated already."""
+    itemsize = np.dtype(dtype).itemsize
+    counts = [max(size // itemsize, 1) for size in sizes]
+    device = cluster.view.apply_sync(engine.device)[0] if cluster.transport == "rdma" else "tcp"
+    rows = []
+    for n, count in enumerate(counts):
+        row = {"size": count * itemsize, "count": count, "type": dtype}
+        for place, in_place in (("out", False), ("in", True)):
+            # what Cluster.allreduce runs (one warm-up, then the check), without validating the request again
+            per_rank = cluster.run(engine.timed_allreduce, count, dtype, algorithm, iters, 1, True, in_place)
+            t = max(r["time"] for r in per_rank)
+            row[place] = _figures(count * itemsize, t, cluster.ranks, sum(r["wrong"] for r in per_rank))
+        rows.append(row)
+        if progress:
+            progress(row, n + 1, len(counts))
+    return Report({"ranks": cluster.ranks, "algorithm": algorithm, "transport": cluster.transport, "device": device,
+                   "dtype": dtype, "iters": iters, "rows": rows})
+
+
+def _figures(size, seconds, ranks, wrong):
+    algbw = size / seconds / 1e9
+    return {"time_us": seconds * 1e6, "algbw": algbw, "busbw": algbw * 2 * (ranks - 1) / ranks if ranks > 1 else 0.0,
+            "wrong": wrong}
+
+
+def mpi_allreduce(ranks, counts, dtype, iters):
+    """MPI_Allreduce (mpi4py over the MPICH wheel) at the same counts, timed the same way."""
+    mpiexec = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
+    if mpiexec is None:
+        raise RuntimeError("no mpiexec: pip install mpi4py mpich (the lab's dependencies include them)")
+    cmd = [mpiexec, "-n", str(ranks), sys.executable, "-m", "rdmalab.allreduce.mpi",
+           "--counts", ",".join(map(str, counts)), "--dtype", dtype, "--iters", str(iters)]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
+                         env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
+    if out.returncode != 0:
+        raise RuntimeError(f"MPI_Allreduce failed ({out.returncode}): {out.stderr.strip()[-400:]}")
+    data = json.loads(out.stdout.strip().splitlines()[-1])
+    itemsize = np.dtype(dtype).itemsize
+    data["rows"] = [{"size": r["count"] * itemsize, "count": r["count"],
+                     **_figures(r["count"] * itemsize, r["time"], ranks, r["wrong"])} for r in data["rows"]]
+    return data
+
+
+class Report:
+    def __init__(self, data):
+        self.data = data
+
+    def to_json(self):
+        return json.dumps(self.data, indent=1)
+
+    def avg_busbw(self):
+        values = [row[p]["busbw"] for row in self.data["rows"] for p in ("out", "in")]
+        return sum(values) / len(values)
+
+    def text(self):
+        d = self.data
+        lines = [f"# rdmalab allreduce: {d['ranks']} ranks, algorithm {d['algorithm']}, transport {d['transport']}"
+                 + (f" on {d['device']}" if d["transport"] == "rdma" else " (loopback sockets)"),
+                 "#",
+                 f"# {'':>64}out-of-place{'':>23}in-place",
+                 f"# {'size':>10} {'count':>12} {'type':>8} {'redop':>6} {'root':>6} "
+                 f"{'time':>9} {'algbw':>7} {'busbw':>7} {'#wrong':>6} {'time':>9} {'algbw':>7} {'busbw':>7} {'#wrong':>6}",
+                 f"# {'(B)':>10} {'(elements)':>12} {'':>8} {'':>6} {'':>6} "
+                 f"{'(us)':>9} {'(GB/s)':>7} {'(GB/s)':>7} {'':>6} {'(us)':>9} {'(GB/s)':>7} {'(GB/s)':>7} {'':>6}"]
+        for row in d["rows"]:
+            cells = "".join(f" {row[p]['time_us']:9.1f} {row[p]['algbw']:7.2f} {row[p]['busbw']:7.2f} {row[p]['wrong']:6d}"
+                            for p in ("out", "in"))
+            lines.append(f"  {row['size']:>10} {row['count']:>12} {NCCL_TYPE[row['type']]:>8} {'sum':>6} {-1:>6}{cells}")
+        wrong = sum(row[p]["wrong"] for row in d["rows"] for p in ("out", "in"))
+        lines.append(f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'FAILED'}")
+        lines.append(f"# Avg bus bandwidth    : {self.avg_busbw():.4f}")
+        if "mpi" in d:
+            lines += ["#", f"# MPI_Allreduce ({d['mpi']['library'].strip()}), same ranks and sizes, same timing:",
+                      f"# {'size':>10} {'time':>9} {'algbw':>7} {'busbw':>7} {'#wrong':>6}   {'ours/MPI busbw (in-place)':>26}"]
+            for row, mpi in zip(d["rows"], d["mpi"]["rows"]):
+                ratio = row["in"]["busbw"] / mpi["busbw"] if mpi["busbw"] else float("nan")
+                lines.append(f"  {mpi['size']:>10} {mpi['time_us']:9.1f} {mpi['algbw']:7.2f} {mpi['busbw']:7.2f} "
+                             f"{mpi['wrong']:6d}   {ratio:26.2f}")
+        return "\n".join(lines)
+
+    __str__ = __repr__ = text
