@@ -81,21 +81,16 @@ class RdmaSide:
         from rdmalab.verbs import rc
         self.v, self.rc, self.role, self.test = v, rc, role, test
         e = v.enums
-        self.route = v.choose_route()
-        self.ctx = v.device.Context(name=self.route.device)
-        self.pd = v.pd.PD(self.ctx)
-        # perftest -e: sleep on completion events instead of polling (a channel that CQ events arrive on)
-        self.channel = v.cq.CompChannel(self.ctx) if events else None
-        self.send_cq, self.recv_cq = (v.cq.CQ(self.ctx, 1024, None, self.channel, 0) for _ in range(2))
-        cap = v.qp.QPCap(max_send_wr=256, max_recv_wr=256, max_send_sge=1, max_recv_sge=1)
-        self.qp = v.qp.QP(self.pd, v.qp.QPInitAttr(qp_type=e.IBV_QPT_RC, scq=self.send_cq, rcq=self.recv_cq, cap=cap,
-                                                      sq_sig_all=0))   # pyverbs signals every WR by default
-        self.access = (e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ)
         self.half = max(max_size, 64)
-        self.mr = v.mr.MR(self.pd, 2 * self.half, self.access)
+        # events (perftest -e): sleep on completion events instead of polling; sq_sig_all=0: only the
+        # WRs flagged IBV_SEND_SIGNALED complete (pyverbs signals every WR by default)
+        access = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
+        self.res = res = rc.Resources(mr_sizes=[2 * self.half], access=access, max_send_wr=256, max_recv_wr=256,
+                                      cq_depth=1024, two_cqs=True, events=events, sq_sig_all=0)
+        self.route, self.qp, self.mr, self.channel = res.route, res.qp, res.mr, res.channel
+        self.send_cq, self.recv_cq = res.send_cq, res.recv_cq
         self.mem = memoryview(v.as_array(self.mr))
-        self.local = rc.endpoint(self.ctx, self.qp, self.mr)
-        self.local["addr"] = self.mr.buf + self.half   # peers write into our inbox
+        self.local = {**res.endpoint(mr=self.mr), "addr": self.mr.buf + self.half}   # peers write into our inbox
         self.counter = 0                                # the value the next ping-pong message carries
         self.receives_posted, self.recv_wr = False, None
 
@@ -104,7 +99,7 @@ class RdmaSide:
 
     def connect(self, peer):
         self.peer = peer
-        self.rc.connect(self.ctx, self.qp, self.local, peer, self.access)
+        self.res.connect(peer)
 
     # ------------------------------------------------------------ work requests
 
@@ -256,6 +251,4 @@ class RdmaSide:
         return tposted, tcompleted
 
     def close(self):
-        for obj in (self.qp, self.mr, self.send_cq, self.recv_cq, self.channel, self.pd, self.ctx):
-            if obj is not None:
-                obj.close()
+        self.res.close()

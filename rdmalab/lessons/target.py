@@ -68,20 +68,15 @@ def main():
     from rdmalab import verbs as v
     from rdmalab.verbs import rc
     e = v.enums
-    route = v.choose_route()
-    ctx = v.device.Context(name=route.device)
-    pd = v.pd.PD(ctx)
     access = (e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
               | e.IBV_ACCESS_REMOTE_ATOMIC)
-    mr = v.mr.MR(pd, SIZE, access)
-    cq = v.cq.CQ(ctx, 64)
-    qp = v.qp.QP(pd, v.qp.QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq,
-                                     cap=v.qp.QPCap(max_send_wr=4, max_recv_wr=RECEIVES)))
-    mine = rc.endpoint(ctx, qp, mr)
+    res = rc.Resources(mr_sizes=[SIZE], access=access, max_send_wr=4, max_recv_wr=RECEIVES, cq_depth=64)
+    qp, cq, mr = res.qp, res.cq, res.mr
+    mine = res.endpoint(mr=mr)
     mem = v.as_array(mr)
 
     def connect(peer):
-        rc.connect(ctx, qp, mine, peer, access)
+        res.connect(peer)
         for _ in range(RECEIVES):
             qp.post_recv(v.wr.RecvWR(wr_id=1, num_sge=1, sg=[v.wr.SGE(mr.buf, 0, mr.lkey)]))
         return {"ok": True}
@@ -112,13 +107,12 @@ def main():
         flag[0] = 0
         return {"flag": length, "message": text.hex()}
 
-    answer({**mine, "pid": os.getpid(), "size": SIZE})
     try:
+        answer({**mine, "pid": os.getpid(), "size": SIZE})
         serve({"connect": connect, "poll": poll, "send": send, "mailbox": mailbox,
                "read": lambda length, offset: {"hex": mem[offset:offset + length].tobytes().hex()}})
     finally:
-        for obj in (qp, mr, cq, pd, ctx):
-            obj.close()
+        res.close()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,182 @@
+"""What the lessons demonstrate on: QP state diagrams, connected pairs, lesson 03's QPLab, failures
+on demand, and lesson 04's polling-or-sleeping measurement. The point of each lesson stays in the
+notebook, in plain pyverbs; the plumbing (rdmalab.verbs.rc.Resources) lives here.
+"""
+import statistics
+import time
+
+import matplotlib.pyplot as plt
+
+# ---------------------------------------------------------------- the QP state machine
+
+STATE_NAMES = {0: "RESET", 1: "INIT", 2: "RTR", 3: "RTS", 4: "SQD", 5: "SQE", 6: "ERR"}
+# What each forward step must carry in its attribute mask (the kernel's table, ib_modify_qp_is_ok, for RC).
+REQUIRED = {
+    ("RESET", "INIT"): ["IBV_QP_STATE", "IBV_QP_PKEY_INDEX", "IBV_QP_PORT", "IBV_QP_ACCESS_FLAGS"],
+    ("INIT", "RTR"): ["IBV_QP_STATE", "IBV_QP_AV", "IBV_QP_PATH_MTU", "IBV_QP_DEST_QPN", "IBV_QP_RQ_PSN",
+                      "IBV_QP_MAX_DEST_RD_ATOMIC", "IBV_QP_MIN_RNR_TIMER"],
+    ("RTR", "RTS"): ["IBV_QP_STATE", "IBV_QP_SQ_PSN", "IBV_QP_TIMEOUT", "IBV_QP_RETRY_CNT", "IBV_QP_RNR_RETRY",
+                     "IBV_QP_MAX_QP_RD_ATOMIC"],
+}
+MEANING = {"RESET": "just created", "INIT": "may post receives", "RTR": "ready to receive",
+           "RTS": "ready to send", "ERR": "flushes everything"}
+
+
+def state_of(qp):
+    """The state the device reports (query), as a name."""
+    from rdmalab.verbs import enums as e
+    attr, _ = qp.query(e.IBV_QP_STATE)
+    return STATE_NAMES.get(attr.qp_state, str(attr.qp_state))
+
+
+def draw_qp_states(current=None, ax=None):
+    """RESET -> INIT -> RTR -> RTS (and ERR), each arrow labelled with what modify() must set;
+    `current` (a state name or a QP, which is queried) is highlighted."""
+    if current is not None and not isinstance(current, str):
+        current = state_of(current)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(10, 3.2))
+    xs = {"RESET": 0, "INIT": 1, "RTR": 2, "RTS": 3}
+    for name, x in xs.items():
+        on = name == current
+        ax.add_patch(plt.Rectangle((x * 3.2, 1.6), 2, 1, facecolor="#1a7f37" if on else "#f6f8fa",
+                                   edgecolor="#1f2328", linewidth=2 if on else 1))
+        ax.text(x * 3.2 + 1, 2.25, name, ha="center", va="center", fontsize=12, weight="bold",
+                color="white" if on else "#1f2328")
+        ax.text(x * 3.2 + 1, 1.85, MEANING[name], ha="center", va="center", fontsize=8,
+                color="white" if on else "#57606a")
+    for (a, b), masks in REQUIRED.items():
+        x0 = xs[a] * 3.2 + 2
+        ax.annotate("", (x0 + 1.2, 2.1), (x0, 2.1), arrowprops=dict(arrowstyle="->", lw=1.5))
+        ax.text(x0 + 0.6, 1.45, "\n".join(m.replace("IBV_QP_", "") for m in masks[1:]), ha="center", va="top",
+                fontsize=7, family="monospace")
+    on = current == "ERR"
+    ax.add_patch(plt.Rectangle((4.8, 3.2), 2, 0.8, facecolor="#cf222e" if on else "#fff1f0", edgecolor="#cf222e"))
+    ax.text(5.8, 3.6, "ERR (any error)", ha="center", va="center", fontsize=10, color="white" if on else "#cf222e")
+    ax.set_xlim(-0.3, 12.3)
+    ax.set_ylim(-0.6, 4.2)
+    ax.axis("off")
+    ax.set_title(f"RC queue pair states{'' if current is None else f': this QP is in {current}'}")
+    return ax
+
+
+# ---------------------------------------------------------------- pairs of connected QPs for demonstrations
+
+class Pair:
+    """Two RC QPs of one PD, connected to each other in this process, with a 4 KiB MR each.
+    `a` sends, `b` receives; `b_mr` is what a's one-sided operations target."""
+
+    def __init__(self, ctx, pd, b_access=None, rnr_retry=7):
+        from rdmalab.verbs import enums as e
+        from rdmalab.verbs.rc import Resources
+        full = (e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
+                | e.IBV_ACCESS_REMOTE_ATOMIC)
+        side = dict(ctx=ctx, pd=pd, cq_depth=32, max_send_wr=8, max_recv_wr=8)   # a CQ, a QP, a 4 KiB MR
+        self._a = self._b = None
+        try:
+            self._a = Resources(access=full, **side)
+            self._b = Resources(access=full if b_access is None else b_access, **side)
+            self.a, self.cq_a, self.a_mr = self._a.qp, self._a.cq, self._a.mr
+            self.b, self.cq_b, self.b_mr = self._b.qp, self._b.cq, self._b.mr
+            self.a_end, self.b_end = self._a.endpoint(mr=self.a_mr), self._b.endpoint(mr=self.b_mr)
+            self._a.connect(self.b_end, rnr_retry=rnr_retry)
+            self._b.connect(self.a_end, access=full)   # b_access limits b's MR, not its QP
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self):
+        for side in (self._a, self._b):
+            if side is not None:
+                side.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def one_sided(pair, opcode, length=8, target=None, rkey=None, remote_offset=0, lkey=None):
+    """Post one signaled RDMA operation from pair.a into `target` (default pair.b_mr), optionally with a
+    wrong rkey, offset or lkey; returns its completion."""
+    from rdmalab.verbs import enums as e
+    from rdmalab.verbs import rc, wr
+    target = target or pair.b_mr
+    sge = wr.SGE(pair.a_mr.buf, length, pair.a_mr.lkey if lkey is None else lkey)
+    request = wr.SendWR(wr_id=1, opcode=opcode, num_sge=1, sg=[sge], send_flags=e.IBV_SEND_SIGNALED)
+    request.set_wr_rdma(target.rkey if rkey is None else rkey, target.buf + remote_offset)
+    pair.a.post_send(request)
+    return rc.wait_for_completion(pair.cq_a)
+
+
+class QPLab:
+    """Lesson 03's bench: `qp`, yours, still in RESET; `peer`, already connected to it and waiting;
+    their endpoints `local` and `remote` (as exchanged out of band), and `route` (port, GID index, MTU)."""
+
+    def __init__(self, ctx, pd):
+        from rdmalab.verbs import choose_route, route_of
+        from rdmalab.verbs.rc import Resources
+        self.ctx, self.route = ctx, route_of(ctx, choose_route().device)
+        side = dict(ctx=ctx, pd=pd, cq_depth=16, max_send_wr=4, max_recv_wr=4)   # a CQ, a QP, a 4 KiB MR
+        self._mine = self._theirs = None
+        try:
+            self._mine = Resources(**side)
+            self._theirs = Resources(**side)
+            self.qp, self.cq, self.mr = self._mine.qp, self._mine.cq, self._mine.mr
+            self.peer, self.peer_cq, self.peer_mr = self._theirs.qp, self._theirs.cq, self._theirs.mr
+            self.local, self.remote = self._mine.endpoint(mr=self.mr), self._theirs.endpoint(mr=self.peer_mr)
+            self._theirs.connect(self.local)
+        except BaseException:
+            self.close()
+            raise
+
+    def send_and_receive(self, payload, timeout=10):
+        """The peer posts a receive; your QP SENDs `payload`. Returns your send completion; on success
+        the peer's buffer holds the payload."""
+        from rdmalab.verbs import enums as e
+        from rdmalab.verbs import rc, wr
+        self.peer.post_recv(wr.RecvWR(wr_id=2, num_sge=1, sg=[wr.SGE(self.peer_mr.buf, 4096, self.peer_mr.lkey)]))
+        self.mr.write(payload, len(payload))
+        self.qp.post_send(wr.SendWR(wr_id=1, opcode=e.IBV_WR_SEND, num_sge=1,
+                                    sg=[wr.SGE(self.mr.buf, len(payload), self.mr.lkey)], send_flags=e.IBV_SEND_SIGNALED))
+        sent = rc.wait_for_completion(self.cq, timeout=timeout)
+        if sent.status == e.IBV_WC_SUCCESS:
+            rc.wait_for_completion(self.peer_cq, timeout=timeout)
+        return sent
+
+    def close(self):
+        for side in (self._mine, self._theirs):
+            if side is not None:
+                side.close()
+
+
+# ---------------------------------------------------------------- polling or sleeping (lesson 04)
+
+def wait_for_sends(target, qp, cq, mr, messages=20, gap_s=0.005, channel=None):
+    """The target process SENDs `messages` small messages to `qp`, `gap_s` apart; this thread waits
+    for each one, by busy polling `cq` (channel None: what NCCL and perftest do) or by sleeping on
+    completion events through `channel`. Returns the median latency from the target's post to our
+    seeing the completion (us), and the CPU this thread used per message (us)."""
+    from rdmalab.verbs import rc, wr
+    receive = wr.RecvWR(wr_id=9, num_sge=1, sg=[wr.SGE(mr.buf + mr.length // 2, 64, mr.lkey)])
+    for _ in range(min(messages, 4)):
+        qp.post_recv(receive)
+    seen, cpu = [], time.thread_time()
+    target.start_sending(messages, gap_s)
+    for i in range(messages):
+        if channel is None:
+            n = 0
+            while not n:
+                n, wcs = cq.poll(1)
+        else:
+            rc.wait_for_event(cq, channel)
+        seen.append(time.monotonic())
+        if i + 4 < messages:
+            qp.post_recv(receive)
+    cpu = time.thread_time() - cpu
+    posted = target.sent_times()
+    return {"how": "busy polling" if channel is None else "completion events",
+            "latency_us": statistics.median(s - p for s, p in zip(seen, posted)) * 1e6,
+            "cpu_us_per_message": cpu / messages * 1e6}
+
