@@ -164,6 +164,15 @@ class RdmaSide:
             return {"tposted": stamps, "tcompleted": completed, "cq_mod": min(CQ_MOD, iters), "spent": spent}
         return {"tposted": stamps, "spent": spent}
 
+    def _post_counted(self, i, post, quiet, loud, what):
+        """Post iteration i's WR of a latency loop: one in SIGNAL_EVERY is signaled and its completion
+        reaped, which keeps the send queue from filling with unsignaled WRs."""
+        if i % SIGNAL_EVERY == SIGNAL_EVERY - 1:
+            post(loud)
+            self._poll(self.send_cq, what)
+        else:
+            post(quiet)
+
     def _write_pingpong(self, iters, size, first):
         """perftest's write_lat: write `size` bytes whose last byte carries a counter; the peer spins
         on its inbox's last byte, then writes back."""
@@ -182,11 +191,7 @@ class RdmaSide:
                 until(landed, SPIN_TIMEOUT, "the peer's RDMA WRITE", bell)
             mem[out_last] = want[0]
             stamps[i] = clock()
-            if i % SIGNAL_EVERY == SIGNAL_EVERY - 1:
-                post(loud)
-                self._poll(self.send_cq, "RDMA WRITE")
-            else:
-                post(quiet)
+            self._post_counted(i, post, quiet, loud, "RDMA WRITE")
             if first and not landed():
                 until(landed, SPIN_TIMEOUT, "the peer's RDMA WRITE", bell)
         return stamps
@@ -200,11 +205,7 @@ class RdmaSide:
             if not first:
                 self._poll(self.recv_cq, "RECV")
             stamps[i] = clock()
-            if i % SIGNAL_EVERY == SIGNAL_EVERY - 1:
-                post(loud)
-                self._poll(self.send_cq, "SEND")
-            else:
-                post(quiet)
+            self._post_counted(i, post, quiet, loud, "SEND")
             self._post_recv()   # replaces the receive the peer's message used; RECEIVE_DEPTH stay posted,
             if first:           # so it can wait until our message is on its way
                 self._poll(self.recv_cq, "RECV")

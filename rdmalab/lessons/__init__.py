@@ -10,6 +10,7 @@ The names notebooks use are here too: `from rdmalab import lessons; lessons.quiz
 `from rdmalab.lessons import Pair, QPLab`. (`lessons.quiz` is the function: for the module's other
 names, `from rdmalab.lessons.quiz import ...`.)
 """
+from rdmalab.lessons import checks  # noqa: F401  (the lessons' exercises register themselves)
 from rdmalab.lessons.fixtures import (MEANING, REQUIRED, STATE_NAMES, Pair, QPLab, draw_qp_states, one_sided,
                                       state_of, wait_for_sends)
 from rdmalab.lessons.quiz import ANSWER, ANSWERS_FILE, CHOICES, QUESTION, load_answers, quiz, save_answer

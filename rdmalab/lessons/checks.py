@@ -1,5 +1,6 @@
 """The exercises of the lessons: each a check (raising Wrong with a hint) and a reference solution."""
 from rdmalab.lessons.exercises import NotYet, Wrong, exercise, reference
+from rdmalab.lessons.fixtures import Pair, one_sided, state_of
 
 # ---------------------------------------------------------------- lesson 01: the socket path
 
@@ -34,17 +35,16 @@ def _predict():
           hints=["Access flags are OR-ed IBV_ACCESS_* values; remote write also needs local write "
                  "(the kernel refuses REMOTE_WRITE without LOCAL_WRITE with errno 22)."])
 def _check_write_not_read(mr, ctx, pd):
-    from rdmalab import lessons
     from rdmalab.verbs import enums as e
     if mr.length < 4096:
         raise Wrong(f"the MR is {mr.length} bytes; register at least 4096.")
-    with lessons.Pair(ctx, pd) as pair:
-        wc = lessons.one_sided(pair, e.IBV_WR_RDMA_WRITE, target=mr)
+    with Pair(ctx, pd) as pair:
+        wc = one_sided(pair, e.IBV_WR_RDMA_WRITE, target=mr)
         if wc.status != e.IBV_WC_SUCCESS:
             raise Wrong(f"a peer's RDMA WRITE into it completed with status {wc.status} (REM_ACCESS_ERR is 10).",
                         "Without IBV_ACCESS_REMOTE_WRITE the rkey is 0 and no peer may write.")
-    with lessons.Pair(ctx, pd) as pair:
-        wc = lessons.one_sided(pair, e.IBV_WR_RDMA_READ, target=mr)
+    with Pair(ctx, pd) as pair:
+        wc = one_sided(pair, e.IBV_WR_RDMA_READ, target=mr)
         if wc.status == e.IBV_WC_SUCCESS:
             raise Wrong("a peer could RDMA READ it.", "Leave IBV_ACCESS_REMOTE_READ out of the access flags.")
 
@@ -63,9 +63,8 @@ def _write_not_read(ctx, pd):
                  "dest_qp_num, rq_psn, max_dest_rd_atomic, min_rnr_timer), RTS (sq_psn, timeout, retry_cnt, "
                  "rnr_retry, max_rd_atomic); each mask must name every attribute the step requires."])
 def _check_to_rts(qp, _qp, local, remote, route, lab):
-    from rdmalab import lessons
     from rdmalab.verbs import enums as e
-    state = lessons.state_of(qp)
+    state = state_of(qp)
     if state != "RTS":
         advice = {"RESET": "it never left RESET: start with a modify to INIT.",
                   "INIT": "INIT can post receives but not send: go on to RTR, then RTS.",

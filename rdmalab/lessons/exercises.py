@@ -18,11 +18,6 @@ from rdmalab.errors import explain_error
 REGISTRY = {}
 
 
-def _load():
-    """The lessons' exercises register themselves when their module is imported."""
-    from rdmalab.lessons import checks as exercise_checks  # noqa: F401
-
-
 class NotYet(Exception):
     """Raised by a check when the learner's code is still the skeleton (NotImplementedError)."""
 
@@ -88,7 +83,6 @@ class Feedback:
 
 
 def check(name, answer, *args):
-    _load()
     """Feedback on a learner's answer (already computed): passed, not yet (None) or wrong."""
     ex = REGISTRY[name]
     if answer is None:
@@ -107,7 +101,6 @@ def attempt(name, fn, *args, check_args=()):
     """Run the learner's `fn(*args)`, check it (with `check_args` too), show feedback; returns a
     correct result either way: the learner's when it passed, else the reference solution's."""
     from IPython.display import display
-    _load()
     ex = REGISTRY[name]
     try:
         answer = fn(*args)
@@ -122,5 +115,4 @@ def attempt(name, fn, *args, check_args=()):
 def solution(name):
     """The reference solution's source, to read after trying."""
     from IPython.display import Code, display
-    _load()
     display(Code(inspect.getsource(REGISTRY[name].reference), language="python"))

@@ -16,9 +16,13 @@ class Resource:
     def _depend_on(self, *parents):
         for parent in parents:
             if parent is not None:
-                parent._dependants.add(self)
+                parent.adopt(self)
 
-    def _check_open(self):
+    def adopt(self, child):
+        """`child` is closed before this object is (pyverbs closes dependants first)."""
+        self._dependants.add(child)
+
+    def check_open(self):
         if self._closed:
             raise PyverbsUserError(f"This {type(self).__name__} is closed; create a new one")
 

@@ -110,7 +110,7 @@ class CompChannel(Resource):
         super().__init__()
         if not isinstance(context, Context):
             raise PyverbsUserError(f"Expected Context, got {type(context)}")
-        context._check_open()
+        context.check_open()
         self.context = context
         self._segment, self.number = _new_segment("ch")
         self.cqs = []
@@ -121,7 +121,7 @@ class CompChannel(Resource):
         ibv_get_cq_event does; a signal ends it with errno 4, EINTR). The event counts as
         unacknowledged on its CQ until expected_cq.ack_events()."""
         from rdmalab.proc import waiting
-        self._check_open()
+        self.check_open()
         bell = self._segment.bell
         while True:
             cq = self._next_event()
@@ -161,7 +161,7 @@ class CQ(Resource):
         super().__init__()
         if not isinstance(context, Context):
             raise PyverbsUserError(f"Expected Context, got {type(context)}")
-        context._check_open()
+        context.check_open()
         if channel is not None and not isinstance(channel, CompChannel):
             raise PyverbsUserError(f"Expected CompChannel, got {type(channel)}")
         if not 1 <= cqe <= DEVICE_ATTR["max_cqe"] or not 0 <= comp_vector < context.num_comp_vectors:
@@ -178,11 +178,11 @@ class CQ(Resource):
         self.unacked_events = 0
         self.channel = channel
         if channel is not None:
-            channel._check_open()
+            channel.check_open()
             self._segment.header[C_CHANNEL] = channel.number
             channel.cqs.append(self)
             self._depend_on(channel)
-        self.bell = _PollerBell(self)
+        self.bell = _PollerBell(self, self._segment.bell)
         self._depend_on(context)
 
     # ------------------------------------------------------------ what the NIC and QPs call
@@ -225,7 +225,7 @@ class CQ(Resource):
     def poll(self, num_entries=1):
         """Returns (number polled, [WC, ...]), at most num_entries, without waiting."""
         if self._closed:
-            self._check_open()
+            self.check_open()
         if self._timed:
             for sq in list(self._timed):
                 sq.progress()
@@ -242,12 +242,12 @@ class CQ(Resource):
     def req_notify(self, solicited_only=False):
         """Arm the CQ: the next completion (solicited_only: the next solicited receive) raises one
         event on the CQ's channel."""
-        self._check_open()
+        self.check_open()
         self._segment.header[C_ARMED] = SOLICITED_ONLY if solicited_only else NEXT_COMPLETION
 
     def ack_events(self, num_events):
         """Acknowledge events get_cq_event() returned (libibverbs takes any count without checking)."""
-        self._check_open()
+        self.check_open()
         self.unacked_events -= num_events
 
     def _release(self):
@@ -267,17 +267,17 @@ class CQ(Resource):
 class _PollerBell:
     """rdmalab.proc.waiting.until's bell for a CQ: sleep until a receive lands or the next retry is due."""
 
-    def __init__(self, cq):
-        self.cq = cq
+    def __init__(self, cq, segment_bell):
+        self.cq, self.segment_bell = cq, segment_bell
 
     def arm(self):
-        return self.cq._segment.bell.arm()
+        return self.segment_bell.arm()
 
     def sleep(self, token, seconds):
         due = self.cq.next_timer()
         if due is not None:
             seconds = min(seconds, max(due - time.monotonic(), 0))
-        self.cq._segment.bell.sleep(token, seconds)
+        return self.segment_bell.sleep(token, seconds)
 
     def disarm(self):
-        self.cq._segment.bell.disarm()
+        self.segment_bell.disarm()

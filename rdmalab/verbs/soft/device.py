@@ -93,30 +93,30 @@ class Context(Resource):
         return 1
 
     def query_device(self):
-        self._check_open()
+        self.check_open()
         return DeviceAttr(**DEVICE_ATTR)
 
     def query_port(self, port_num):
-        self._check_open()
+        self.check_open()
         if port_num != 1:
             raise PyverbsRDMAError(f"Failed to query port {port_num}", EINVAL)
         return PortAttr(**PORT_ATTR)
 
     def query_gid(self, port_num, index):
-        self._check_open()
+        self.check_open()
         if port_num != 1 or not 0 <= index < GID_TABLE_LEN:
             raise PyverbsRDMAError(f"Failed to query gid {index} of port {port_num}")
         return GID(GIDS[index]) if index < len(GIDS) else GID()
 
     def query_gid_type(self, port_num, index):
         """1 (RoCE v2) for the populated entries, 0 for the empty ones, as rxe reports them."""
-        self._check_open()
+        self.check_open()
         if port_num != 1 or not 0 <= index < GID_TABLE_LEN:
             raise PyverbsRDMAError(f"Failed to query gid type of port {port_num} and gid index {index}")
         return 1 if index < len(GIDS) else 0
 
     def query_pkey(self, port_num, index):
-        self._check_open()
+        self.check_open()
         if port_num != 1 or index != 0:
             raise PyverbsRDMAError(f"Failed to query pkey {index} of port {port_num}")
         return 0xFFFF

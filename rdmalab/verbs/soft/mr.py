@@ -34,7 +34,7 @@ class MR(Resource):
         super().__init__()
         if not isinstance(creator, PD):
             raise PyverbsUserError(f"Expected PD, got {type(creator)}")
-        creator._check_open()
+        creator.check_open()
         if address is not None or implicit:
             raise PyverbsUserError(
                 "The emulated NIC registers only memory it allocates: use MR(pd, length, access) and "
@@ -59,7 +59,7 @@ class MR(Resource):
 
     def write(self, data, length, offset=0):
         """Copy `length` bytes of `data` into the buffer at `offset`."""
-        self._check_open()
+        self.check_open()
         if isinstance(data, str):
             data = data.encode()
         self._check_range(length, offset)
@@ -70,7 +70,7 @@ class MR(Resource):
 
     def read(self, length, offset):
         """Return `length` bytes from the buffer at `offset`."""
-        self._check_open()
+        self.check_open()
         self._check_range(length, offset)
         return self.data[offset:offset + length].tobytes()
 

@@ -14,7 +14,7 @@ class PD(Resource):
         super().__init__()
         if not isinstance(creator, Context):
             raise PyverbsUserError(f"Expected Context, got {type(creator)}")
-        creator._check_open()
+        creator.check_open()
         self.ctx = creator
         self.handle = (os.getpid() << 20) | next(_numbers)  # unique across processes on this host
         self._depend_on(creator)

@@ -120,7 +120,7 @@ class QP(Resource):
         super().__init__()
         if not isinstance(creator, PD):
             raise PyverbsUserError("The emulated NIC creates QPs from a PD: QP(pd, QPInitAttr(...))")
-        creator._check_open()
+        creator.check_open()
         if init_attr.qp_type != IBV_QPT_RC:
             raise PyverbsRDMAError(f"Failed to create QP: the emulated NIC implements RC QPs only "
                                    f"(qp_type {init_attr.qp_type}); UC and UD need a real device", EOPNOTSUPP)
@@ -175,7 +175,7 @@ class QP(Resource):
         return self._cached_state
 
     def modify(self, qp_attr, comp_mask):
-        self._check_open()
+        self.check_open()
         current = int(self._words[Q_STATE])
         target = qp_attr.qp_state if comp_mask & STATE else current
         if comp_mask & AV and len(GIDS) <= qp_attr.ah_attr.gr.sgid_index < GID_TABLE_LEN:
@@ -260,7 +260,7 @@ class QP(Resource):
 
     def query(self, attr_mask):
         """Returns (QPAttr, QPInitAttr) as the device sees the QP now; refreshes qp.qp_state."""
-        self._check_open()
+        self.check_open()
         self._cached_state = int(self._words[Q_STATE])
         a = QPAttr(qp_state=self._cached_state, cur_qp_state=RESET)
         for _, field, where, name in APPLIED:
@@ -279,7 +279,7 @@ class QP(Resource):
         `bad_wr`; later ones complete. As in rxe, a chain takes at most the send queue's free slots, and
         WRs posted before RTS are refused (EINVAL) but kept: the next post in RTS runs them first."""
         if self._closed:
-            self._check_open()
+            self.check_open()
         state, send = self._words[Q_STATE], self._send
         free = self.cap.max_send_wr - len(send.pending)
         if state != RTS and state != ERR:  # rxe's kernel refuses the doorbell before RTS
@@ -314,7 +314,7 @@ class QP(Resource):
 
     def post_recv(self, wr, bad_wr=None):
         """Post a chain of receive WRs into the receive queue a peer's SEND will consume."""
-        self._check_open()
+        self.check_open()
         if self._cached_state == RESET:
             raise PyverbsRDMAError("Failed to post recv", EINVAL)
         max_sge, rq = self.cap.max_recv_sge, self._rq
