@@ -314,7 +314,8 @@ class QP(Resource):
 
     def post_recv(self, wr, bad_wr=None):
         """Post a chain of receive WRs into the receive queue a peer's SEND will consume."""
-        self.check_open()
+        if self._closed:
+            self.check_open()
         if self._cached_state == RESET:
             raise PyverbsRDMAError("Failed to post recv", EINVAL)
         max_sge, rq = self.cap.max_recv_sge, self._rq

@@ -174,6 +174,7 @@ class Route:
             if start < 0 or start + length > self.local_length:
                 return False
             reach = 8 if opcode in ATOMICS else length
+            count = packets(reach, sq.mtu)
             if self.remote is not None:
                 offset = wr.remote_addr - self.remote_base
                 if not self.remote_header[M_VALID] or offset < 0 or offset + reach > self.remote_length:
@@ -188,12 +189,10 @@ class Route:
                     return False
                 old = responder.atomic(self.remote_segment, offset, opcode, wr.compare_add, wr.swap)
                 self.local[start:start + 8] = old.to_bytes(8, "little")
-            elif not self._into_receive(wr, start, length, offset if self.remote is not None else 0,
-                                        packets(length, sq.mtu)):
+            elif not self._into_receive(wr, start, length, offset if self.remote is not None else 0, count):
                 return False
         except ValueError:   # a QP or MR of this process, closed since
             return False
-        count = packets(reach, sq.mtu)
         sq.psn = (sq.psn + count) % PSN_MOD
         if opcode not in CONSUMES_RECEIVE:   # (a receive's completion advanced it already)
             peer[Q_EXPECTED_PSN] = sq.psn
