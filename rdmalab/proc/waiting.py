@@ -84,7 +84,7 @@ def until(ready, timeout, what="the peer", bell=None, alive=None, busy=True):
     p = _policy or policy()
     clock = time.monotonic
     last = clock()
-    if busy and last >= p.sleep_only_until:
+    if busy and p.busy_waiting(last):
         if p.yields:   # one CPU (or less): the peer can only answer once we let it run
             for _ in range(p.yields):
                 yield_cpu()
