@@ -4,7 +4,7 @@ import pytest
 from rdmalab import lessons
 from rdmalab import verbs as v
 from rdmalab.lessons import exercises
-from rdmalab.lessons.checks import _to_rts
+from rdmalab.lessons.checks.lesson03 import _to_rts
 
 e = v.enums
 

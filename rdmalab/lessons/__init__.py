@@ -3,7 +3,8 @@ nothing else of rdmalab imports lessons.
 
     quiz.py        the opening question (lesson 00), its choices and answer, the saved answers
     fixtures.py    QP state diagrams, connected pairs (Pair, one_sided), lesson 03's QPLab, wait_for_sends
-    exercises.py   the exercise framework; checks.py the checks and reference solutions of each lesson
+    exercises.py   the exercise framework; checks/ the checks and reference solutions, a module per lesson
+    evidence.py    what the learner measured, kept so that lesson 05 can answer with their own numbers
     target.py      lesson 04's second process (RemoteBuffer); dashboard.py, plots.py: charts and widgets
 
 The names notebooks use are here too: `from rdmalab import lessons; lessons.quiz()`,

@@ -7,7 +7,8 @@ In a lesson:
 
 attempt() runs the learner's function and checks what it returns. Right: a green note, and its
 result. Not done yet or wrong: feedback (what is wrong, a hint), then the lesson goes on with the
-reference solution's result, so later cells still work; `exercises.solution(name)` reveals the code.
+reference solution's result, so later cells still work. Every exercise shows a "Show solution" button
+under its feedback (`exercises.solution(name)` does the same from code).
 Every check is tested to accept the reference and reject typical wrong answers (tests/test_exercises.py).
 """
 import html
@@ -66,7 +67,8 @@ class Feedback:
         if self.hint:
             lines.append(f"hint: {self.hint}")
         if not self.passed:
-            lines.append(f"The lesson continues with the reference solution: exercises.solution({self.name!r}) shows it.")
+            lines.append(f"The lesson continues with the reference solution: 'Show solution' (or "
+                         f"exercises.solution({self.name!r})) shows it.")
         return "\n".join(lines)
 
     __repr__ = __str__
@@ -77,8 +79,7 @@ class Feedback:
         if self.hint:
             body += f"<br><i>Hint:</i> {html.escape(self.hint)}"
         if not self.passed:
-            body += (f"<br>The lesson continues with the reference solution; "
-                     f"<code>exercises.solution({self.name!r})</code> shows it.")
+            body += "<br>The lesson continues with the reference solution: <i>Show solution</i> shows it."
         return f"<div style='border-left:4px solid {colour};padding:4px 10px;margin:4px 0'>{body}</div>"
 
 
@@ -109,6 +110,7 @@ def attempt(name, fn, *args, check_args=()):
         feedback = Feedback(name, "wrong", f"your code raised {type(error).__name__}: {error}",
                             (ex.hints[0] if ex.hints else "") or explain_error(error))
     display(feedback)
+    display(solution_button(name))
     return answer if feedback.passed else ex.reference(*args)
 
 
@@ -116,3 +118,18 @@ def solution(name):
     """The reference solution's source, to read after trying."""
     from IPython.display import Code, display
     display(Code(inspect.getsource(REGISTRY[name].reference), language="python"))
+
+
+def solution_button(name):
+    """A "Show solution" button that reveals the reference solution's code under it, once pressed."""
+    import ipywidgets as w
+    button = w.Button(description="Show solution", icon="eye", tooltip=f"the reference solution of {name}")
+    shown = w.Output()
+
+    def show(_):
+        with shown:
+            solution(name)
+        button.disabled = True
+
+    button.on_click(show)
+    return w.VBox([button, shown])

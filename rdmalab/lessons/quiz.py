@@ -9,6 +9,8 @@ import os
 
 import ipywidgets as w
 
+from rdmalab.lessons.evidence import LEARNER_DIR
+
 QUESTION = "Which property of RDMA matters most for AllReduce in a training cluster?"
 CHOICES = [
     "kernel and CPU bypass, with direct memory-to-memory transfer",
@@ -17,7 +19,7 @@ CHOICES = [
     "a socket-compatible wrapper",
 ]
 ANSWER = 0   # revealed with evidence in lesson 05
-ANSWERS_FILE = os.path.join(os.path.expanduser("~"), ".cache", "rdmalab", "answers.json")
+ANSWERS_FILE = os.path.join(LEARNER_DIR, "answers.json")
 
 
 def quiz(key="00"):
