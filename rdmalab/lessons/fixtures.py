@@ -64,14 +64,16 @@ def draw_qp_states(current=None, ax=None):
 
 class Pair:
     """Two RC QPs of one PD, connected to each other in this process, with a 4 KiB MR each.
-    `a` sends, `b` receives; `b_mr` is what a's one-sided operations target."""
+    `a` sends, `b` receives; `b_mr` is what a's one-sided operations target. max_inline_data: how many
+    bytes a WR may carry inline (IBV_SEND_INLINE)."""
 
-    def __init__(self, ctx, pd, b_access=None, rnr_retry=7):
+    def __init__(self, ctx, pd, b_access=None, rnr_retry=7, max_inline_data=0):
         from rdmalab.verbs import enums as e
         from rdmalab.verbs.rc import Resources
         full = (e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
                 | e.IBV_ACCESS_REMOTE_ATOMIC)
-        side = dict(ctx=ctx, pd=pd, cq_depth=32, max_send_wr=8, max_recv_wr=8)   # a CQ, a QP, a 4 KiB MR
+        side = dict(ctx=ctx, pd=pd, cq_depth=32, max_send_wr=8, max_recv_wr=8,   # a CQ, a QP, a 4 KiB MR
+                    max_inline_data=max_inline_data)
         self._a = self._b = None
         try:
             self._a = Resources(access=full, **side)
@@ -111,25 +113,38 @@ def one_sided(pair, opcode, length=8, target=None, rkey=None, remote_offset=0, l
 
 
 class QPLab:
-    """Lesson 03's bench: `qp`, yours, still in RESET; `peer`, already connected to it and waiting;
-    their endpoints `local` and `remote` (as exchanged out of band), and `route` (port, GID index, MTU)."""
+    """Lesson 03's bench: `qp`, yours, still in RESET, with a 4 KiB MR `mr` the peer may write and read;
+    `peer`, already connected to it and waiting; their endpoints `local` and `remote` (as exchanged out
+    of band), and `route` (port, GID index, MTU, link layer). The peer gives up on a request nobody
+    acknowledges after PEER_RETRIES resends (RETRY_EXC_ERR), so a wrong address or PSN shows at once."""
+
+    PEER_RETRIES = 2
 
     def __init__(self, ctx, pd):
         from rdmalab.verbs import choose_route, route_of
+        from rdmalab.verbs import enums as e
         from rdmalab.verbs.rc import Resources
         self.ctx, self.route = ctx, route_of(ctx, choose_route().device)
         side = dict(ctx=ctx, pd=pd, cq_depth=16, max_send_wr=4, max_recv_wr=4)   # a CQ, a QP, a 4 KiB MR
         self._mine = self._theirs = None
         try:
-            self._mine = Resources(**side)
+            self._mine = Resources(access=e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE
+                                   | e.IBV_ACCESS_REMOTE_READ, **side)
             self._theirs = Resources(**side)
             self.qp, self.cq, self.mr = self._mine.qp, self._mine.cq, self._mine.mr
             self.peer, self.peer_cq, self.peer_mr = self._theirs.qp, self._theirs.cq, self._theirs.mr
             self.local, self.remote = self._mine.endpoint(mr=self.mr), self._theirs.endpoint(mr=self.peer_mr)
-            self._theirs.connect(self.local)
+            self.connect_peer()
         except BaseException:
             self.close()
             raise
+
+    def connect_peer(self):
+        """(Re)connect the peer's QP to yours, from whatever state it is in (after an error: ERR)."""
+        from rdmalab.verbs import enums as e
+        from rdmalab.verbs import qp as qpmod
+        self.peer.modify(qpmod.QPAttr(qp_state=e.IBV_QPS_RESET), e.IBV_QP_STATE)
+        self._theirs.connect(self.local, retry_cnt=self.PEER_RETRIES)
 
     def send_and_receive(self, payload, timeout=10):
         """The peer posts a receive; your QP SENDs `payload`. Returns your send completion; on success
@@ -144,6 +159,26 @@ class QPLab:
         if sent.status == e.IBV_WC_SUCCESS:
             rc.wait_for_completion(self.peer_cq, timeout=timeout)
         return sent
+
+    def from_peer(self, opcode, payload=b"", timeout=10):
+        """The peer's QP sends to yours: a SEND of `payload` (into a receive posted on your QP), an RDMA
+        WRITE of `payload` into your MR, or an RDMA READ of len(payload) bytes from it. Returns the peer's
+        completion; after a READ the bytes read are at the start of the peer's MR."""
+        from rdmalab.verbs import enums as e
+        from rdmalab.verbs import rc, wr
+        length = len(payload)
+        if opcode == e.IBV_WR_SEND:
+            self.qp.post_recv(wr.RecvWR(wr_id=3, num_sge=1, sg=[wr.SGE(self.mr.buf + 2048, 2048, self.mr.lkey)]))
+        self.peer_mr.write(bytes(length) if opcode == e.IBV_WR_RDMA_READ else payload, length)
+        request = wr.SendWR(wr_id=4, opcode=opcode, num_sge=1, sg=[wr.SGE(self.peer_mr.buf, length, self.peer_mr.lkey)],
+                            send_flags=e.IBV_SEND_SIGNALED)
+        if opcode != e.IBV_WR_SEND:
+            request.set_wr_rdma(self.local["rkey"], self.local["addr"])
+        self.peer.post_send(request)
+        done = rc.wait_for_completion(self.peer_cq, timeout=timeout)
+        if opcode == e.IBV_WR_SEND and done.status == e.IBV_WC_SUCCESS:
+            rc.wait_for_completion(self.cq, timeout=timeout)
+        return done
 
     def close(self):
         for side in (self._mine, self._theirs):

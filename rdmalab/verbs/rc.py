@@ -1,6 +1,6 @@
 """Connecting RC queue pairs, the part of every lesson that is plumbing, not the point.
 
-Each side publishes its endpoint, `(qp_num, psn, gid)` plus whatever memory it exposes
+Each side publishes its endpoint, `(qp_num, psn, gid, lid)` plus whatever memory it exposes
 `(rkey, addr)`, over any side channel; then connect() walks its QP RESET -> INIT -> RTR -> RTS
 with ibv_rc_pingpong's values (below) on the route rdmalab.verbs.route_of() picks: the first active
 port, its routable GID, its active MTU. Resources opens and closes everything one side needs.
@@ -16,32 +16,44 @@ from rdmalab.verbs import enums as e
 MIN_RNR_TIMER = 12      # RTR: a SEND that finds no receive posted is told to come back in 0.64 ms
 MAX_DEST_RD_ATOMIC = 1  # RTR: READs and atomics a peer may have outstanding at this QP
 TIMEOUT = 14            # RTS: wait 4.096 us * 2**14 = 67 ms for an ACK, then resend
-RETRY_CNT = 7           # RTS: resends of an unacknowledged request (rxe and soft0 read 7 as forever)
+RETRY_CNT = 7           # RTS: resends of an unacknowledged request (the spec: 7 resends, then RETRY_EXC_ERR;
+                        #      rxe and soft0 read 7 as forever)
 RNR_RETRY = 7           # RTS: resends of a SEND that found no receive posted (7: forever)
 MAX_RD_ATOMIC = 1       # RTS: READs and atomics this QP may have outstanding
 HOP_LIMIT = 64          # the routed (GRH) header's TTL
 
 
 def endpoint(ctx, qp, mr=None, psn=None):
-    """What a peer needs to reach this QP (and this MR): a plain dict, ready to send as JSON."""
+    """What a peer needs to reach this QP (and this MR): a plain dict, ready to send as JSON. `gid` addresses
+    it on RoCE (and across InfiniBand subnets), `lid` on an InfiniBand subnet (0 on Ethernet ports)."""
+    route = route_of(ctx, "this device")
     info = {"qp_num": qp.qp_num, "psn": random.getrandbits(24) if psn is None else psn,
-            "gid": route_of(ctx, "this device").gid}
+            "gid": route.gid, "lid": ctx.query_port(route.port).lid}
     if mr is not None:
         info.update(rkey=mr.rkey, addr=mr.buf)
     return info
 
 
-def connect(ctx, qp, local, remote, access=e.IBV_ACCESS_REMOTE_WRITE, rnr_retry=RNR_RETRY):
+def address_vector(route, remote):
+    """How to reach the peer: on RoCE (an Ethernet port) by its GID, in a routed header (is_global=1); on an
+    InfiniBand subnet by its LID (the subnet manager assigns it). NCCL chooses the same way."""
+    if route.link_layer == e.IBV_LINK_LAYER_INFINIBAND:
+        return addr.AHAttr(port_num=route.port, is_global=0, dlid=remote.get("lid", 0))
+    return addr.AHAttr(port_num=route.port, is_global=1, gr=addr.GlobalRoute(
+        dgid=addr.GID(remote["gid"]), sgid_index=route.gid_index, hop_limit=HOP_LIMIT))
+
+
+def connect(ctx, qp, local, remote, access=e.IBV_ACCESS_REMOTE_WRITE, rnr_retry=RNR_RETRY, retry_cnt=RETRY_CNT):
     """Bring `qp` to RTS, connected to `remote` (its endpoint dict); `local` is this QP's own endpoint.
-    rnr_retry: how often a SEND that finds no posted receive is retried (7: forever, 0: fail at once)."""
+    rnr_retry: how often a SEND that finds no posted receive is retried (7: forever, 0: fail at once);
+    retry_cnt: how often a request nobody acknowledges is resent before RETRY_EXC_ERR."""
     route = route_of(ctx, "this device")
     a = verbs.qp.QPAttr(port_num=route.port, path_mtu=route.path_mtu)
     a.pkey_index, a.qp_access_flags = 0, access
-    a.ah_attr = addr.AHAttr(port_num=route.port, is_global=1, gr=addr.GlobalRoute(
-        dgid=addr.GID(remote["gid"]), sgid_index=route.gid_index, hop_limit=HOP_LIMIT))
+    a.ah_attr = address_vector(route, remote)
     a.dest_qp_num, a.rq_psn, a.max_dest_rd_atomic = remote["qp_num"], remote["psn"], MAX_DEST_RD_ATOMIC
     a.min_rnr_timer = MIN_RNR_TIMER
-    a.sq_psn, a.timeout, a.retry_cnt, a.max_rd_atomic = local["psn"], TIMEOUT, RETRY_CNT, MAX_RD_ATOMIC
+    a.sq_psn, a.timeout, a.retry_cnt, a.max_rd_atomic = local["psn"], TIMEOUT, retry_cnt, MAX_RD_ATOMIC
     a.rnr_retry = rnr_retry
     qp.to_rts(a)
 
@@ -62,13 +74,14 @@ class Resources:
         cq_depth, events   the CQs' size; events: they report to a completion channel, `channel`
         two_cqs            sends complete on send_cq, receives on recv_cq; else both on cq
         qps                how many RC QPs: qps[i] (qp is qps[0]), each with its own PSN, psns[i]
-        max_send_wr, ...   the QPs' caps (one SGE per WR); sq_sig_all=0: only WRs flagged SIGNALED complete
+        max_send_wr, ...   the QPs' caps (one SGE per WR, max_inline_data bytes inline); sq_sig_all=0: only
+                           WRs flagged SIGNALED complete
         mr_sizes, access   one MR per size: mrs[i] (mr is mrs[0]); access is also what connect() lets
                            the peer do (default: local and remote write)
     """
 
     def __init__(self, mr_sizes=(4096,), access=None, qps=1, max_send_wr=16, max_recv_wr=16, cq_depth=64,
-                 two_cqs=False, events=False, sq_sig_all=1, ctx=None, pd=None):
+                 two_cqs=False, events=False, sq_sig_all=1, ctx=None, pd=None, max_inline_data=0):
         self.own_ctx, self.own_pd = ctx is None, pd is None
         self.access = (e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE) if access is None else access
         self.route = self.ctx = self.pd = self.channel = self.cq = self.send_cq = self.recv_cq = None
@@ -82,7 +95,8 @@ class Resources:
             self.channel = verbs.cq.CompChannel(ctx) if events else None
             self.cq = self.send_cq = verbs.cq.CQ(ctx, cq_depth, None, self.channel, 0)
             self.recv_cq = verbs.cq.CQ(ctx, cq_depth, None, self.channel, 0) if two_cqs else self.cq
-            cap = verbs.qp.QPCap(max_send_wr=max_send_wr, max_recv_wr=max_recv_wr, max_send_sge=1, max_recv_sge=1)
+            cap = verbs.qp.QPCap(max_send_wr=max_send_wr, max_recv_wr=max_recv_wr, max_send_sge=1, max_recv_sge=1,
+                                 max_inline_data=max_inline_data)
             init = verbs.qp.QPInitAttr(qp_type=e.IBV_QPT_RC, scq=self.send_cq, rcq=self.recv_cq, cap=cap,
                                        sq_sig_all=sq_sig_all)
             for _ in range(qps):
@@ -100,11 +114,11 @@ class Resources:
         """What a peer needs to reach qps[i] (and `mr`, one of ours)."""
         return endpoint(self.ctx, self.qps[i], mr, self.psns[i])
 
-    def connect(self, remote, i=0, access=None, rnr_retry=RNR_RETRY):
+    def connect(self, remote, i=0, access=None, rnr_retry=RNR_RETRY, retry_cnt=RETRY_CNT):
         """Bring qps[i] to RTS, connected to the peer's endpoint `remote`; access: what the peer may do
         through this QP (default: self.access)."""
         connect(self.ctx, self.qps[i], {"psn": self.psns[i]}, remote,
-                self.access if access is None else access, rnr_retry)
+                self.access if access is None else access, rnr_retry, retry_cnt)
 
     def close(self):
         """Children before parents: QPs, MRs, CQs, the channel, then the PD and Context if opened here.

@@ -9,6 +9,16 @@ from rdmalab.lessons.fixtures import state_of
                  "dest_qp_num, rq_psn, max_dest_rd_atomic, min_rnr_timer), RTS (sq_psn, timeout, retry_cnt, "
                  "rnr_retry, max_rd_atomic); each mask must name every attribute the step requires."])
 def _check_to_rts(qp, _qp, local, remote, route, lab):
+    """Your QP must reach RTS connected to the peer, and work both ways: a SEND from it, then from the peer
+    a SEND into it, an RDMA WRITE into your MR and an RDMA READ of it."""
+    try:
+        _check_both_ways(qp, local, remote, route, lab)
+    except Wrong:
+        lab.connect_peer()   # a failed request left the peer in ERR: the lesson goes on with a fresh one
+        raise
+
+
+def _check_both_ways(qp, local, remote, route, lab):
     from rdmalab.verbs import enums as e
     state = state_of(qp)
     if state != "RTS":
@@ -21,15 +31,48 @@ def _check_to_rts(qp, _qp, local, remote, route, lab):
     if attr.dest_qp_num != remote["qp_num"]:
         raise Wrong(f"it is connected to QP {attr.dest_qp_num}, not to the peer's {remote['qp_num']}.",
                     "dest_qp_num comes from the peer's endpoint: remote['qp_num'].")
-    hint = ("Check the address vector (the peer's GID, is_global=1 on RoCE), dest_qp_num, and that "
+    where = "its GID, is_global=1 on RoCE" if route.link_layer != e.IBV_LINK_LAYER_INFINIBAND else "dlid=its LID"
+    hint = (f"Check the address vector (the peer's {where}), dest_qp_num, and that "
             "sq_psn is local['psn'] and rq_psn is remote['psn'].")
     try:
         wc = lab.send_and_receive(b"checked", timeout=3)
-    except TimeoutError:   # with retry_cnt 7 a request nobody accepts is retried without end
-        raise Wrong("a SEND from it never completed: the peer drops what it sends (with retry_cnt 7 the "
-                    "sender retries forever; a smaller retry_cnt ends in RETRY_EXC_ERR, status 12).", hint) from None
+    except TimeoutError:   # retry_cnt 7: the spec's 7 resends; Soft-RoCE and soft0 resend without end
+        raise Wrong("a SEND from it never completed: the peer drops what it sends (nobody acknowledges it, so "
+                    "it is resent retry_cnt times, then fails with RETRY_EXC_ERR, status 12; Soft-RoCE and "
+                    "soft0 treat retry_cnt 7 as 'forever').", hint) from None
     if wc.status != e.IBV_WC_SUCCESS:
         raise Wrong(f"a SEND from it completed with status {wc.status} (12 is RETRY_EXC_ERR: nobody answered).", hint)
+    _check_from_peer(qp, lab)
+
+
+def _check_from_peer(qp, lab):
+    """The other direction: what your RTR attributes (rq_psn, max_dest_rd_atomic) and INIT's access
+    flags decide."""
+    from rdmalab.verbs import enums as e
+    attr, _ = qp.query(e.IBV_QP_ACCESS_FLAGS | e.IBV_QP_MAX_DEST_RD_ATOMIC)
+    steps = [("a SEND from the peer into your QP", e.IBV_WR_SEND, b"hello from the peer",
+              "rq_psn must be remote['psn'], the PSN the peer sends from: a request with any other PSN is dropped."),
+             ("an RDMA WRITE from the peer into your MR", e.IBV_WR_RDMA_WRITE, b"written by the peer",
+              "qp_access_flags (set at INIT) say what the peer may do through your QP: include "
+              "IBV_ACCESS_REMOTE_WRITE (and REMOTE_READ)."),
+             ("an RDMA READ of your MR by the peer", e.IBV_WR_RDMA_READ, b"written by the peer",
+              "a READ needs IBV_ACCESS_REMOTE_READ in qp_access_flags and max_dest_rd_atomic >= 1 at RTR "
+              "(how many READs and atomics the peer may have outstanding at your QP).")]
+    for what, opcode, payload, advice in steps:
+        try:
+            wc = lab.from_peer(opcode, payload, timeout=3)
+        except TimeoutError:
+            raise Wrong(f"{what} never arrived.", advice) from None
+        if wc.status != e.IBV_WC_SUCCESS:
+            raise Wrong(f"{what} failed: the peer's completion has status {wc.status} (9 REM_INV_REQ_ERR or "
+                        "10 REM_ACCESS_ERR: your QP refused it; 12 RETRY_EXC_ERR: it did not answer).", advice)
+        landed = lab.peer_mr.read(len(payload), 0) if opcode == e.IBV_WR_RDMA_READ else \
+            lab.mr.read(len(payload), 2048 if opcode == e.IBV_WR_SEND else 0)
+        if landed != payload:
+            raise Wrong(f"{what} completed, but the bytes are not there ({landed!r}).", advice)
+    if attr.max_dest_rd_atomic < 1:   # Soft-RoCE and hardware refuse the READ above; soft0 does not model it
+        raise Wrong("max_dest_rd_atomic is 0: the peer may not have a single READ or atomic outstanding at "
+                    "your QP, so Soft-RoCE and hardware NICs refuse its READs.", steps[2][3])
 
 
 @reference("03.to-rts")
@@ -39,13 +82,17 @@ def _to_rts(qp, local, remote, route):
     from rdmalab.verbs import qp as qpmod
     qp.modify(qpmod.QPAttr(qp_state=e.IBV_QPS_RESET), e.IBV_QP_STATE)        # start clean, whatever went before
 
-    init = qpmod.QPAttr(qp_state=e.IBV_QPS_INIT, port_num=route.port)
-    init.pkey_index, init.qp_access_flags = 0, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE
+    init = qpmod.QPAttr(qp_state=e.IBV_QPS_INIT, port_num=route.port)        # what the peer may do through it:
+    init.pkey_index = 0
+    init.qp_access_flags = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
     qp.modify(init, e.IBV_QP_STATE | e.IBV_QP_PKEY_INDEX | e.IBV_QP_PORT | e.IBV_QP_ACCESS_FLAGS)
 
     rtr = qpmod.QPAttr(qp_state=e.IBV_QPS_RTR, port_num=route.port, path_mtu=route.path_mtu)
-    rtr.ah_attr = addr.AHAttr(port_num=route.port, is_global=1, gr=addr.GlobalRoute(
-        dgid=addr.GID(remote["gid"]), sgid_index=route.gid_index, hop_limit=64))
+    if route.link_layer == e.IBV_LINK_LAYER_INFINIBAND:                       # an InfiniBand subnet: by LID
+        rtr.ah_attr = addr.AHAttr(port_num=route.port, is_global=0, dlid=remote["lid"])
+    else:                                                                     # RoCE: by GID, in a routed header
+        rtr.ah_attr = addr.AHAttr(port_num=route.port, is_global=1, gr=addr.GlobalRoute(
+            dgid=addr.GID(remote["gid"]), sgid_index=route.gid_index, hop_limit=64))
     rtr.dest_qp_num, rtr.rq_psn, rtr.max_dest_rd_atomic, rtr.min_rnr_timer = remote["qp_num"], remote["psn"], 1, 12
     qp.modify(rtr, e.IBV_QP_STATE | e.IBV_QP_AV | e.IBV_QP_PATH_MTU | e.IBV_QP_DEST_QPN | e.IBV_QP_RQ_PSN
               | e.IBV_QP_MAX_DEST_RD_ATOMIC | e.IBV_QP_MIN_RNR_TIMER)

@@ -4,20 +4,36 @@ from rdmalab.lessons.exercises import Wrong, exercise, reference
 
 
 @exercise("04.mailbox", "A one-sided mailbox: the writes that deliver a message the reader finds by polling",
-          hints=["The reader polls the 8-byte flag at offset 0 and then reads the message at offset 8: "
-                 "write the message first, the flag last (RC executes writes on one QP in order)."])
+          hints=["The reader polls the 8-byte flag at offset 0, then reads the message at offset 8: write the "
+                 "message first (in one WRITE or several), then the flag alone, last. WRITEs on one RC QP are "
+                 "executed in order; the bytes of one WRITE may be placed in any order."])
 def _check_mailbox(plan, length, qp, cq, local_mr, target, message):
-    if not isinstance(plan, (list, tuple)) or not plan or not all(len(w) == 3 for w in plan):
+    if not isinstance(plan, (list, tuple)) or not plan or not all(
+            isinstance(w, (list, tuple)) and len(w) == 3 and all(isinstance(x, int) for x in w) for w in plan):
         raise Wrong("answer with a list of (local offset, length, remote offset) writes, in posting order.")
-    covers = lambda w, lo, hi: w[2] <= lo and hi <= w[2] + w[1]   # noqa: E731
-    if not covers(plan[-1], 0, 8):
+    if len(plan) > 8:
+        raise Wrong(f"{len(plan)} writes: a mailbox needs two (the message, then the flag); keep it to 8 at most.")
+    touches = lambda w, lo, hi: w[1] > 0 and w[2] < hi and w[2] + w[1] > lo   # noqa: E731
+    flag, text = (0, 8), (8, 8 + length)
+    last = plan[-1]
+    if not (last[2] <= 0 and 8 <= last[2] + last[1]):
         raise Wrong("the last write does not set the flag (8 bytes at remote offset 0): the reader may wake "
                     "before the message is all there, or never.")
-    if not any(covers(w, 8, 8 + length) for w in plan[:-1]):
-        raise Wrong(f"no write before the flag carries the {length}-byte message to remote offset 8.")
-    if any(w[2] < 8 + length and w[2] + w[1] > 8 and w[0] - w[2] != 0 for w in plan):
+    if touches(last, *text):
+        raise Wrong("the last write carries message bytes as well as the flag: the bytes of one WRITE may be "
+                    "placed in memory in any order, so the reader may see the flag before the message.",
+                    "write the flag alone, last: (0, 8, 0).")
+    early = [w for w in plan[:-1] if touches(w, *flag)]
+    if early:
+        raise Wrong(f"{tuple(early[0])} sets the flag before the message is complete: the reader may wake "
+                    "then and read a message that is not all there yet.", "set the flag once, in the last write.")
+    if any(touches(w, *text) and w[0] != w[2] for w in plan):
         raise Wrong("a write puts the wrong local bytes in the message: local and remote offsets must match "
                     "(message at 8 in both buffers).")
+    missing = [b for b in range(*text) if not any(w[2] <= b < w[2] + w[1] for w in plan[:-1])]
+    if missing:
+        raise Wrong(f"no write before the flag carries byte {missing[0]} of the mailbox (the message is bytes "
+                    f"8 to {7 + length}).")
     got = deliver(plan, qp, cq, local_mr, target, message)
     if got != message:
         raise Wrong(f"the reader found {got!r}, not {message!r}.")
