@@ -1,0 +1,120 @@
+"""Lesson 05's closing view (rdmalab.lessons.answer), the quiz it judges, and the NCCL protocol table."""
+import importlib
+
+import pytest
+
+from rdmalab.allreduce.report import Report
+from rdmalab.lessons import answer, evidence, nccl
+
+quiz = importlib.import_module("rdmalab.lessons.quiz")   # the module: `lessons.quiz` is the widget function
+
+FULL = {
+    "01": dict(tcp_syscalls_per_message=2.0, tcp_switches_per_message=1.0, tcp_copies_per_byte=2.0,
+               tcp_receiver_cpu_share=0.9, tcp_lat_us=20.0, lat_size=8),
+    "04": dict(writes=1000, rdma_target_syscalls=0, rdma_target_switches=0, rdma_target_cpu_ms=0.02,
+               write_lat_us=1.5, tcp_lat_us=25.0, lat_size=8, rdma_target_cpu_share=0.01,
+               tcp_receiver_cpu_share=0.95, bw_size=1 << 20),
+    "05": dict(ranks=4, sizes=[65536, 1 << 20], ring_rdma_s=[1e-4, 1e-3], ring_tcp_s=[3e-4, 4e-3],
+               mpi_s=[2e-4, 2e-3], busbw_rdma=[0.98, 1.57], busbw_tcp=[0.33, 0.39], provider="soft"),
+}
+
+
+def report(times_us, sizes=(65536, 1 << 20), ranks=4):
+    rows = [{"size": s, "count": s // 4, "type": "float32",
+             **{p: {"time_us": t, "busbw": answer.busbw(s, t * 1e-6, ranks), "wrong": 0} for p in ("out", "in")}}
+            for s, t in zip(sizes, times_us)]
+    return Report({"ranks": ranks, "rows": rows})
+
+
+def test_lesson_05_records_exactly_the_agreed_keys_in_seconds_and_gbps():
+    ring, tcp = report([100.0, 1000.0]), report([300.0, 4000.0])
+    mpi = {"rows": [{"size": 65536, "time_us": 200.0, "busbw": 0.5},
+                    {"size": 1 << 20, "time_us": 2000.0, "busbw": 0.8}]}
+    got = answer.allreduce_figures(ring, tcp, mpi, "soft")
+    assert set(got) == {"ranks", "sizes", "ring_rdma_s", "ring_tcp_s", "mpi_s", "busbw_rdma", "busbw_tcp", "provider"}
+    assert got["ring_rdma_s"] == pytest.approx([1e-4, 1e-3]) and got["mpi_s"] == pytest.approx([2e-4, 2e-3])
+    assert got["busbw_tcp"] == pytest.approx([65536 / 300e-6 / 1e9 * 1.5, (1 << 20) / 4e-3 / 1e9 * 1.5])
+    with pytest.raises(ValueError, match="same sizes"):
+        answer.allreduce_figures(ring, report([300.0], sizes=(65536,)), mpi, "soft")
+
+
+def test_record_allreduce_keeps_them_as_evidence_05(tmp_path, monkeypatch):
+    monkeypatch.setattr(evidence, "LEARNER_DIR", str(tmp_path))
+    monkeypatch.setattr(evidence, "EVIDENCE_FILE", str(tmp_path / "evidence.json"))
+    mpi = {"rows": [{"time_us": 200.0}, {"time_us": 2000.0}]}
+    answer.record_allreduce(report([100.0, 1000.0]), report([300.0, 4000.0]), mpi)
+    kept = evidence.recall("05")
+    assert kept["ranks"] == 4 and kept["sizes"] == [65536, 1 << 20] and kept["provider"] in ("soft", "pyverbs")
+
+
+def test_busbw_is_nccl_tests_factor_whatever_the_algorithm():
+    assert answer.busbw(1e9, 1.0, 2) == pytest.approx(1.0)          # n = 2: busbw = algbw
+    assert answer.busbw(1e9, 1.0, 8) == pytest.approx(2 * 7 / 8)
+
+
+def test_the_view_answers_with_the_learners_own_numbers():
+    view = answer.closing_view(device="soft0", kept=FULL, answers={"00": quiz.ANSWER})
+    text = str(view)
+    assert not view.missing and "has not recorded" not in text
+    assert "2.0 syscalls" in text and "1000 RDMA WRITEs made 0 syscalls" in text
+    assert f"{1.57 / 0.39:.1f}x" in text                              # the busbw ratio at the largest size
+    assert "ring AllReduce busbw at 1 MiB" in text and "(right)" in text
+    html = view._repr_html_()
+    assert "<table>" in html and "data:image/png;base64," in html and "your choice" in html
+
+
+def test_missing_lessons_are_named_and_nothing_fails():
+    view = answer.closing_view(device=None, kept={}, answers={})
+    text = str(view)
+    for lesson in ("01", "04", "05"):
+        assert f"Lesson {lesson} has not recorded its figures yet" in text
+    assert "have not answered lesson 00" in text
+    assert "run lesson 05" in view._repr_html_() or "05 AllReduce by hand" in view._repr_html_()
+    partial = answer.closing_view(device="soft0", kept={"05": FULL["05"]}, answers={"00": 99})   # a stale index
+    assert [m for m, _ in partial.missing] == ["01", "04"] and "have not answered" in str(partial)
+
+
+@pytest.mark.parametrize("chosen", [i for i in range(len(quiz.CHOICES)) if i != quiz.ANSWER])
+def test_a_distractor_is_judged_wrong_and_explained(chosen):
+    view = answer.closing_view(device="soft0", kept=FULL, answers={"00": chosen})
+    assert f"you chose: {quiz.CHOICES[chosen]} (not the answer)" in str(view)
+    mine = [v for v in view.verdict if v[3]]
+    assert len(mine) == 1 and not mine[0][1] and mine[0][2].startswith(quiz.WHY[chosen])
+
+
+@pytest.mark.parametrize("device, kind", [("soft0", "soft"), ("rxe0", "rxe"), ("mlx5_0", "hardware"), (None, None)])
+def test_the_view_says_who_copied_on_the_device_that_measured(device, kind):
+    assert answer.kind_of(device) == kind
+    marked = [line for line in answer.closing_view(device=device, kept={}, answers={}).lines() if line.startswith("> ")]
+    assert marked == ([f"> {answer.WHO_COPIES[kind]}"] if kind else [])
+
+
+def test_the_quiz_offers_plausible_distractors_beside_the_answer():
+    assert "kernel and CPU bypass" in quiz.CHOICES[quiz.ANSWER]       # the real-browser test clicks this text
+    assert sum("kernel and CPU bypass" in c for c in quiz.CHOICES) == 1
+    assert len(quiz.WHY) == len(quiz.CHOICES) and quiz.WHY[quiz.ANSWER].startswith("Right")
+    for word in ("latency", "link bandwidth", "reliable", "socket"):
+        assert any(word in c for i, c in enumerate(quiz.CHOICES) if i != quiz.ANSWER), word
+
+
+def test_nccl_protocols_flag_per_data_as_ncclS_sources_say():
+    f = nccl.protocol_figures(1 << 20)
+    assert f["LL"]["data_share"] == 0.5 and f["LL"]["flags"] == (1 << 20) // 4
+    assert f["LL128"]["data_share"] == pytest.approx(120 / 128) and f["LL128"]["unit"] == 128
+    assert f["LL"]["data_share"] < f["LL128"]["data_share"] < f["Simple"]["data_share"] < 1
+    assert "LL128" in str(nccl.protocols()) and str(nccl.steps()).splitlines()[1].split()[:3] == ["8", "14", "6"]
+
+
+def test_an_answer_saved_under_other_wording_of_the_choices_is_not_read_back(tmp_path, monkeypatch):
+    import json
+    monkeypatch.setattr(quiz, "ANSWERS_FILE", str(tmp_path / "answers.json"))
+    monkeypatch.setattr(quiz.classroom, "record_answer", lambda key, index: None)
+    quiz.save_answer("00", quiz.ANSWER)
+    assert quiz.load_answers() == {"00": quiz.ANSWER}
+    (tmp_path / "answers.json").write_text(json.dumps({"00": 0}))   # the first edition's file: index 0 only
+    assert quiz.load_answers() == {}
+    monkeypatch.setattr(quiz, "CHOICES", ["reworded"] + quiz.CHOICES[1:])
+    quiz.save_answer("00", 1)
+    assert quiz.load_answers() == {"00": 1}
+    monkeypatch.setattr(quiz, "CHOICES", ["reworded", "and this one too"] + quiz.CHOICES[2:])
+    assert quiz.load_answers() == {}
