@@ -67,12 +67,12 @@ def to_init(qp, access=ALL_ACCESS):
     qp.modify(a, e.IBV_QP_STATE | e.IBV_QP_PKEY_INDEX | e.IBV_QP_PORT | e.IBV_QP_ACCESS_FLAGS)
 
 
-def rtr_attr(ctx, gid_index, dest_qp_num, rq_psn=0, min_rnr_timer=1):
+def rtr_attr(ctx, gid_index, dest_qp_num, rq_psn=0, min_rnr_timer=1, max_dest_rd_atomic=1):
     a = v.qp.QPAttr(qp_state=e.IBV_QPS_RTR, port_num=PORT, path_mtu=e.IBV_MTU_1024)
     gid = ctx.query_gid(PORT, gid_index)
     a.ah_attr = v.addr.AHAttr(port_num=PORT, is_global=1,
                               gr=v.addr.GlobalRoute(dgid=gid, sgid_index=gid_index, hop_limit=64))
-    a.dest_qp_num, a.rq_psn, a.max_dest_rd_atomic, a.min_rnr_timer = dest_qp_num, rq_psn, 1, min_rnr_timer
+    a.dest_qp_num, a.rq_psn, a.max_dest_rd_atomic, a.min_rnr_timer = dest_qp_num, rq_psn, max_dest_rd_atomic, min_rnr_timer
     return a
 
 
@@ -82,8 +82,8 @@ RTS_MASK = (e.IBV_QP_STATE | e.IBV_QP_SQ_PSN | e.IBV_QP_TIMEOUT | e.IBV_QP_RETRY
             | e.IBV_QP_MAX_QP_RD_ATOMIC)
 
 
-def to_rtr(ctx, gid_index, qp, dest_qp_num, rq_psn=0):
-    qp.modify(rtr_attr(ctx, gid_index, dest_qp_num, rq_psn), RTR_MASK)
+def to_rtr(ctx, gid_index, qp, dest_qp_num, rq_psn=0, max_dest_rd_atomic=1):
+    qp.modify(rtr_attr(ctx, gid_index, dest_qp_num, rq_psn, max_dest_rd_atomic=max_dest_rd_atomic), RTR_MASK)
 
 
 def to_rts(qp, sq_psn=0, rnr_retry=7, timeout=8, retry_cnt=1):
@@ -96,7 +96,7 @@ class Pair:
     """Two RC QPs in one PD, each with its own CQ, connected to each other (loopback)."""
 
     def __init__(self, ctx, gid_index, pd, access_b=ALL_ACCESS, rnr_retry=7, sq_sig_all=1, cap=None,
-                 connect=True, channel=None):
+                 connect=True, channel=None, max_dest_rd_atomic_b=1):
         self.ctx, self.pd = ctx, pd
         self.cq_a, self.cq_b = v.cq.CQ(ctx, 64, None, channel, 0), v.cq.CQ(ctx, 64, None, channel, 0)
         cap = cap or v.qp.QPCap(max_send_wr=8, max_recv_wr=8, max_send_sge=2, max_recv_sge=2)
@@ -111,7 +111,7 @@ class Pair:
             to_init(self.a)
             to_init(self.b, access_b)
             to_rtr(ctx, gid_index, self.a, self.b.qp_num)
-            to_rtr(ctx, gid_index, self.b, self.a.qp_num)
+            to_rtr(ctx, gid_index, self.b, self.a.qp_num, max_dest_rd_atomic=max_dest_rd_atomic_b)
             to_rts(self.a, rnr_retry=rnr_retry)
             to_rts(self.b, rnr_retry=rnr_retry)
 

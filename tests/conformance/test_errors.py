@@ -151,6 +151,9 @@ CASES = [
     (scenario_write, {"access_b": NO_WRITE}, e.IBV_WC_REM_INV_REQ_ERR, [], ERR, ERR),
     (scenario_read, {"access_b": NO_READ}, e.IBV_WC_REM_INV_REQ_ERR, [], ERR, ERR),
     (scenario_atomic, {"access_b": NO_ATOMIC}, e.IBV_WC_REM_INV_REQ_ERR, [], ERR, ERR),
+    # a responder given no resources for READs and atomics (max_dest_rd_atomic 0) refuses them
+    (scenario_read, {"max_dest_rd_atomic_b": 0}, e.IBV_WC_REM_INV_REQ_ERR, [], ERR, ERR),
+    (scenario_atomic, {"max_dest_rd_atomic_b": 0}, e.IBV_WC_REM_INV_REQ_ERR, [], ERR, ERR),
     (scenario_bad_lkey, {}, e.IBV_WC_LOC_QP_OP_ERR, [], ERR, RTS),
     (scenario_local_out_of_bounds, {}, e.IBV_WC_LOC_PROT_ERR, [], ERR, RTS),
     (scenario_read_into_mr_without_local_write, {}, e.IBV_WC_LOC_PROT_ERR, [], ERR, RTS),
@@ -172,6 +175,7 @@ def case_id(case):
     parts = [scenario.__name__.removeprefix("scenario_")]
     parts += [f"rnr_retry{options['rnr_retry']}"] if "rnr_retry" in options else []
     parts += ["qp_forbids_it"] if "access_b" in options else []
+    parts += ["no_rd_atomic_resources"] if "max_dest_rd_atomic_b" in options else []
     return "-".join(parts)
 
 
@@ -189,6 +193,15 @@ def test_error_completion_states_and_untouched_memory(make_pair, scenario, optio
     assert states(p.b)[1] == state_b
     assert p.a.qp_state == state_a
     assert p.dst.read(4096, 0) == before  # a rejected operation leaves the target untouched
+
+
+def test_without_rd_atomic_resources_a_write_still_lands(make_pair):
+    p = make_pair(max_dest_rd_atomic_b=0)   # max_dest_rd_atomic limits READs and atomics only
+    p.src.write(b"w" * 8, 8)
+    p.a.post_send(scenario_write(p))
+    [wc] = poll(p.cq_a, 1, 5.0)
+    assert (wc["status"], states(p.a)[1], states(p.b)[1]) == (e.IBV_WC_SUCCESS, RTS, RTS)
+    assert p.dst.read(8, 0) == b"w" * 8
 
 
 def test_after_an_error_later_wrs_flush(make_pair):

@@ -17,6 +17,7 @@ M_VALID, M_ACCESS, M_LENGTH, M_ADDR, M_PD = 2, 3, 4, 5, 6
 Q_STATE, Q_ACCESS, Q_PD, Q_EXPECTED_PSN, Q_MIN_RNR_TIMER, Q_RQ_SIZE, Q_RQ_MAX_SGE, \
     Q_RQ_POSTED, Q_RQ_CONSUMED, Q_RQ_POLLED, Q_ALIVE, Q_RECV_CQ = range(2, 14)
 Q_GENERATION = 16   # bumped whenever what a responder checks changes: state, access flags, alive
+Q_MAX_DEST_RD_ATOMIC = 17   # READs and atomics it may answer at once: with 0 it answers none
 
 # one slot of a receive queue, after the QP's header: the posted WR, then (once consumed) its completion
 R_WR_ID, R_NUM_SGE, R_STATUS, R_OPCODE, R_BYTE_LEN, R_IMM, R_FLAGS = range(7)

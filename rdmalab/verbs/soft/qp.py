@@ -28,7 +28,8 @@ from .enums import (
     IBV_QPS_ERR as ERR, IBV_QPS_INIT as INIT, IBV_QPS_RESET as RESET, IBV_QPS_RTR as RTR,
     IBV_QPS_RTS as RTS, IBV_MTU_1024, IBV_QPT_RC, IBV_QPT_UD, IBV_SEND_INLINE,
     IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD)
-from .layout import Q_ACCESS, Q_ALIVE, Q_EXPECTED_PSN, Q_MIN_RNR_TIMER, Q_PD, Q_RECV_CQ, Q_RQ_MAX_SGE, Q_RQ_SIZE, Q_STATE
+from .layout import (Q_ACCESS, Q_ALIVE, Q_EXPECTED_PSN, Q_MAX_DEST_RD_ATOMIC, Q_MIN_RNR_TIMER, Q_PD, Q_RECV_CQ, Q_RQ_MAX_SGE,
+                     Q_RQ_SIZE, Q_STATE)
 from .pd import PD
 from .pyverbs_error import PyverbsRDMAError, PyverbsUserError
 
@@ -63,6 +64,7 @@ APPLIED = [
     (PKEY_INDEX, "pkey_index", "qp", "pkey_index"), (PORT, "port_num", "qp", "port_num"),
     (PATH_MTU, "path_mtu", "qp", "path_mtu"), (AV, "ah_attr", "qp", "ah_attr"),
     (MAX_DEST_RD_ATOMIC, "max_dest_rd_atomic", "qp", "max_dest_rd_atomic"),
+    (MAX_DEST_RD_ATOMIC, "max_dest_rd_atomic", "header", Q_MAX_DEST_RD_ATOMIC),
     (MAX_QP_RD_ATOMIC, "max_rd_atomic", "qp", "max_rd_atomic"),
 ]
 TWENTY_FOUR_BITS = ("rq_psn", "sq_psn", "dest_qp_num")
@@ -163,7 +165,7 @@ class QP(Resource):
         self._rq.reset()
         self._send.reset()
         w = self._words
-        w[Q_ACCESS] = w[Q_EXPECTED_PSN] = w[Q_MIN_RNR_TIMER] = 0
+        w[Q_ACCESS] = w[Q_EXPECTED_PSN] = w[Q_MIN_RNR_TIMER] = w[Q_MAX_DEST_RD_ATOMIC] = 0
         self._kept = dict(pkey_index=0, port_num=1, path_mtu=IBV_MTU_1024, ah_attr=AHAttr(), max_rd_atomic=0,
                           max_dest_rd_atomic=0)
 

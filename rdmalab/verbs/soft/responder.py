@@ -28,7 +28,7 @@ from .enums import (
     IBV_WR_RDMA_READ as READ, IBV_WR_RDMA_WRITE as WRITE, IBV_WR_RDMA_WRITE_WITH_IMM as WRITE_WITH_IMM,
     IBV_WR_SEND as SEND, IBV_WR_SEND_WITH_IMM as SEND_WITH_IMM)
 from .layout import (M_ACCESS, M_ADDR, M_LENGTH, M_PD, M_VALID, Q_ACCESS, Q_ALIVE, Q_EXPECTED_PSN, Q_GENERATION,
-                     Q_MIN_RNR_TIMER, Q_PD, Q_RECV_CQ, Q_RQ_CONSUMED, Q_RQ_MAX_SGE, Q_RQ_POLLED, Q_RQ_POSTED,
+                     Q_MAX_DEST_RD_ATOMIC, Q_MIN_RNR_TIMER, Q_PD, Q_RECV_CQ, Q_RQ_CONSUMED, Q_RQ_MAX_SGE, Q_RQ_POLLED, Q_RQ_POSTED,
                      Q_RQ_SIZE, Q_STATE, R_BYTE_LEN, R_FLAGS, R_IMM, R_NUM_SGE, R_OPCODE, R_SGES, R_STATUS,
                      R_WR_ID)
 
@@ -255,8 +255,8 @@ def respond(peer, wqe, payload, length, psn, count):
         return NO_ANSWER, None   # a QP not ready to receive, or a PSN it does not expect, drops the packet
     opcode = wqe.opcode
     need = NEEDS_ACCESS[opcode]
-    if need and not h[Q_ACCESS] & need:
-        enter(h, IBV_QPS_ERR)
+    if need and not h[Q_ACCESS] & need or need & (REMOTE_READ | REMOTE_ATOMIC) and not h[Q_MAX_DEST_RD_ATOMIC]:
+        enter(h, IBV_QPS_ERR)   # a request it may not serve, or a READ/atomic with no resources for one
         return IBV_WC_REM_INV_REQ_ERR, None
     if opcode in CONSUMES_RECEIVE:
         with LOCK:
