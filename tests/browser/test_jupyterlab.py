@@ -1,9 +1,13 @@
-"""A real JupyterLab in a real browser: lessons 00-04 opened and run cell by cell, as `make lab` serves them.
+"""A real JupyterLab in a real browser: every lesson, 00 to 06, opened and run cell by cell, as `make lab`
+serves them.
 
 Starts JupyterLab through `make lab`'s launcher, rdmalab.lab (so a broken `make lab` fails here), on
 127.0.0.1 with a token, drives Debian's Chromium (/usr/bin/chromium, no browser download) through
-Playwright, runs copies of the lessons with QUICK = True: every cell runs without an error, lesson 00's
-question saves the answer clicked, 01-03 show their charts, lesson 04's dashboard renders its chart.
+Playwright, runs copies of the lessons with QUICK = True, in order and with one learner's HOME (so that
+lesson 05 finds what 00, 01 and 04 kept): every cell runs without an error, lesson 00's question saves
+the answer clicked and its exercise's "Show solution" button shows the solution, 01-03 show their
+charts, lesson 04's dashboard renders its chart, lesson 05 (ipyparallel ranks) ends with the closing
+view of the learner's own figures, lesson 06 with its charts and its explorer's widgets.
 Screenshots go to .ci/artifacts/lesson-NN.png (RDMALAB_SCREENSHOT names lesson 04's). Skips, saying
 why, where there is no Chromium; RDMALAB_BROWSER_TEST=1 (CI) makes that a failure.
 """
@@ -31,7 +35,8 @@ def free_port():
     return port
 
 
-LESSONS = ("00-welcome", "01-socket-path", "02-memory-registration", "03-queue-pairs", "04-one-sided")
+LESSONS = ("00-welcome", "01-socket-path", "02-memory-registration", "03-queue-pairs", "04-one-sided",
+           "05-allreduce", "06-scaling-out")
 
 
 @pytest.fixture(scope="module")
@@ -61,13 +66,16 @@ def lab(tmp_path_factory):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(values))
     port, token = free_port(), "rdmalab-browser-test"
+    # the learner's answers and figures go to the private HOME's ~/.cache/rdmalab, whatever this shell sets
+    env = {k: x for k, x in os.environ.items() if k not in ("RDMALAB_LEARNER_DIR", "RDMALAB_CLASS_DIR")}
+    env.update(PYTHONPATH=ROOT, HOME=str(home))
     log = open(log_path, "w")
     # started as `make lab` starts it, through rdmalab.lab (which adds --allow-root for root itself), plus
     # this test's isolation: its own port, token, lessons, settings and workspaces, and no browser
     server = subprocess.Popen([sys.executable, "-m", "rdmalab.lab", "--no-browser", f"--IdentityProvider.token={token}",
                                "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}", f"--ServerApp.root_dir={root}",
                                f"--LabApp.user_settings_dir={settings}", f"--LabApp.workspaces_dir={tmp_path / 'workspaces'}"],
-                              stdout=log, stderr=log, env=dict(os.environ, PYTHONPATH=ROOT, HOME=str(home)))
+                              stdout=log, stderr=log, env=env)
     deadline = time.monotonic() + 120
     while True:
         try:
@@ -144,9 +152,15 @@ def test_lesson_00_runs_and_its_question_saves_the_learners_answer(lab):
         wait_until_every_cell_ran(page)
         page.get_by_text("kernel and CPU bypass", exact=False).first.click()
         page.wait_for_selector("text=Saved. Lesson 05 answers this", timeout=30_000)
+        # the exercise, left as its skeleton: "not yet", and its button reveals the reference solution
+        page.get_by_text("no answer yet", exact=False).first.wait_for(timeout=30_000)
+        page.locator(".widget-button", has_text="Show solution").first.click()
+        page.get_by_text('remote["addr"] + 64', exact=False).first.wait_for(timeout=30_000)
         page.screenshot(path=shot)
     answers = json.load(open(lab["home"] / ".cache" / "rdmalab" / "answers.json"))
-    assert answers == {"00": 0}
+    from rdmalab.lessons.quiz import CHOICES
+    clicked = next(i for i, choice in enumerate(CHOICES) if choice.startswith("kernel and CPU bypass"))
+    assert answers["00"] == clicked and all(key.startswith("00") for key in answers), answers
 
 
 @pytest.mark.parametrize("name", ["01-socket-path", "02-memory-registration", "03-queue-pairs"])
@@ -176,3 +190,28 @@ def test_lesson_04_runs_in_jupyterlab_and_the_dashboard_renders(lab):
         page.wait_for_selector("text=the reader found: b'gradients for layer 7 are ready'", timeout=300_000)
         wait_until_every_cell_ran(page)
     assert os.path.getsize(shot) > 10_000
+
+
+def test_lesson_05_runs_its_ranks_and_closes_with_the_learners_own_figures(lab):
+    """Runs after 00, 01 and 04 (this file's order) in the same HOME: the closing view finds their figures."""
+    shot = screenshot_path("05")
+    with lesson_page(lab, "05-allreduce", shot) as page:
+        wait_until_every_cell_ran(page, timeout_ms=600_000)
+        view = page.locator(".jp-RenderedHTMLCommon", has_text="your measurement").last
+        view.wait_for(timeout=30_000)
+        assert view.locator("table tr").count() >= 3, "the closing view's table holds the learner's figures"
+        assert view.locator("img").count() >= 1, "and its chart"
+        assert "In lesson 00 you chose" in view.inner_text(), "lesson 00's answer came back"
+        assert "has not recorded its figures" not in view.inner_text(), view.inner_text()[:500]
+        view.scroll_into_view_if_needed()
+        page.screenshot(path=shot)
+
+
+def test_lesson_06_runs_to_the_end_with_its_charts_and_explorer(lab):
+    shot = screenshot_path("06")
+    with lesson_page(lab, "06-scaling-out", shot) as page:
+        wait_until_every_cell_ran(page, timeout_ms=600_000)
+        assert page.locator(".jp-RenderedImage img").count() >= 2, "the cluster chart and the GPUDirect paths"
+        assert page.locator(".widget-slider").count() >= 1, "the explorer's sliders render"
+        page.locator(".jp-RenderedImage img").last.scroll_into_view_if_needed()
+        page.screenshot(path=shot)
