@@ -6,7 +6,24 @@ model against the measurements: side by side, in one run.
 Targets (issue 5): ring over RDMA (soft0 here), 2 ranks, 16 MiB float32: busbw >= 1.0 x MPI_Allreduce
 (MPICH) and >= 2 x the same ring over TCP; the fitted alpha-beta-gamma model predicts the measured
 ring times within 25% from 64 KiB to 64 MiB. Issue 12: 4 ranks, 1 MiB, every process pinned to one
-CPU (Binder, a small VM): the ring over RDMA takes <= 0.67 x the ring over TCP.
+CPU (Binder, a small VM): the ring over RDMA takes <= 0.67 x the ring over TCP. Issue 16: the model,
+fitted to 2-rank times at some sizes, predicts sizes and a rank count (4) it was not fitted to within 25%.
+
+How the times are taken (issue 16, point 11): each figure is the median of ROUNDS rounds; a round runs
+every size once (1 warm-up, then `iters` back to back, the slowest rank's mean). One run of 10
+iterations at 64-256 KiB lasts about 1.5 ms in all, so a single moment when another process takes a CPU
+spoiled a whole size: instrumented runs showed every slow iteration (> 2x the median) had a wait that
+outlived its 50 us spin and slept on the futex (95% of slow iterations, 0% of the others), often after an
+involuntary context switch; no page faults, no sleep-only mode, no step at the 1 MiB pipelining segment.
+Spreading each size over rounds, and taking the median, makes the figures repeat.
+A second cause of misses is the model's single beta: on soft0 the NIC's work is a CPU copy, which runs
+2-3x faster while the buffers fit in the caches (numpy copy on a 2-core EPYC VM: 40-56 GB/s up to 4 MiB,
+15-21 GB/s at 16-64 MiB): a line fitted across that knee over-predicts mid sizes (the 77% miss at
+256 KiB). So the held-out test fits and predicts within each regime, "in cache" (64 KiB - 1 MiB) and
+"out of cache" (16 - 64 MiB), and records copy_GBps_by_size so the knee can be seen; on a hardware
+NIC beta is the wire's and has no such knee.
+With more ranks than usable CPUs, ranks take turns on a CPU at every step of the ring: the model,
+fitted with a CPU per rank, cannot know that, and the JSON says so ("ranks_share_cpus").
 """
 import argparse
 import os
@@ -21,17 +38,26 @@ from report import emit  # noqa: E402
 from rdmalab import allreduce, bench
 from rdmalab.allreduce import model  # noqa: E402
 from rdmalab.allreduce.cluster import Cluster  # noqa: E402
+from rdmalab.proc.cpus import usable_cpus  # noqa: E402
 
 MiB = 1 << 20
+ROUNDS = {True: 3, False: 9}     # --quick: 3 rounds; else 9 (the median of each size over rounds)
 
 
-def ring_times(transport, sizes, iters, ranks=2):
+def ring_times(transport, sizes, iters, ranks=2, rounds=3):
+    """{size: {time (median over rounds), rounds (every round's time), wrong}} of the ring on `ranks` ranks."""
     with Cluster(ranks=ranks, transport=transport, max_bytes=max(sizes)) as c:
+        try:
+            median, per = model.measure(c, sizes, "ring", rounds=rounds, iters=iters)
+            wrong = 0
+        except RuntimeError:   # wrong elements: count them for the target rather than stop
+            median, per, wrong = {n: float("nan") for n in sizes}, {n: [] for n in sizes}, 1
         out = {}
         for size in sizes:
-            per_rank = c.allreduce(size // 4, "float32", "ring", iters=iters)
-            out[size] = {"time": max(r["time"] for r in per_rank), "wrong": sum(r["wrong"] for r in per_rank)}
-            print(f"ring over {transport}: {size >> 10} KiB in {out[size]['time'] * 1e3:.2f} ms", file=sys.stderr)
+            out[size] = {"time": median[size], "rounds_ms": [round(t * 1e3, 4) for t in per[size]], "wrong": wrong}
+            print(f"ring over {transport}, {ranks} ranks: {size >> 10} KiB in {median[size] * 1e3:.3f} ms "
+                  f"(median of {rounds} rounds; {min(per[size] or [0]) * 1e3:.3f}..{max(per[size] or [0]) * 1e3:.3f})",
+                  file=sys.stderr)
         return out
 
 
@@ -45,6 +71,21 @@ def on_one_cpu(run):
         os.sched_setaffinity(0, keep)
 
 
+def copy_rates(sizes):
+    """numpy's copy rate (GB/s) at each size: where the caches end, beta changes on soft0."""
+    import numpy as np
+    out = {}
+    for n in sizes:
+        a, b = np.ones(n, np.uint8), np.zeros(n, np.uint8)
+        times = []
+        for _ in range(max(5, (64 * MiB) // n)):
+            t = time.perf_counter()
+            np.copyto(b, a)
+            times.append(time.perf_counter() - t)
+        out[str(n)] = round(n / float(np.median(times)) / 1e9, 2)
+    return out
+
+
 def busbw(size, seconds, ranks=2):
     return size / seconds / 1e9 * 2 * (ranks - 1) / ranks
 
@@ -55,13 +96,23 @@ def main(argv=None):
     parser.add_argument("--out")
     args = parser.parse_args(argv)
     iters = 5 if args.quick else 10
-    model_sizes = [64 << 10, 1 * MiB, 16 * MiB] if args.quick else [64 << 10, 256 << 10, 1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB]
+    rounds = ROUNDS[args.quick]
+    model_sizes = [64 << 10, 256 << 10, 1 * MiB, 16 * MiB] if args.quick else \
+        [64 << 10, 256 << 10, 1 * MiB, 4 * MiB, 16 * MiB, 32 * MiB, 64 * MiB]
+    # the held-out test, in each of soft0's two regimes (buffers in the CPU caches, or not: see above):
+    # fit on 2 ranks at the ends of a regime, predict the sizes between them and 4 ranks
+    regimes = {"in cache": ([64 << 10, 1 * MiB], [256 << 10]),
+               "out of cache": ([16 * MiB, 64 * MiB], [32 * MiB])}
+    if args.quick:
+        del regimes["out of cache"]
+    four_sizes = [1 * MiB] if args.quick else [256 << 10, 1 * MiB]                      # 4 ranks: held out
     started = time.time()
 
-    rdma = ring_times("rdma", sorted(set(model_sizes + [16 * MiB])), iters)
-    tcp = ring_times("tcp", [16 * MiB], iters)
+    rdma = ring_times("rdma", sorted(set(model_sizes + [16 * MiB])), iters, rounds=rounds)
+    four = ring_times("rdma", four_sizes, iters, ranks=4, rounds=rounds)
+    tcp = ring_times("tcp", [16 * MiB], iters, rounds=rounds)
     mpi = allreduce.mpi_allreduce(2, [16 * MiB // 4], "float32", iters)["rows"][0]
-    one_core = on_one_cpu(lambda: {t: ring_times(t, [MiB], iters, ranks=4)[MiB] for t in ("rdma", "tcp")})
+    one_core = on_one_cpu(lambda: {t: ring_times(t, [MiB], iters, ranks=4, rounds=rounds)[MiB] for t in ("rdma", "tcp")})
     figures = {"ring_rdma_16MiB_busbw": busbw(16 * MiB, rdma[16 * MiB]["time"]),
                "ring_tcp_16MiB_busbw": busbw(16 * MiB, tcp[16 * MiB]["time"]),
                "mpi_allreduce_16MiB_busbw": mpi["busbw"]}
@@ -85,18 +136,53 @@ def main(argv=None):
                         "fitted_ms": model.predict("ring", 2, size, fitted) * 1e3}
         errors[size]["fitted_error"] = abs(errors[size]["fitted_ms"] / errors[size]["measured_ms"] - 1)
         errors[size]["first_principles_error"] = abs(errors[size]["first_principles_ms"] / errors[size]["measured_ms"] - 1)
+    # the honest test: fit on some 2-rank sizes, predict the other sizes and 4 ranks
+    held, held_costs = [], {}
+    for regime, (fit_on, predict_at) in regimes.items():
+        samples = [(2, n, rdma[n]["time"]) for n in fit_on + predict_at]
+        if regime == "in cache":
+            samples += [(4, n, four[n]["time"]) for n in four_sizes]
+        try:
+            costs, rows = model.held_out(samples, [(2, n) for n in fit_on], "ring", gamma=1 / red, label=regime)
+            held_costs[regime] = {**vars(costs), "fitted_on_bytes": fit_on}
+        except ValueError as error:   # the fit was not physical (alpha or beta <= 0): count it as a miss
+            rows = [{"p": p, "n": n, "measured_s": t, "predicted_s": float("nan"), "error": float("inf")}
+                    for p, n, t in samples if n not in fit_on]
+            held_costs[regime] = {"error": str(error), "fitted_on_bytes": fit_on}
+        for row in rows:
+            row.update(regime=regime, within_25=bool(abs(row["error"]) <= 0.25),
+                       measured_ms=row.pop("measured_s") * 1e3, predicted_ms=row.pop("predicted_s") * 1e3)
+        held += rows
+    cpus = usable_cpus()
+    figures["copy_GBps_by_size"] = copy_rates(model_sizes)
+    sizes_ok = bool(held) and all(r["within_25"] for r in held if r["p"] == 2)
+    ranks_ok = bool(held) and all(r["within_25"] for r in held if r["p"] == 4)
     targets = {
         "ring RDMA busbw >= 1.0 x MPI_Allreduce": figures["rdma_over_mpi"] >= 1.0,
         "ring RDMA busbw >= 2 x ring TCP": figures["rdma_over_tcp"] >= 2.0,
         "fitted model within 25% at every size": all(e["fitted_error"] <= 0.25 for e in errors.values()),
+        "model fitted on 2 ranks predicts 2-rank sizes it did not see within 25%": sizes_ok,
+        "model fitted on 2 ranks predicts 4 ranks within 25%": ranks_ok,
         "one CPU, 4 ranks, 1 MiB: ring RDMA <= 0.67 x ring TCP time": figures["one_cpu_rdma_over_tcp_time"] <= 0.67,
-        "no wrong elements": all(r["wrong"] == 0 for r in [*rdma.values(), *tcp.values(), *one_core.values()])
+        "no wrong elements": all(r["wrong"] == 0 for r in [*rdma.values(), *four.values(), *tcp.values(), *one_core.values()])
         and mpi["wrong"] == 0,
     }
     report = {"benchmark": "allreduce", "quick": args.quick, "seconds": round(time.time() - started, 1),
               "figures": figures, "mpi_library": "MPICH (mpi4py)",
+              "timing": {"rounds": rounds, "iters_per_round": iters, "figure": "median over rounds of the slowest "
+                         "rank's mean of iters back-to-back AllReduces, after one warm-up",
+                         "ring_rdma_2_ranks_rounds_ms": {str(k): v["rounds_ms"] for k, v in rdma.items()},
+                         "ring_rdma_4_ranks_rounds_ms": {str(k): v["rounds_ms"] for k, v in four.items()}},
               "model": {"first_principles": vars(first), "fitted": vars(fitted),
-                        "per_size": {str(k): v for k, v in errors.items()}},
+                        "per_size": {str(k): v for k, v in errors.items()},
+                        "held_out": {"what": "in each regime, fitted on 2 ranks at its fitted_on_bytes only; every "
+                                             "row is a (ranks, bytes) that fit did not see; error = predicted / "
+                                             "measured - 1; 4 MiB sits on the cache knee and is not judged",
+                                     "costs": held_costs, "rows": held,
+                                     "usable_cpus": cpus, "ranks_share_cpus": 4 > cpus,
+                                     "note": ("4 ranks on fewer than 4 usable CPUs take turns at every ring step, "
+                                              "a cost the 2-rank fit cannot contain: expect the 4-rank rows to miss "
+                                              "here; on 4+ free CPUs they should not") if 4 > cpus else ""}},
               "targets": targets}
     return emit(report, args.out)
 

@@ -7,8 +7,20 @@ gamma: time per byte reduced (s/B). For p ranks and n bytes (Thakur, Rabenseifne
     ring   2 (p-1) alpha + 2 (p-1)/p n beta + (p-1)/p n gamma
     hd     2 log2(p) alpha + 2 (p-1)/p n beta + (p-1)/p n gamma
     naive  2 (p-1) alpha + 2 (p-1) n beta + (p-1) n gamma        (rank 0 sends and receives it all)
+    tree   2 log2(p) alpha + 2 n beta + n gamma                   (NCCL's double binary tree, pipelined:
+           log depth, but about twice the ring's bytes per rank; NCCL issue 320: "the tree is not optimal
+           (2x factor), but close to optimal at scale"; NVIDIA blog "Massively Scale Your Deep Learning
+           Training with NCCL 2.4", 2019)
+    sharp  2 alpha + (p+1)/p n beta                               (in-network reduction, one switch level:
+           every rank sends its n bytes up once and receives the sum once; the switch adds, so no gamma.
+           NCCL's maintainer, nccl-tests PR 239: with NVLink SHARP "algobw = busbw * n / (n+1)", busbw
+           being the wire's bandwidth)
 The bandwidth terms do not grow with p: that is why the ring scales, and why beta, the network,
 decides AllReduce time for large gradients.
+
+beta of a path is set by its slowest stage when the stages overlap (pipelined(): a byte crosses the
+wire while the next one is copied), not by the sum of the stages' times (that holds only when each
+message is copied whole before it is sent, unpipelined()).
 """
 import math
 
@@ -34,7 +46,14 @@ def terms(algorithm, p, n):
         return 2 * math.log2(p), 2 * (p - 1) / p * n, (p - 1) / p * n
     if algorithm == "naive":
         return 2 * (p - 1), 2 * (p - 1) * n, (p - 1) * n
-    raise ValueError(f"algorithm {algorithm!r}: ring, hd or naive")
+    if algorithm == "tree":
+        return 2 * math.log2(p), 2.0 * n, 1.0 * n
+    if algorithm == "sharp":
+        return 2.0, (p + 1) / p * n, 0.0
+    raise ValueError(f"algorithm {algorithm!r}: {', '.join(ALGORITHMS)}")
+
+
+ALGORITHMS = ("ring", "hd", "naive", "tree", "sharp")
 
 
 def predict(algorithm, p, n, costs):
@@ -50,8 +69,9 @@ def from_measurements(latency_s, bandwidth_Bps, reduction_Bps, label="this machi
 
 def fit(samples, algorithm="ring", gamma=None, label="fitted"):
     """Least-squares alpha, beta (and gamma unless given) to measured (p, n bytes, seconds) samples,
-    weighted so that every sample counts by its relative error. Negative fits are clipped to 0.
-    For ring and hd, bytes sent and bytes reduced are both proportional to (p-1)/p n, so only
+    weighted so that every sample counts by its relative error. A negative alpha or beta is not
+    clipped: it means the samples do not follow the model (noise, or a cost the model lacks), and
+    check_fit() says so. For ring and hd, bytes sent and bytes reduced are both proportional to (p-1)/p n, so only
     2 beta + gamma can be told apart from their times: give gamma (numpy's rate) to get beta."""
     rows, target = [], []
     for p, n, t in samples:
@@ -61,8 +81,58 @@ def fit(samples, algorithm="ring", gamma=None, label="fitted"):
     A, y = np.array(rows, float), np.array(target, float)
     w = 1.0 / np.array([t for _, _, t in samples], float)
     coef, *_ = np.linalg.lstsq(A * w[:, None], y * w, rcond=None)
-    coef = np.clip(coef, 1e-15, None)
-    return Costs(coef[0], coef[1], gamma if gamma is not None else coef[2], label)
+    return Costs(float(coef[0]), float(coef[1]), gamma if gamma is not None else float(coef[2]), label)
+
+
+def check_fit(costs):
+    """ValueError unless the fitted costs are physical: alpha > 0 (a message costs time) and beta > 0
+    (a byte costs time). A fit that breaks this was made from samples that do not follow the model."""
+    if not costs.alpha > 0:
+        raise ValueError(f"fitted alpha {costs.alpha:.3g} s is not positive: the small sizes' times do not "
+                         f"grow with the number of messages (too few samples, or noise): measure again")
+    if not costs.beta > 0:
+        raise ValueError(f"fitted beta {costs.beta:.3g} s/B is not positive: the times do not grow with the "
+                         f"size (too few or too noisy samples): measure again")
+    return costs
+
+
+def held_out(samples, fitted_on, algorithm="ring", gamma=None, label="fitted"):
+    """Fit to the samples whose (p, n) is in `fitted_on`, predict all the others: (costs, rows), each row
+    {p, n, measured_s, predicted_s, error} for a sample the fit did not see. The honest test of a model."""
+    fitted_on = set(fitted_on)
+    costs = check_fit(fit([s for s in samples if (s[0], s[1]) in fitted_on], algorithm, gamma, label))
+    rows = []
+    for p, n, t in samples:
+        if (p, n) not in fitted_on:
+            guess = predict(algorithm, p, n, costs)
+            rows.append({"p": p, "n": n, "measured_s": t, "predicted_s": guess, "error": guess / t - 1})
+    return costs, rows
+
+
+def measure(cluster, sizes, algorithm="ring", rounds=5, iters=10, dtype="float32"):
+    """Median time (s) of an AllReduce of each size on `cluster`: `rounds` rounds, each running every size
+    (`iters` back to back after a warm-up; the slowest rank's mean), so that a moment when another process
+    takes a CPU spoils one round of one size, not a size. Returns {n: median}, and {n: [every round]}."""
+    per = {n: [] for n in sizes}
+    itemsize = np.dtype(dtype).itemsize
+    for r in range(rounds):
+        for n in sizes:
+            ranks = cluster.allreduce(n // itemsize, dtype, algorithm, iters=iters, warmup=1, check=(r == 0))
+            if any(x["wrong"] for x in ranks):
+                raise RuntimeError(f"{algorithm} AllReduce of {n} bytes gave wrong elements")
+            per[n].append(max(x["time"] for x in ranks))
+    return {n: float(np.median(ts)) for n, ts in per.items()}, per
+
+
+def pipelined(*stage_Bps):
+    """beta (s/B) of a path whose stages overlap (the wire sends one piece while the CPU copies the next):
+    the slowest stage sets the pace."""
+    return 1.0 / min(stage_Bps)
+
+
+def unpipelined(*stage_Bps):
+    """beta (s/B) of a path whose stages run one after the other for each whole message."""
+    return sum(1.0 / r for r in stage_Bps)
 
 
 def reduction_rate(dtype="float32", nbytes=16 << 20, repeats=5):
@@ -77,21 +147,74 @@ def reduction_rate(dtype="float32", nbytes=16 << 20, repeats=5):
     return nbytes * repeats / (time.perf_counter() - start)
 
 
-# Published figures for clusters, for scale (labelled; see each source).
-NETWORKS = {
-    "InfiniBand NDR 400 Gb/s (RDMA)": Costs(
-        1.5e-6, 1 / 50e9, 1 / 1.0e12,
-        "NDR 400 Gb/s = 50 GB/s per port (NVIDIA ConnectX-7); ~1-2 us end to end (perftest ib_write_lat "
-        "0.93-1.32 us on ConnectX, perftest issue 131); GPU reduction at ~1 TB/s (HBM)"),
-    "RoCE 200 Gb/s (RDMA)": Costs(
-        2.5e-6, 1 / 25e9, 1 / 1.0e12,
-        "200 Gb/s = 25 GB/s Ethernet with RDMA (ConnectX-6, NVIDIA: sub-600 ns NIC latency, plus switches); "
-        "GPU reduction at ~1 TB/s"),
-    "100 GbE TCP": Costs(
-        20e-6, 1 / 12.5e9 + 2 / 10e9, 1 / 1.0e12,
-        "100 Gb/s = 12.5 GB/s, plus two CPU copies per byte through the kernel (~10 GB/s each), "
-        "~20 us per message through the TCP stack"),
+# Published figures for clusters, for scale (labelled; see each source). Like is compared with like:
+# the same Ethernet speed with RDMA (RoCE) and with TCP, so that only the transport differs.
+GBPS = 1e9 / 8                      # bytes per second in one Gb/s
+GPU_REDUCE_BPS = 1.0e12             # a GPU adds at about its memory bandwidth (H100 HBM3: 3.35 TB/s; ~1 TB/s used)
+COPY_BPS = 10e9                     # one CPU core's memcpy, about: lesson 01 and FACTS.md measured 2-15 GB/s here
+RDMA_ALPHA, TCP_ALPHA = 2e-6, 20e-6  # per message, end to end through a switch (see SOURCES)
+
+SOURCES = {
+    "link": "NVIDIA ConnectX-7: NDR InfiniBand and Ethernet up to 400 Gb/s (nvidia.com ConnectX-7 datasheet)",
+    "rdma latency": "perftest ib_write_lat on ConnectX (mlx5): 0.93 us inline, 1.32 us (perftest issue 131); "
+                    "ConnectX-6 'sub-600 ns' (NVIDIA user manual); we take 1.5 us on IB, 2 us on RoCE with switch hops",
+    "tcp latency": "assumed 20 us per message through two kernel TCP stacks and the switch; lesson 01 measured "
+                   "15-30 us half round trip over loopback in Python",
+    "tcp copies": "two CPU copies per byte (sender: user to kernel, receiver: kernel to user), overlapped with "
+                  "the wire (pipelined); one core's memcpy ~10 GB/s (measured 2-15 GB/s on these machines, FACTS.md). "
+                  "NCCL's socket transport spreads a connection over threads and sockets (NCCL_SOCKET_NTHREADS, "
+                  "NCCL_NSOCKS_PERTHREAD, NCCL docs): copy_cores says how many cores share the copies",
+    "gpu reduction": "a GPU reduces at ~1 TB/s (HBM: H100 3.35 TB/s peak, NVIDIA H100 datasheet)",
 }
+
+
+def rdma(gbps, alpha=RDMA_ALPHA, label=""):
+    """A link of `gbps` Gb/s with RDMA: the NIC moves the bytes, so beta is the wire's."""
+    return Costs(alpha, 1 / (gbps * GBPS), 1 / GPU_REDUCE_BPS, label or f"{gbps} Gb/s = {gbps / 8:g} GB/s, RDMA: "
+                 f"the NIC moves the bytes (beta = the wire); alpha {alpha * 1e6:g} us")
+
+
+def tcp(gbps, alpha=TCP_ALPHA, copy_Bps=COPY_BPS, copy_cores=1, label=""):
+    """A link of `gbps` Gb/s with TCP: each byte is copied twice by CPUs, overlapped with the wire, so beta
+    is the slower of the wire and the copies (2 copies per byte shared by copy_cores cores per host)."""
+    copies = copy_Bps * copy_cores / 2
+    beta = pipelined(gbps * GBPS, copies)
+    return Costs(alpha, beta, 1 / GPU_REDUCE_BPS, label or f"{gbps} Gb/s = {gbps / 8:g} GB/s wire, TCP: 2 CPU copies "
+                 f"per byte at {copy_Bps / 1e9:g} GB/s x {copy_cores} core(s), overlapped -> "
+                 f"{1 / beta / 1e9:.1f} GB/s; alpha {alpha * 1e6:g} us")
+
+
+NETWORKS = {
+    "InfiniBand NDR 400 Gb/s (RDMA)": rdma(400, 1.5e-6, "NDR 400 Gb/s = 50 GB/s per port (ConnectX-7); "
+                                           "alpha 1.5 us (perftest ib_write_lat 0.93-1.32 us, issue 131)"),
+    "400 GbE RoCE (RDMA)": rdma(400),
+    "400 GbE TCP": tcp(400),
+    "100 GbE RoCE (RDMA)": rdma(100),
+    "100 GbE TCP": tcp(100),
+}
+
+
+def gpu_path(network, gpudirect=True, pcie_Bps=64e9, bounce_alpha=5e-6):
+    """The network's costs seen from GPU memory. GPUDirect RDMA: the NIC reads and writes GPU memory
+    straight over PCIe (one PCIe crossing per byte, overlapped with the wire). Without it, each byte is
+    first copied from the GPU into a host bounce buffer and the NIC reads it from there: it crosses the
+    PCIe switch's uplink twice (GPU to host, host to NIC) and each message pays a copy's start
+    (bounce_alpha). pcie_Bps: PCIe Gen5 x16 moves about 64 GB/s per direction (32 GT/s x 16 lanes)."""
+    wire = 1 / network.beta
+    if gpudirect:
+        return Costs(network.alpha, pipelined(wire, pcie_Bps), network.gamma, network.label + "; GPUDirect RDMA")
+    return Costs(network.alpha + bounce_alpha, pipelined(wire, pcie_Bps / 2), network.gamma,
+                 network.label + "; host bounce buffer: 2 PCIe crossings per byte")
+
+
+def slowest_link(costs, share):
+    """A ring moves at its slowest link's pace: the costs when one link delivers only `share` (0-1] of its
+    bandwidth (incast of k flows into one port: share 1/k; a link paused by PFC part of the time: the
+    share it still runs)."""
+    if not 0 < share <= 1:
+        raise ValueError("share: the fraction of the link's bandwidth left, in (0, 1]")
+    return Costs(costs.alpha, costs.beta / share, costs.gamma, f"{costs.label}; slowest link at {share:.0%}")
+
 
 MODELS = {  # gradient bytes in bf16 (2 bytes per parameter)
     "7B parameters (bf16)": 7e9 * 2,
