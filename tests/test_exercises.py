@@ -31,6 +31,48 @@ def test_no_answer_yet_is_not_yet_with_a_hint():
     assert "reference solution" in str(f)
 
 
+def run_00(ctx, pd, write):
+    """Lesson 00's exercise as the lesson runs it: `write` posts on a fresh Pair, the check judges."""
+    with lessons.Pair(ctx, pd) as pair:
+        note = b"my first WRITE"
+        pair.a_mr.write(note, len(note))
+        args = (pair.a, pair.a_mr, len(note), pair.b_end)
+        return feedback("00.write", write(*args), *args, pair)
+
+
+def test_00_reference_write_lands_at_byte_64_and_the_peer_cq_stays_empty(ctx, pd):
+    assert run_00(ctx, pd, exercises.REGISTRY["00.write"].reference).passed
+
+
+def post_write(qp, sge, rkey, address, opcode=e.IBV_WR_RDMA_WRITE):
+    request = v.wr.SendWR(wr_id=2, opcode=opcode, num_sge=1, sg=[sge])
+    request.set_wr_rdma(rkey, address)
+    qp.post_send(request)
+    return request
+
+
+def test_00_typical_wrong_writes_are_named(ctx, pd):
+    def mine(mr, n):
+        return v.wr.SGE(mr.buf, n, mr.lkey)
+
+    wrong = {   # what a learner might post, and what the feedback must say
+        "the lkey where the rkey belongs": (lambda qp, mr, n, remote: post_write(
+            qp, mine(mr, n), mr.lkey, remote["addr"] + 64), "status 10", "remote['rkey']"),
+        "the sender's own address": (lambda qp, mr, n, remote: post_write(
+            qp, mine(mr, n), remote["rkey"], mr.buf + 64), "status 10", "remote['addr'] + 64"),
+        "no offset": (lambda qp, mr, n, remote: post_write(
+            qp, mine(mr, n), remote["rkey"], remote["addr"]), "not your message", "remote['addr'] + 64"),
+        "a READ": (lambda qp, mr, n, remote: post_write(
+            qp, mine(mr, n), remote["rkey"], remote["addr"] + 64, e.IBV_WR_RDMA_READ), "not an RDMA WRITE",
+            "IBV_WR_RDMA_WRITE"),
+        "built but not posted": (lambda qp, mr, n, remote: v.wr.SendWR(
+            wr_id=2, opcode=e.IBV_WR_RDMA_WRITE, num_sge=1, sg=[mine(mr, n)]), "no completion", "post_send"),
+    }
+    for what, (write, message, hint) in wrong.items():
+        f = run_00(ctx, pd, write)
+        assert f.status == "wrong" and message in f.message and hint in f.hint, (what, f.message, f.hint)
+
+
 def test_01_prediction():
     assert feedback("01.predict", exercises.REGISTRY["01.predict"].reference()).passed
     right = {"writes": 100, "reads_at_least": 100, "bytes_copied": 13_107_200}
@@ -51,6 +93,10 @@ def test_02_write_not_read(ctx, pd):
     everything = v.mr.MR(pd, 4096, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ)
     f = feedback("02.write-not-read", everything, ctx, pd)
     assert f.status == "wrong" and "could RDMA READ" in f.message
+    atomic = v.mr.MR(pd, 4096, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_ATOMIC)
+    f = feedback("02.write-not-read", atomic, ctx, pd)   # a peer reads it 8 bytes at a time: FETCH_AND_ADD of 0
+    assert f.status == "wrong" and "b'weights!'" in f.message and "REMOTE_ATOMIC" in f.hint
+    assert atomic.read(8, 0) == bytes(8)   # the check leaves the learner's buffer as it found it
     small = v.mr.MR(pd, 64, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE)
     assert "register at least 4096" in feedback("02.write-not-read", small, ctx, pd).message
 
@@ -65,17 +111,36 @@ def test_02_code_that_raises_gets_feedback_and_the_lesson_goes_on(ctx, pd, capsy
     assert mr.rkey != 0   # the reference solution's MR, so later cells work
 
 
-def run_03(ctx, pd, bring_up):
+def run_03(ctx, pd, bring_up, then_reference=False):
     lab = lessons.QPLab(ctx, pd)
     try:
         bring_up(lab.qp, lab.local, lab.remote, lab.route)
-        return feedback("03.to-rts", lab.qp, lab.qp, lab.local, lab.remote, lab.route, lab)
+        f = feedback("03.to-rts", lab.qp, lab.qp, lab.local, lab.remote, lab.route, lab)
+        if then_reference:   # what attempt() does after a wrong answer: the lesson goes on with the reference
+            _to_rts(lab.qp, lab.local, lab.remote, lab.route)
+            f.after = lab.send_and_receive(b"after", timeout=5).status
+        return f
     finally:
         lab.close()
 
 
 def test_03_reference_brings_the_qp_to_rts_and_a_send_arrives(ctx, pd):
     assert run_03(ctx, pd, _to_rts).passed
+
+
+def test_03_endpoints_carry_the_lid_and_the_address_vector_follows_the_link_layer(ctx, pd):
+    from rdmalab.verbs import rc
+    lab = lessons.QPLab(ctx, pd)
+    try:
+        assert {"qp_num", "psn", "gid", "lid", "rkey", "addr"} <= set(lab.local) and "lid" in lab.remote
+        ib = type(lab.route)(lab.route.device, lab.route.port, 0, lab.route.gid, lab.route.path_mtu,
+                             e.IBV_LINK_LAYER_INFINIBAND)
+        by_lid = rc.address_vector(ib, {**lab.remote, "lid": 7})
+        by_gid = rc.address_vector(lab.route, lab.remote)
+        assert (by_lid.is_global, by_lid.dlid) == (0, 7)
+        assert by_gid.is_global == (lab.route.link_layer != e.IBV_LINK_LAYER_INFINIBAND)
+    finally:
+        lab.close()
 
 
 def test_03_stopping_at_rtr_is_named(ctx, pd):
@@ -88,16 +153,35 @@ def test_03_stopping_at_rtr_is_named(ctx, pd):
     assert f.status == "wrong" and "in RTR" in f.message and "one more modify, to RTS" in f.hint
 
 
-def rc_to_rtr(qp, local, remote, route):
+ALL_REMOTE = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
+
+
+def rc_to_rtr(qp, local, remote, route, access=e.IBV_ACCESS_LOCAL_WRITE, rq_psn=None, max_dest_rd_atomic=1):
     a = v.qp.QPAttr(qp_state=e.IBV_QPS_INIT, port_num=route.port)
-    a.pkey_index, a.qp_access_flags = 0, e.IBV_ACCESS_LOCAL_WRITE
+    a.pkey_index, a.qp_access_flags = 0, access
     qp.modify(a, e.IBV_QP_STATE | e.IBV_QP_PKEY_INDEX | e.IBV_QP_PORT | e.IBV_QP_ACCESS_FLAGS)
     r = v.qp.QPAttr(qp_state=e.IBV_QPS_RTR, port_num=route.port, path_mtu=route.path_mtu)
-    r.ah_attr = v.addr.AHAttr(port_num=route.port, is_global=1, gr=v.addr.GlobalRoute(
-        dgid=v.addr.GID(remote["gid"]), sgid_index=route.gid_index, hop_limit=64))
-    r.dest_qp_num, r.rq_psn, r.max_dest_rd_atomic, r.min_rnr_timer = remote["qp_num"], remote["psn"], 1, 12
+    from rdmalab.verbs import rc
+    r.ah_attr = rc.address_vector(route, remote)
+    r.dest_qp_num, r.rq_psn = remote["qp_num"], remote["psn"] if rq_psn is None else rq_psn
+    r.max_dest_rd_atomic, r.min_rnr_timer = max_dest_rd_atomic, 12
     qp.modify(r, e.IBV_QP_STATE | e.IBV_QP_AV | e.IBV_QP_PATH_MTU | e.IBV_QP_DEST_QPN | e.IBV_QP_RQ_PSN
               | e.IBV_QP_MAX_DEST_RD_ATOMIC | e.IBV_QP_MIN_RNR_TIMER)
+
+
+def to_rts_with(**wrong):
+    """The reference's three steps with one attribute wrong (rc_to_rtr's keywords)."""
+    def bring_up(qp, local, remote, route):
+        rc_to_rtr(qp, local, remote, route, **{"access": ALL_REMOTE, **wrong})
+        a = v.qp.QPAttr(qp_state=e.IBV_QPS_RTS)
+        a.sq_psn, a.timeout, a.retry_cnt, a.rnr_retry, a.max_rd_atomic = local["psn"], 14, 7, 7, 1
+        qp.modify(a, e.IBV_QP_STATE | e.IBV_QP_SQ_PSN | e.IBV_QP_TIMEOUT | e.IBV_QP_RETRY_CNT
+                  | e.IBV_QP_RNR_RETRY | e.IBV_QP_MAX_QP_RD_ATOMIC)
+    return bring_up
+
+
+def test_03_the_right_attributes_pass_by_hand_too(ctx, pd):
+    assert run_03(ctx, pd, to_rts_with()).passed
 
 
 def test_03_a_wrong_psn_means_nobody_answers(ctx, pd):
@@ -115,6 +199,30 @@ def test_03_the_wrong_peer_is_named(ctx, pd):
 
     f = run_03(ctx, pd, wrong_peer)
     assert f.status == "wrong" and "not to the peer's" in f.message
+
+
+def test_03_a_wrong_rq_psn_fails_the_peers_send(ctx, pd):
+    f = run_03(ctx, pd, lambda qp, local, remote, route: to_rts_with(rq_psn=(remote["psn"] + 1000) % (1 << 24))(
+        qp, local, remote, route), then_reference=True)
+    assert f.status == "wrong" and "a SEND from the peer" in f.message and "rq_psn must be remote['psn']" in f.hint
+    assert f.after == e.IBV_WC_SUCCESS   # the check reconnected the peer: the lesson goes on
+
+
+def test_03_access_flags_without_remote_write_fail_the_peers_write(ctx, pd):
+    f = run_03(ctx, pd, to_rts_with(access=e.IBV_ACCESS_LOCAL_WRITE), then_reference=True)
+    assert f.status == "wrong" and "an RDMA WRITE from the peer" in f.message and "REMOTE_WRITE" in f.hint
+    assert f.after == e.IBV_WC_SUCCESS
+
+
+def test_03_no_remote_read_fails_the_peers_read(ctx, pd):
+    f = run_03(ctx, pd, to_rts_with(access=e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE))
+    assert f.status == "wrong" and "an RDMA READ" in f.message and "REMOTE_READ" in f.hint
+
+
+def test_03_max_dest_rd_atomic_0_is_refused(ctx, pd):
+    f = run_03(ctx, pd, to_rts_with(max_dest_rd_atomic=0), then_reference=True)
+    assert f.status == "wrong" and "max_dest_rd_atomic" in f.message + f.hint   # a failed READ, or (soft0) the query
+    assert f.after == e.IBV_WC_SUCCESS
 
 
 @pytest.fixture
@@ -140,10 +248,83 @@ def test_04_mailbox(mailbox):
     args = (len(message), qp, cq, local, target, message)
     ex = exercises.REGISTRY["04.mailbox"]
     assert feedback("04.mailbox", ex.reference(len(message)), *args).passed
-    for wrong, says in [([(0, 8, 0), (8, 5, 8)], "does not set the flag"),
+    assert feedback("04.mailbox", [(8, 2, 8), (10, 3, 10), (0, 8, 0)], *args).passed   # a message in two writes
+    for wrong, says in [([(0, 8, 0), (8, 5, 8), (0, 8, 0)], "sets the flag before the message is complete"),
+                        ([(0, 8, 0), (8, 5, 8)], "does not set the flag"),
                         ([(8, 5, 8)], "does not set the flag"),
-                        ([(0, 13, 0)], "no write before the flag"),
+                        ([(0, 13, 0)], "carries message bytes as well as the flag"),
+                        ([(8, 3, 8), (0, 8, 0)], "no write before the flag carries byte 11"),
                         ([(16, 5, 8), (0, 8, 0)], "local and remote offsets must match"),
                         ("flag", "answer with a list")]:
         f = feedback("04.mailbox", wrong, *args)
         assert f.status == "wrong" and says in f.message, (wrong, f.message)
+
+
+@pytest.fixture(scope="module")
+def ring_cluster():
+    from rdmalab.allreduce.cluster import Cluster
+    with Cluster(ranks=3, transport="rdma", max_bytes=1 << 20) as c:
+        yield c
+
+
+def test_05_ring_step(ring_cluster):
+    # as a notebook's functions: ipyparallel sends a function's code and names its module, which the
+    # engines import; they cannot import this test module, but they have a __main__
+    def not_written(comm, x, s, bounds, stage):
+        raise NotImplementedError
+
+    def adds_the_chunk_it_sent(comm, x, s, bounds, stage):
+        import numpy as np
+        p, r = comm.size, comm.rank
+        c = (r - s) % p                     # wrong: the chunk to add is (r - s - 1) mod p
+        slot = s * int(max(np.diff(bounds))) * x.itemsize
+        comm.t.put((r + 1) % p, x[bounds[c]:bounds[c + 1]], "stage", slot)
+        comm.t.wait((r - 1) % p)
+        n = bounds[c + 1] - bounds[c]
+        x[bounds[c]:bounds[c + 1]] += stage[slot:slot + n * x.itemsize].view(x.dtype)
+
+    def fails(comm, x, s, bounds, stage):
+        return x[bounds[s + 5]]             # IndexError on every rank
+
+    for fn in (not_written, adds_the_chunk_it_sent, fails):
+        fn.__module__ = "__main__"
+    ex = exercises.REGISTRY["05.ring-step"]
+    assert feedback("05.ring-step", ex.reference(), ring_cluster).passed
+    f = feedback("05.ring-step", not_written, ring_cluster)
+    assert f.status == "not yet", f.message
+    for wrong, says in [(adds_the_chunk_it_sent, "the sums are wrong"), (fails, "running it on the ranks failed")]:
+        f = feedback("05.ring-step", wrong, ring_cluster)
+        assert f.status == "wrong" and says in f.message, (wrong.__name__, f.message)
+
+
+def test_06_predict_four_ranks_from_a_two_rank_fit():
+    from rdmalab.allreduce import model
+    from rdmalab.lessons.checks import lesson06
+    costs = model.Costs(alpha=4e-5, beta=1e-10, gamma=3e-11)
+    sizes = [1 << 18, 1 << 20]
+    ref = exercises.REGISTRY["06.predict-4"].reference(costs, sizes)
+    assert ref == {n: pytest.approx(model.predict("ring", 4, n, costs)) for n in sizes}
+    assert feedback("06.predict-4", ref, costs, sizes).passed
+
+    def built(**change):
+        return {n: lesson06._ring(costs, **{"p": 4, "n": n, **change}) for n in sizes}
+    for wrong, says in [(built(p=2), "2-rank times"),
+                        (built(share=1.0), "(p-1)/p factor"),
+                        (built(steps=1), "alpha is counted once"),
+                        (built(steps=3), "counted p-1 times"),
+                        (built(reduce=False), "reduction term is missing"),
+                        ({n: t * 1e3 for n, t in ref.items()}, "milliseconds"),
+                        ({n: t * 1.5 for n, t in ref.items()}, "the model says"),
+                        ({sizes[0]: ref[sizes[0]]}, "every size"),
+                        ([1.0, 2.0], "answer with a dict")]:
+        f = feedback("06.predict-4", wrong, costs, sizes)
+        assert f.status == "wrong" and says in f.message, (wrong, f.message)
+
+
+def test_06_takes_four_rank_times_from_lesson_05s_evidence(tmp_path, monkeypatch):
+    from rdmalab.lessons import evidence, scaling
+    monkeypatch.setattr(evidence, "EVIDENCE_FILE", str(tmp_path / "evidence.json"))
+    monkeypatch.setattr(evidence, "LEARNER_DIR", str(tmp_path))
+    evidence.record("05", ranks=4, sizes=[1 << 16, 1 << 20, 16 << 20], ring_rdma_s=[1e-3, 2e-3, 9e-3])
+    source, times = scaling.four_rank_times(quick=True)
+    assert source == "your lesson 05 measurements" and times == {1 << 16: 1e-3, 1 << 20: 2e-3}

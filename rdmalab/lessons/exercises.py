@@ -15,6 +15,7 @@ import html
 import inspect
 
 from rdmalab.errors import explain_error
+from rdmalab.lessons import classroom
 
 REGISTRY = {}
 
@@ -109,6 +110,7 @@ def attempt(name, fn, *args, check_args=()):
     except Exception as error:   # the learner's code raised: that is feedback too
         feedback = Feedback(name, "wrong", f"your code raised {type(error).__name__}: {error}",
                             (ex.hints[0] if ex.hints else "") or explain_error(error))
+    classroom.record_exercise(name, feedback.status)   # the instructor's view, when RDMALAB_CLASS_DIR is set
     display(feedback)
     display(solution_button(name))
     return answer if feedback.passed else ex.reference(*args)

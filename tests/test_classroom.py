@@ -1,0 +1,93 @@
+"""The instructor's view (issue 17, item 3): opt-in recording of quiz answers and exercise attempts, one
+file per learner, `rdmalab class report DIR`; a missing or unwritable class directory is a no-op with
+one warning. Two real learners recording into one class directory is tests/workshop's part."""
+import importlib
+import json
+import os
+import pwd
+import stat
+
+import pytest
+
+from rdmalab import cli
+from rdmalab.lessons import classroom, exercises
+
+quiz = importlib.import_module("rdmalab.lessons.quiz")   # the module (lessons.quiz is the function)
+
+pytestmark = pytest.mark.host_only   # files and widgets: no device
+
+
+@pytest.fixture
+def fresh(monkeypatch, tmp_path):
+    monkeypatch.setattr(classroom, "_warned", False)
+    monkeypatch.setattr(quiz, "ANSWERS_FILE", str(tmp_path / "learner" / "answers.json"))
+    monkeypatch.delenv(classroom.ENV, raising=False)
+    return tmp_path
+
+
+def test_nothing_is_recorded_unless_the_instructor_asks(fresh, capsys):
+    quiz.save_answer("00", 1)
+    assert classroom.record_exercise("anything", "passed") is False
+    assert os.listdir(fresh) == ["learner"]
+    assert capsys.readouterr().err == ""
+
+
+def test_the_lessons_record_answers_and_attempts_in_the_learners_own_file(fresh, monkeypatch, capsys):
+    class_dir = fresh / "class"
+    class_dir.mkdir(mode=0o1733)
+    monkeypatch.setenv(classroom.ENV, str(class_dir))
+    name = next(iter(exercises.REGISTRY))
+    wrong = (quiz.ANSWER + 1) % len(quiz.CHOICES)
+    quiz.save_answer("00", wrong)
+    quiz.save_answer("00", quiz.ANSWER)              # a change of mind: the last answer counts
+    exercises.attempt(name, lambda *a: None)         # the skeleton: "not yet"
+    mine = class_dir / f"{classroom.me()}.json"
+    assert stat.S_IMODE(os.stat(mine).st_mode) == 0o644 and os.stat(mine).st_uid == os.geteuid()
+    record = json.loads(mine.read_text())
+    assert record["answers"]["00"]["choice"] == quiz.ANSWER
+    assert record["exercises"][name]["status"] == "not yet" and record["exercises"][name]["attempts"] == 1
+    table = classroom.table(str(class_dir))
+    assert table["stuck_on"] == {name: [classroom.me()]} and table["passed"][classroom.me()] == []
+    assert classroom.record_exercise(name, "passed") and classroom.record_exercise(name, "wrong")
+    table = classroom.table(str(class_dir))
+    assert table["passed"][classroom.me()] == [name] and table["stuck_on"] == {}   # once passed, passed
+    assert sorted(os.listdir(class_dir)) == [mine.name]   # no scratch file left
+    assert cli.main(["class", "report", str(class_dir)]) == 0
+    out = capsys.readouterr().out
+    assert classroom.me() in out and "(right)" in out
+    assert cli.main(["class", "report", "--json", str(class_dir)]) == 0
+    assert json.loads(capsys.readouterr().out)["answers"] == {classroom.me(): {"00": quiz.ANSWER}}
+    widget = classroom.widget(str(class_dir))
+    assert classroom.me() in widget.children[1].value
+
+
+@pytest.mark.parametrize("where", ["missing", "a file"])
+def test_a_class_dir_that_cannot_be_written_is_a_no_op_with_one_warning(fresh, monkeypatch, capsys, where):
+    target = fresh / "nowhere"
+    if where == "a file":
+        target.write_text("not a directory")
+        target = target / "class"
+    monkeypatch.setenv(classroom.ENV, str(target))
+    name = next(iter(exercises.REGISTRY))
+    quiz.save_answer("00", 1)
+    exercises.attempt(name, lambda *a: None)
+    assert classroom.record_exercise(name, "passed") is False
+    assert json.loads(open(quiz.ANSWERS_FILE).read()) == {"00": 1}   # the lesson's own saving went on
+    err = capsys.readouterr().err
+    assert err.count("rdmalab: not recording for the class") == 1, err
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: it gives a file to another user (chown)")
+def test_a_file_owned_by_someone_else_is_neither_trusted_nor_overwritten(fresh, monkeypatch, capsys):
+    class_dir = fresh / "class"
+    class_dir.mkdir()
+    monkeypatch.setenv(classroom.ENV, str(class_dir))
+    planted = class_dir / f"{classroom.me()}.json"
+    planted.write_text(json.dumps({"answers": {"00": {"choice": 3}}}))
+    nobody = pwd.getpwnam("nobody").pw_uid
+    os.chown(planted, nobody, nobody)
+    assert classroom.record_answer("00", 0) is False
+    assert "is not yours" in capsys.readouterr().err
+    assert json.loads(planted.read_text()) == {"answers": {"00": {"choice": 3}}}
+    assert classroom.table(str(class_dir))["learners"] == []
+    assert cli.main(["class", "report", str(class_dir / "absent")]) == 1
