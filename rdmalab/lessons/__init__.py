@@ -4,7 +4,8 @@ nothing else of rdmalab imports lessons.
     quiz.py        the opening question (lesson 00), its choices, the answer and why, the saved answers
     answer.py      lesson 05's closing view: the answer from the learner's own numbers (01, 04, 05)
     nccl.py        NCCL in practice (lesson 05): LL/LL128/Simple's bytes per flag, ring against tree steps
-    fixtures.py    QP state diagrams, connected pairs (Pair, one_sided), lesson 03's QPLab, wait_for_sends
+    fixtures.py    QP state diagrams, connected pairs (Pair, one_sided), lesson 03's QPLab and poll_or_sleep,
+                   lesson 04's post_writes
     exercises.py   the exercise framework; checks/ the checks and reference solutions, a module per lesson
     evidence.py    what the learner measured, kept so that lesson 05 can answer with their own numbers
     target.py      lesson 04's second process (RemoteBuffer); dashboard.py, plots.py: charts and widgets
@@ -15,10 +16,10 @@ names, `from rdmalab.lessons.quiz import ...`.)
 """
 from rdmalab.lessons import checks  # noqa: F401  (the lessons' exercises register themselves)
 from rdmalab.lessons.fixtures import (MEANING, REQUIRED, STATE_NAMES, Pair, QPLab, draw_qp_states, one_sided,
-                                      state_of, wait_for_sends)
+                                      poll_or_sleep, post_writes, state_of, wait_for_sends)
 from rdmalab.lessons.quiz import ANSWER, ANSWERS_FILE, CHOICES, QUESTION, WHY, load_answers, quiz, save_answer
 from rdmalab.lessons import answer, nccl  # modules: answer.closing_view(), nccl.protocols()
 
 __all__ = ["MEANING", "REQUIRED", "STATE_NAMES", "Pair", "QPLab", "draw_qp_states", "one_sided", "state_of",
-           "wait_for_sends", "ANSWER", "ANSWERS_FILE", "CHOICES", "QUESTION", "WHY", "load_answers", "quiz",
+           "poll_or_sleep", "post_writes", "wait_for_sends", "ANSWER", "ANSWERS_FILE", "CHOICES", "QUESTION", "WHY", "load_answers", "quiz",
            "save_answer", "answer", "nccl"]

@@ -215,3 +215,43 @@ def wait_for_sends(target, qp, cq, mr, messages=20, gap_s=0.005, channel=None):
             "latency_us": statistics.median(s - p for s, p in zip(seen, posted)) * 1e6,
             "cpu_us_per_message": cpu / messages * 1e6}
 
+
+
+def poll_or_sleep(ctx, pd, messages=40, gap_s=0.005):
+    """Lesson 03's comparison: another process (lesson 04's RemoteBuffer) SENDs `messages` small
+    messages `gap_s` apart to a QP of ours, and we wait for them twice, busy polling our CQ, then
+    sleeping on completion events. Returns {"busy polling": {...}, "completion events": {...}}, each
+    as wait_for_sends() measures it."""
+    from rdmalab.lessons.target import RemoteBuffer
+    from rdmalab.verbs import enums as e
+    from rdmalab.verbs import rc
+    ours = rc.Resources(access=e.IBV_ACCESS_LOCAL_WRITE, events=True, ctx=ctx, pd=pd)
+    try:
+        with RemoteBuffer() as target:
+            mine = ours.endpoint(mr=ours.mr)
+            ours.connect(target.endpoint)
+            target.connect(mine)
+            return {r["how"]: r for r in (wait_for_sends(target, ours.qp, ours.cq, ours.mr, messages, gap_s, how)
+                                          for how in (None, ours.channel))}
+    finally:
+        ours.close()
+
+
+def post_writes(qp, cq, mr, remote, count=16, chained=False):
+    """Lesson 04's doorbell count: `count` 64-byte WRITEs of `mr` into `remote` (an endpoint with rkey
+    and addr), the last one signaled, posted one post_send each or as one chain linked by next_wr.
+    Returns the write() syscalls this process made meanwhile (Soft-RoCE's doorbell is one)."""
+    from rdmalab.proc import procstat
+    from rdmalab.verbs import enums as e
+    from rdmalab.verbs import rc, wr
+    wrs = []
+    for i in reversed(range(count)):               # built back to front: each WR points at the next
+        w = wr.SendWR(wr_id=i, opcode=e.IBV_WR_RDMA_WRITE, num_sge=1, sg=[wr.SGE(mr.buf, 64, mr.lkey)],
+                      send_flags=e.IBV_SEND_SIGNALED if i == count - 1 else 0, next_wr=wrs[0] if chained and wrs else None)
+        w.set_wr_rdma(remote["rkey"], remote["addr"] + 2048)
+        wrs.insert(0, w)
+    before = procstat.snapshot()
+    for w in wrs[:1] if chained else wrs:
+        qp.post_send(w)
+    rc.wait_for_completion(cq)
+    return procstat.since(before)["write_syscalls"]
