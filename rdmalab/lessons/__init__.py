@@ -1,5 +1,5 @@
 """Helpers the lessons share. The package's rule: lessons may import everything else of rdmalab;
-nothing else of rdmalab imports lessons.
+nothing else of rdmalab imports lessons (but the `rdmalab class report` command, an entry point).
 
     quiz.py        the opening question (lesson 00), its choices, the answer and why, the saved answers
     answer.py      lesson 05's closing view: the answer from the learner's own numbers (01, 04, 05)
@@ -8,6 +8,8 @@ nothing else of rdmalab imports lessons.
                    lesson 04's post_writes
     exercises.py   the exercise framework; checks/ the checks and reference solutions, a module per lesson
     evidence.py    what the learner measured, kept so that lesson 05 can answer with their own numbers
+    classroom.py   the instructor's opt-in view: answers and exercises recorded in a class directory
+    scaling.py     lesson 06: the model judged on unseen sizes, 4-rank times, the cluster charts and explorer
     target.py      lesson 04's second process (RemoteBuffer); dashboard.py, plots.py: charts and widgets
 
 The names notebooks use are here too: `from rdmalab import lessons; lessons.quiz()`,
