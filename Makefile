@@ -1,20 +1,24 @@
 # make lab   - create .venv if needed, install rdmalab, open JupyterLab on notebooks/
 # make test  - create .venv if needed, install rdmalab with test extras, run every test
 #              (unit tests, the conformance suite on the emulated NIC, every notebook)
+#              (tests/workshop, as root: a real JupyterHub and four real Unix users; see workshop/README.md)
 # make test-softroce - the same tests inside a QEMU guest with a real Soft-RoCE device, rxe0,
 #              through Debian's pyverbs (root; the first run builds and caches the guest: ~5 min)
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.rdmalab-installed
+# the class hub's proxy (tests/workshop, workshop/setup.sh), from the npm registry
+CHP_DIR := $(HOME)/.cache/rdmalab/configurable-http-proxy
+CHP     := $(CHP_DIR)/node_modules/.bin/configurable-http-proxy
 
-.PHONY: lab test test-softroce clean
+.PHONY: lab test test-softroce workshop-deps clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV) || { \
 	  echo "Could not create $(VENV). On Debian/Ubuntu: sudo apt-get install python3-venv"; exit 1; }
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet -e '.[test,workshop]'
 	@$(PY) -m rdmalab.verbs.link_pyverbs
 	@touch $@
 
@@ -23,8 +27,18 @@ $(STAMP): pyproject.toml
 lab: $(STAMP)
 	$(PY) -m rdmalab.lab notebooks/
 
-test: $(STAMP)
+test: $(STAMP) workshop-deps
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# npm (Debian: nodejs npm, installed here when root), then configurable-http-proxy into ~/.cache/rdmalab.
+# Without them tests/workshop skips and says why (.ci/run sets RDMALAB_WORKSHOP_TEST=1: there it fails).
+workshop-deps: $(CHP)
+$(CHP):
+	@command -v npm >/dev/null || [ "$$(id -u)" != 0 ] || { echo "installing nodejs and npm (apt-get)"; \
+	  { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends nodejs npm; } \
+	    > /tmp/rdmalab-npm.log 2>&1 || tail -5 /tmp/rdmalab-npm.log; }
+	-@command -v npm >/dev/null && npm install --silent --no-audit --no-fund --prefix $(CHP_DIR) configurable-http-proxy@5 \
+	  || echo "no configurable-http-proxy (needs npm: apt-get install nodejs npm): tests/workshop will skip"
 
 test-softroce:
 	softroce/vm.sh sh softroce/guest-tests.sh $(PYTEST_ARGS)

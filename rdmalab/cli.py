@@ -1,4 +1,5 @@
-"""The `rdmalab` command: `rdmalab doctor [--json]`, `rdmalab bench TEST|compare [...]`."""
+"""The `rdmalab` command: `rdmalab doctor [--json]`, `rdmalab bench TEST|compare [...]`, `rdmalab allreduce`,
+`rdmalab class report DIR`."""
 import argparse
 import signal
 import sys
@@ -48,7 +49,26 @@ def parser():
     ar.add_argument("--json", action="store_true", help="print the results as JSON")
     ar.add_argument("--oversubscribe", action="store_true",
                     help="start more than 8 ranks per usable CPU anyway (they take minutes to start, then take turns)")
+    cls = commands.add_parser("class", help="the instructor's view of a class (workshop/README.md)")
+    cls_commands = cls.add_subparsers(dest="class_command", required=True, metavar="ACTION")
+    rep = cls_commands.add_parser("report", help="who answered what, who is stuck on which exercise",
+                                  description="Tabulate the records learners' lessons wrote in a class "
+                                              "directory (RDMALAB_CLASS_DIR on their servers).")
+    rep.add_argument("directory", metavar="DIR", help="the class directory")
+    rep.add_argument("--json", action="store_true", help="print the table as JSON")
     return top
+
+
+def _class(args):
+    import json
+    import os
+
+    from rdmalab.lessons import classroom
+    if not os.path.isdir(args.directory):
+        raise ValueError(f"{args.directory} is not a directory: the class directory is the one "
+                         f"{classroom.ENV} names on the learners' servers")
+    print(json.dumps(classroom.table(args.directory), indent=1) if args.json else classroom.report(args.directory))
+    return 0
 
 
 def _size(text):
@@ -128,6 +148,8 @@ def main(argv=None):
             return run(args)
         if args.command == "allreduce":
             return _allreduce(args)
+        if args.command == "class":
+            return _class(args)
         return _bench(args)
     except (ProviderError, BenchError, ValueError, RuntimeError) as error:
         print(f"rdmalab: {error}", file=sys.stderr)

@@ -17,8 +17,19 @@ quiz = importlib.import_module("rdmalab.lessons.quiz")   # the module (lessons.q
 pytestmark = pytest.mark.host_only   # files and widgets: no device
 
 
+NAME = "classroom_test_double"
+
+
+def check_double(answer, x):
+    if answer != 2 * x:
+        raise exercises.Wrong(f"{answer} is not twice {x}")
+
+
 @pytest.fixture
 def fresh(monkeypatch, tmp_path):
+    # an exercise of this test's own (the lessons' change under it): double x
+    monkeypatch.setitem(exercises.REGISTRY, NAME, exercises.Exercise(NAME, "double", check_double, lambda x: 2 * x,
+                                                                       ["twice"]))
     monkeypatch.setattr(classroom, "_warned", False)
     monkeypatch.setattr(quiz, "ANSWERS_FILE", str(tmp_path / "learner" / "answers.json"))
     monkeypatch.delenv(classroom.ENV, raising=False)
@@ -36,11 +47,11 @@ def test_the_lessons_record_answers_and_attempts_in_the_learners_own_file(fresh,
     class_dir = fresh / "class"
     class_dir.mkdir(mode=0o1733)
     monkeypatch.setenv(classroom.ENV, str(class_dir))
-    name = next(iter(exercises.REGISTRY))
+    name = NAME
     wrong = (quiz.ANSWER + 1) % len(quiz.CHOICES)
     quiz.save_answer("00", wrong)
     quiz.save_answer("00", quiz.ANSWER)              # a change of mind: the last answer counts
-    exercises.attempt(name, lambda *a: None)         # the skeleton: "not yet"
+    exercises.attempt(name, lambda x: None, 3)       # the skeleton: "not yet"
     mine = class_dir / f"{classroom.me()}.json"
     assert stat.S_IMODE(os.stat(mine).st_mode) == 0o644 and os.stat(mine).st_uid == os.geteuid()
     record = json.loads(mine.read_text())
@@ -68,11 +79,11 @@ def test_a_class_dir_that_cannot_be_written_is_a_no_op_with_one_warning(fresh, m
         target.write_text("not a directory")
         target = target / "class"
     monkeypatch.setenv(classroom.ENV, str(target))
-    name = next(iter(exercises.REGISTRY))
+    name = NAME
     quiz.save_answer("00", 1)
-    exercises.attempt(name, lambda *a: None)
+    exercises.attempt(name, lambda x: 2 * x, 3)
     assert classroom.record_exercise(name, "passed") is False
-    assert json.loads(open(quiz.ANSWERS_FILE).read()) == {"00": 1}   # the lesson's own saving went on
+    assert quiz.load_answers()["00"] == 1   # the lesson's own saving went on
     err = capsys.readouterr().err
     assert err.count("rdmalab: not recording for the class") == 1, err
 
