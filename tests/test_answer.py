@@ -63,6 +63,13 @@ def test_the_view_answers_with_the_learners_own_numbers():
     assert "<table>" in html and "data:image/png;base64," in html and "your choice" in html
 
 
+def test_a_run_where_rdma_lost_is_said_so_not_counted_as_evidence_for_it():
+    slow = {**FULL, "05": {**FULL["05"], "busbw_rdma": [0.98, 0.43], "busbw_tcp": [0.33, 2.07]}}
+    text = str(answer.closing_view(device="soft0", kept=slow, answers={}))
+    assert "moved only 0.2x TCP's busbw" in text and "quiet machine" in text
+    assert "the same ring moved 0.2x" not in text
+
+
 def test_missing_lessons_are_named_and_nothing_fails():
     view = answer.closing_view(device=None, kept={}, answers={})
     text = str(view)

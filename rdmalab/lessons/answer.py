@@ -132,8 +132,14 @@ def _numbers(kept):
     if four.get("writes"):
         bits.append(f"the target of {four['writes']} RDMA WRITEs made {four.get('rdma_target_syscalls', 0)} syscalls "
                     f"and used {four.get('rdma_target_cpu_ms', 0):.2f} ms of CPU (04)")
-    if ratio:
+    if ratio and ratio >= 1:
         bits.append(f"the same ring moved {ratio:.1f}x the busbw over RDMA (05)")
+    elif ratio:   # the evidence says otherwise this time: say so, and why it can on this machine
+        bits.append(f"but in your run of 05 the ring over RDMA moved only {ratio:.1f}x TCP's busbw at "
+                    f"{_size(five['sizes'][-1])}: on one host both rings are CPU copies, and a rank that waits "
+                    f"while another process holds its CPU loses milliseconds (lesson 06 shows the spread). Run "
+                    f"05's ring cells again on a quiet machine, or `rdmalab allreduce --ranks 2 --size 1M` for "
+                    f"each transport")
     if bits:
         notes[2] = "Your evidence: " + "; ".join(bits) + "."
     if one.get("tcp_syscalls_per_message") is not None:
