@@ -13,7 +13,7 @@ import pytest
 from rdmalab import verbs as v
 from rdmalab.allreduce.cluster import Cluster, ClusterError
 from rdmalab.allreduce.ranks import count_wrong
-from rdmalab.proc import watchdog
+from rdmalab.proc import waiting, watchdog
 from rdmalab.verbs.soft.shm import pid_alive
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -60,6 +60,9 @@ def test_every_algorithm_on_other_rank_counts(ranks):
         cases = [(count, dtype, algorithm, True) for count in (1, ranks - 1 or 1, 7, 10007)
                  for dtype in ("float32", "int64") for algorithm in algorithms]
         assert c.check(cases) == [0] * len(cases)
+        # each rank knows how many local ranks share the CPUs, so that none spins while another waits for a CPU
+        policies = c.view.apply_sync(waiting.policy)
+        assert [(p.peers, p.spin_s > 0) for p in policies] == [(ranks, p.cpus >= max(2, ranks)) for p in policies]
 
 
 @pytest.mark.host_only

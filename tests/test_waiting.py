@@ -14,6 +14,22 @@ def test_the_policy_spins_only_with_two_cpus_and_yields_only_with_fewer(cpus, sp
     assert (p.spin_s > 0) == spins and (p.yields > 0) == yields
 
 
+@pytest.mark.parametrize("cpus, peers, spins", [(2, 2, True), (2, 4, False), (4, 4, True), (8, 4, True), (1, 1, False)])
+def test_processes_that_wait_for_each_other_spin_only_with_a_cpu_each(cpus, peers, spins):
+    p = waiting.Policy(cpus, peers)
+    assert (p.spin_s > 0) == spins and (p.yields > 0) == (not spins)
+
+
+def test_the_cluster_tells_its_local_ranks_how_many_share_the_cpus(monkeypatch):
+    monkeypatch.setattr(waiting, "_policy", None)
+    monkeypatch.setattr(waiting, "usable_cpus", lambda: 2)
+    monkeypatch.setenv(waiting.PEERS_ENV, "4")
+    assert waiting.policy().peers == 4 and waiting.policy().spin_s == 0
+    monkeypatch.setattr(waiting, "_policy", None)
+    monkeypatch.setenv(waiting.PEERS_ENV, "four")   # not a number: as if unset
+    assert waiting.policy().peers == 1 and waiting.policy().spin_s > 0
+
+
 def test_a_preempted_spin_sleeps_at_once_for_a_while_then_tries_again():
     p = waiting.Policy(2)
     assert p.busy_waiting(100.0)

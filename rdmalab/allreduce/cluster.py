@@ -30,7 +30,7 @@ import time
 from rdmalab.allreduce import ranks as engine   # what each engine runs (here `ranks` is their number)
 from rdmalab.allreduce.algorithms import stage_bytes, validate
 from rdmalab.allreduce.transports import TRANSPORTS
-from rdmalab.proc import children, watchdog
+from rdmalab.proc import children, waiting, watchdog
 from rdmalab.proc.cpus import usable_cpus
 from rdmalab.proc.procstat import pid_alive
 from rdmalab.verbs.soft import shm
@@ -79,6 +79,8 @@ class Cluster:
             self._weigh_cpus()
             self._refuse_what_memory_cannot_hold()
         env = dict(ENGINE_ENV)
+        if self.launcher == "local":   # the ranks wait for each other: they spin only with a CPU each
+            env[waiting.PEERS_ENV] = str(self.ranks)
         if self.provider:
             env["RDMALAB_PROVIDER"] = self.provider
         if self.launcher == "mpi" and shutil.which("mpiexec") is None:

@@ -4,7 +4,10 @@ Everywhere the lab waits (a completion on a CQ, a flag or a sequence number in r
 it calls `until(ready, ...)`, which tries three things in turn:
 
 1. **spin**: check again and again for SPIN_S. Worth it only when the peer that will answer runs
-   on another CPU at the same time, so only when this process may use two CPUs or more;
+   on another CPU at the same time, so only when this process may use two CPUs or more, and only
+   when the processes that wait for each other (RDMALAB_LOCAL_PEERS: an AllReduce's local ranks)
+   have a CPU each: 4 ranks spinning on 2 CPUs spend their turns spinning while the rank they wait
+   for waits for a CPU;
 2. **yield**: `os.sched_yield()` between checks, a bounded number of times. With one CPU, the peer
    runs at once on ours, and answers in a few microseconds;
 3. **sleep**: block in the kernel until woken, or for at most SLEEP_CHUNK_S, then check again.
@@ -29,7 +32,8 @@ import time
 
 from rdmalab.proc.cpus import usable_cpus
 
-SPIN_S = float(os.environ.get("RDMALAB_SPIN_US", 50)) * 1e-6   # with two CPUs or more
+SPIN_S = float(os.environ.get("RDMALAB_SPIN_US", 50)) * 1e-6   # with two CPUs or more, and one per peer
+PEERS_ENV = "RDMALAB_LOCAL_PEERS"   # processes on this host that wait for each other (a cluster's local ranks)
 YIELDS = 100                 # with fewer than two: about 2 us each when the peer shares our CPU
 SLEEP_CHUNK_S = 0.002        # a sleeper checks at least this often (a lost wake-up costs no more)
 PREEMPTED_S = 200e-6         # a gap this long between two checks of a spin: another process ran
@@ -42,10 +46,11 @@ yield_cpu = getattr(os, "sched_yield", lambda: time.sleep(0))
 class Policy:
     """How this process waits: spin seconds, then yields, then sleeps."""
 
-    def __init__(self, cpus):
-        self.cpus = cpus
-        self.spin_s = SPIN_S if cpus >= 2 else 0.0
-        self.yields = 0 if cpus >= 2 else YIELDS if cpus >= 1 else YIELDS // 10  # under a quota, each spin costs quota
+    def __init__(self, cpus, peers=1):
+        self.cpus, self.peers = cpus, peers
+        spin = cpus >= max(2, peers)   # the peer that will answer has a CPU of its own
+        self.spin_s = SPIN_S if spin else 0.0
+        self.yields = 0 if spin else YIELDS if cpus >= 1 else YIELDS // 10  # under a quota, each spin costs quota
         self.sleep_only_until, self.calm = 0.0, CALM_S[0]
 
     def busy_waiting(self, now):
@@ -60,7 +65,8 @@ class Policy:
         self.calm = CALM_S[0]
 
     def __repr__(self):
-        return f"Policy(cpus={self.cpus:g}, spin {self.spin_s * 1e6:.0f} us, then {self.yields} yields, then sleep)"
+        return (f"Policy(cpus={self.cpus:g}, peers={self.peers}, spin {self.spin_s * 1e6:.0f} us, "
+                f"then {self.yields} yields, then sleep)")
 
 
 _policy = None
@@ -69,7 +75,11 @@ _policy = None
 def policy():
     global _policy
     if _policy is None:
-        _policy = Policy(usable_cpus())
+        try:
+            peers = max(1, int(os.environ.get(PEERS_ENV, 1)))
+        except ValueError:
+            peers = 1
+        _policy = Policy(usable_cpus(), peers)
     return _policy
 
 
