@@ -1,10 +1,26 @@
-"""Run an unmodified pyverbs program on the emulated NIC:
+"""Run an unmodified pyverbs program, or rdma-core's own test suite, on the emulated NIC:
 
     python -m rdmalab.verbs.run program.py [args...]
+    python -m rdmalab.verbs.run --unittest DIR [--json FILE] [--provider soft|pyverbs]
+                                [--timeout S] [rdma-core's options: --dev --port --gid -v ...] [TEST ...] [-k PAT]
 
-Its `import pyverbs...` lines resolve to rdmalab.verbs.soft, whose modules carry pyverbs' names.
+A program's `import pyverbs...` lines resolve to rdmalab.verbs.soft, whose modules carry pyverbs'
+names; a module soft0 does not have (pyverbs.providers.mlx5, ...) fails to import as it would where
+pyverbs was built without it.
+
+--unittest runs rdma-core's tests/ directory DIR (tests/rdmacore/fetch.py fetches it) as its
+run_tests.py does, DIR on sys.path and its args_parser taking its options, except that each test
+module is imported on its own: one that cannot import is reported (as an error of that module) and
+the others run. TEST names a module, class or test (tests.test_cq.CQTest), -k a pattern, as unittest
+takes them. It prints one line per test with -v, and the counts per module; --json FILE writes
+{"tests": {test id: {"outcome": pass|skip|fail|error, "reason": ...}}, "modules": {...}}.
+--provider pyverbs runs them on the real pyverbs found on sys.path instead (in the Soft-RoCE guest),
+for softroce/compare_rdma_core.py to compare. --timeout (default 120 s, times RDMALAB_TIME_SCALE)
+ends a test that hangs, as an error.
 """
 import importlib
+import importlib.abc
+import importlib.util
 import os
 import runpy
 import sys
@@ -14,8 +30,33 @@ from rdmalab.verbs import ENUM_MODULES, MODULES
 SOFT = "rdmalab.verbs.soft"
 
 
+class _SoftPyverbs(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Imports of `pyverbs` and `pyverbs.X.Y` get rdmalab.verbs.soft and rdmalab.verbs.soft.X.Y."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != "pyverbs" and not fullname.startswith("pyverbs."):
+            return None
+        soft_name = SOFT + fullname[len("pyverbs"):]
+        try:
+            found = importlib.util.find_spec(soft_name)
+        except ModuleNotFoundError:
+            found = None
+        if found is None:
+            raise ModuleNotFoundError(f"No module named {fullname!r} (the emulated NIC soft0 has no such module)",
+                                      name=fullname)
+        return importlib.util.spec_from_loader(fullname, self, is_package=found.submodule_search_locations is not None)
+
+    def create_module(self, spec):
+        return importlib.import_module(SOFT + spec.name[len("pyverbs"):])
+
+    def exec_module(self, module):
+        pass
+
+
 def install():
     """Make `pyverbs` and its modules name the emulated NIC in this interpreter."""
+    if not any(isinstance(f, _SoftPyverbs) for f in sys.meta_path):
+        sys.meta_path.insert(0, _SoftPyverbs())
     sys.modules["pyverbs"] = importlib.import_module(SOFT)
     for name in MODULES + ENUM_MODULES:
         sys.modules[f"pyverbs.{name}"] = importlib.import_module(f"{SOFT}.{name}")
@@ -26,6 +67,9 @@ def main(argv=None):
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__.strip())
         return 0 if argv else 2
+    if argv[0] == "--unittest":
+        from rdmalab.verbs.rdmacore import run_unittest
+        return run_unittest(argv[1:], install)
     if not os.path.isfile(argv[0]):
         print(f"rdmalab.verbs.run: no such program: {argv[0]}", file=sys.stderr)
         return 2

@@ -70,3 +70,22 @@ def test_negative_read_offset_is_a_user_error(pd):
 @pytest.mark.parametrize("cqe", [0, 32768])
 def test_cq_size_outside_device_limits_is_refused(ctx, cqe):
     assert rdma_error(lambda: v.cq.CQ(ctx, cqe)) == 22
+
+
+def test_gid_table_extended_queries_and_device_ex_as_rxe_reports_them(ctx):
+    """What rdma-core's own test_device checks: a nonzero vendor id, RoCE ports requiring a GRH, the GID
+    table and query_gid_ex agreeing with query_gid, ENODATA past the populated entries, and -EINVAL
+    (libibverbs' negative errno, passed on as is) for a GID table buffer too small."""
+    attr = ctx.query_device_ex()
+    assert attr.orig_attr.vendor_id != 0 and attr.phys_port_cnt_ex == attr.orig_attr.phys_port_cnt == 1
+    assert attr.odp_caps.general_caps == 0 and attr.max_dm_size == 0   # neither has ODP nor device memory
+    port = ctx.query_port(1)
+    if port.link_layer == e.IBV_LINK_LAYER_ETHERNET:
+        assert port.flags & 1   # IBV_QPF_GRH_REQUIRED
+    entries = ctx.query_gid_table(port.gid_tbl_len)
+    assert [entry.gid_index for entry in entries] == list(range(len(entries))) and len(entries) >= 2
+    for entry in entries:
+        assert entry.port_num == 1 and entry.gid_str() == str(ctx.query_gid(1, entry.gid_index))
+        assert ctx.query_gid_ex(1, entry.gid_index).gid_str() == entry.gid_str()
+    assert rdma_error(lambda: ctx.query_gid_ex(1, len(entries))) == 61
+    assert rdma_error(lambda: ctx.query_gid_table(0)) == -22

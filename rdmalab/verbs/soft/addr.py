@@ -68,3 +68,8 @@ class AHAttr:
     @property
     def hop_limit(self):
         return self.gr.hop_limit
+
+
+from .base import absent  # noqa: E402
+
+AH = absent("AH", "Address handles (for UD QPs)")

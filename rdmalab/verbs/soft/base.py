@@ -5,7 +5,7 @@ after close() crashes real pyverbs (a NULL pointer); here it raises PyverbsUserE
 """
 import weakref
 
-from .pyverbs_error import PyverbsUserError
+from .pyverbs_error import PyverbsRDMAError, PyverbsUserError  # noqa: F401 (pyverbs.base has both)
 
 
 class Resource:
@@ -48,3 +48,63 @@ class Resource:
             self.close()
         except Exception:
             pass
+
+
+# ---------------------------------------------------------------- pyverbs.base's functions
+
+EOPNOTSUPP = 95
+
+
+def PyverbsRDMAErrno(msg):
+    """pyverbs.base.PyverbsRDMAErrno: a PyverbsRDMAError carrying the C library's current errno."""
+    import ctypes
+    from .pyverbs_error import PyverbsRDMAError
+    return PyverbsRDMAError(msg, ctypes.get_errno())
+
+
+def inc_rkey(rkey):
+    """ibv_inc_rkey: the next key of a memory window, its low 8 bits (the key's tag) incremented."""
+    return (rkey & 0xFFFFFF00) | ((rkey + 1) & 0xFF)
+
+
+def not_implemented(what):
+    """What soft0 raises for a verb real Soft-RoCE (rxe) has and soft0 does not have yet: EOPNOTSUPP, the
+    errno a device without the feature gives, so rdma-core's tests skip as they would there."""
+    from .pyverbs_error import PyverbsRDMAError
+    return PyverbsRDMAError(f"{what}: the emulated NIC soft0 does not implement this yet (Soft-RoCE does)",
+                            EOPNOTSUPP)
+
+
+def not_supported(what):
+    """What soft0 raises for a verb neither it nor Soft-RoCE (rxe) supports: EOPNOTSUPP, as rxe does."""
+    from .pyverbs_error import PyverbsRDMAError
+    return PyverbsRDMAError(f"{what}: not supported by the emulated NIC soft0 (nor by Soft-RoCE)", EOPNOTSUPP)
+
+
+class Record:
+    """A pyverbs attribute structure (QPInitAttrEx, SrqAttr, ...): its fields as plain attributes."""
+    _fields = {}
+
+    def __init__(self, *args, **kwargs):
+        values = dict(self._fields)
+        names = list(self._fields)
+        if len(args) > len(names):
+            raise TypeError(f"{type(self).__name__} takes at most {len(names)} positional arguments")
+        values.update(zip(names, args))
+        for key, value in kwargs.items():
+            if key not in values:
+                raise TypeError(f"{type(self).__name__}() got an unexpected keyword argument {key!r}")
+            values[key] = value
+        self.__dict__.update(values)
+
+    def __repr__(self):
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self.__dict__.items())})"
+
+
+def absent(name, what, rxe_has=True, base=Resource):
+    """A pyverbs class whose verb soft0 lacks: constructing it raises EOPNOTSUPP (see not_implemented)."""
+    def __init__(self, *args, **kwargs):
+        raise (not_implemented if rxe_has else not_supported)(what)
+    return type(name, (base,), {"__init__": __init__, "__doc__": f"{what}: " + (
+        "not in soft0 yet (Soft-RoCE has it): raises EOPNOTSUPP" if rxe_has else
+        "neither soft0 nor Soft-RoCE supports it: raises EOPNOTSUPP")})

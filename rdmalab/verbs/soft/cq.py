@@ -18,7 +18,7 @@ from collections import deque
 
 from . import shm
 from .layout import C_ALIVE, C_ARMED, C_CHANNEL, C_EVENTS, W_SLEEPERS
-from .base import Resource
+from .base import Record, Resource, absent
 from .device import DEVICE_ATTR, Context
 from .pyverbs_error import PyverbsRDMAError, PyverbsUserError
 
@@ -164,6 +164,8 @@ class CQ(Resource):
         context.check_open()
         if channel is not None and not isinstance(channel, CompChannel):
             raise PyverbsUserError(f"Expected CompChannel, got {type(channel)}")
+        if isinstance(cqe, float):   # the C call takes an int: pyverbs passes max_cqe / 2 through so
+            cqe = int(cqe)
         if not 1 <= cqe <= DEVICE_ATTR["max_cqe"] or not 0 <= comp_vector < context.num_comp_vectors:
             raise PyverbsRDMAError("Failed to create a CQ", EINVAL)
         if channel is not None and channel.context is not context:
@@ -239,6 +241,11 @@ class CQ(Resource):
             rq.harvest(wcs, num_entries)
         return len(wcs), wcs
 
+    @property
+    def comp_channel(self):
+        """The completion channel given at creation, or None (pyverbs' name for it)."""
+        return self.channel
+
     def req_notify(self, solicited_only=False):
         """Arm the CQ: the next completion (solicited_only: the next solicited receive) raises one
         event on the CQ's channel."""
@@ -281,3 +288,19 @@ class _PollerBell:
 
     def disarm(self):
         self.segment_bell.disarm()
+
+
+class CqInitAttrEx(Record):
+    """ibv_cq_init_attr_ex: for CQEX (extended CQs)."""
+    _fields = dict(cqe=100, channel=None, comp_vector=0, wc_flags=0, comp_mask=0, flags=0, parent_domain=None)
+
+
+class PollCqAttr(Record):
+    _fields = dict(comp_mask=0)
+
+
+class WcTmInfo(Record):
+    _fields = dict(tag=0, priv=0)
+
+
+CQEX = absent("CQEX", "Extended CQs (ibv_create_cq_ex) and their polling")

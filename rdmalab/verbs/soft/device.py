@@ -15,7 +15,7 @@ NODE_GUID = 0x0002C9FFFE5AB000
 GIDS = ["fe80:0000:0000:0000:0202:c9ff:fe5a:b000",   # 0: link-local (reaches this host only)
         "0000:0000:0000:0000:0000:ffff:7f00:0001"]   # 1: ::ffff:127.0.0.1, IPv4-mapped RoCE v2
 GID_TABLE_LEN = 1024
-EINVAL = 22
+EINVAL, ENOENT, ENODATA = 22, 2, 61
 
 
 class Device:
@@ -53,7 +53,7 @@ class PortAttr(_Attrs):
 
 DEVICE_ATTR = dict(
     fw_version="0.1.0 (rdmalab emulated NIC)", node_guid=NODE_GUID, sys_image_guid=NODE_GUID,
-    max_mr_size=(1 << 64) - 1, page_size_cap=0xFFFFF000, vendor_id=0, vendor_part_id=0, hw_ver=0,
+    max_mr_size=(1 << 64) - 1, page_size_cap=0xFFFFF000, vendor_id=0xFFFFFF, vendor_part_id=0, hw_ver=0,
     max_qp=65536, max_qp_wr=16384, device_cap_flags=0, max_sge=32, max_sge_rd=32, max_cq=65536,
     max_cqe=32767, max_mr=65536, max_pd=65536, max_qp_rd_atom=128, max_ee_rd_atom=0,
     max_res_rd_atom=258048, max_qp_init_rd_atom=128, max_ee_init_rd_atom=0, atomic_caps=IBV_ATOMIC_HCA,
@@ -65,8 +65,8 @@ PORT_ATTR = dict(
     state=IBV_PORT_ACTIVE, max_mtu=IBV_MTU_4096, active_mtu=IBV_MTU_1024, gid_tbl_len=GID_TABLE_LEN,
     port_cap_flags=0x10000, max_msg_sz=0x800000, bad_pkey_cntr=0, qkey_viol_cntr=0, pkey_tbl_len=1,
     lid=0, sm_lid=0, lmc=0, max_vl_num=1, sm_sl=0, subnet_timeout=0, init_type_reply=0,
-    active_width=1, active_speed=1, phys_state=5, link_layer=IBV_LINK_LAYER_ETHERNET, flags=0,
-    port_cap_flags2=0)
+    active_width=1, active_speed=1, phys_state=5, link_layer=IBV_LINK_LAYER_ETHERNET, flags=1,  # GRH required
+    port_cap_flags2=0, active_speed_ex=0)
 
 _reaped_once = False
 
@@ -115,8 +115,169 @@ class Context(Resource):
             raise PyverbsRDMAError(f"Failed to query gid type of port {port_num} and gid index {index}")
         return 1 if index < len(GIDS) else 0
 
+    def query_device_ex(self, ex_input=None):
+        """ibv_query_device_ex: the plain attributes (orig_attr) and the extended ones, as rxe reports
+        them where soft0 has the feature, 0 where it has not (no ODP, TSO, RSS, DM, tag matching)."""
+        self.check_open()
+        return DeviceAttrEx(orig_attr=self.query_device(), **DEVICE_ATTR_EX)
+
+    def query_gid_ex(self, port_num, gid_index, flags=0):
+        self.check_open()
+        if port_num != 1 or not 0 <= gid_index < GID_TABLE_LEN:
+            raise PyverbsRDMAError(f"Failed to query gid table of port {port_num} in index {gid_index}", EINVAL)
+        if gid_index >= len(GIDS):
+            raise PyverbsRDMAError(f"Failed to query gid table of port {port_num} in index {gid_index}", ENODATA)
+        return GIDEntry.of(gid_index)
+
+    def query_gid_table(self, max_entries, flags=0):
+        """The populated GID entries, at most max_entries of them; too small a buffer is -EINVAL (the
+        negative errno libibverbs returns, which pyverbs passes on as is)."""
+        self.check_open()
+        if max_entries < len(GIDS):
+            raise PyverbsRDMAError("Failed to query gid tables of the device", -EINVAL)
+        return [GIDEntry.of(i) for i in range(len(GIDS))]
+
+    def get_pkey_index(self, port_num, pkey):
+        self.check_open()
+        if port_num != 1 or pkey & 0x7FFF != 0x7FFF:
+            raise PyverbsRDMAError(f"Failed to get index of pkey {pkey}", ENOENT)
+        return 0
+
+    def query_rt_values_ex(self, comp_mask=1):
+        raise not_supported("Real time values (ibv_query_rt_values_ex)")
+
     def query_pkey(self, port_num, index):
         self.check_open()
         if port_num != 1 or index != 0:
             raise PyverbsRDMAError(f"Failed to query pkey {index} of port {port_num}")
         return 0xFFFF
+
+
+import struct  # noqa: E402
+
+from .base import Record, absent, not_supported  # noqa: E402
+
+DM = absent("DM", "Device memory (ibv_alloc_dm)", rxe_has=False)
+
+
+class AllocDmAttr:
+    def __init__(self, length=0, log_align_req=0, comp_mask=0):
+        self.length, self.log_align_req, self.comp_mask = length, log_align_req, comp_mask
+
+
+class FdArr:
+    """ibv_fd_arr, for mlx5's DevX: a list of file descriptors."""
+
+    def __init__(self, arr=None, count=0):
+        self.arr, self.count = list(arr or []), count
+
+
+class GIDEntry(Record):
+    """ibv_gid_entry. The GID's two halves are kept as the C struct has them, big-endian 64-bit words."""
+    _fields = dict(gid_subnet_prefix=0, gid_interface_id=0, gid_index=0, port_num=0, gid_type=0, ndev_ifindex=0)
+
+    @classmethod
+    def of(cls, index):
+        raw = bytes.fromhex(GIDS[index].replace(":", ""))
+        prefix, interface = struct.unpack("=QQ", raw)
+        # ibv_gid_type: 0 IB, 1 RoCE v1, 2 RoCE v2 (soft0's entries are RoCE v2, as rxe's IPv4-mapped one)
+        return cls(prefix, interface, index, 1, 2, 0)
+
+    def gid_str(self):
+        h = struct.pack("=QQ", self.gid_subnet_prefix, self.gid_interface_id).hex()
+        return ":".join(h[i:i + 4] for i in range(0, 32, 4))
+
+
+class OdpCaps(Record):
+    _fields = dict(general_caps=0, rc_odp_caps=0, uc_odp_caps=0, ud_odp_caps=0, xrc_odp_caps=0)
+
+
+class PCIAtomicCaps(Record):
+    _fields = dict(fetch_add=0, swap=0, compare_swap=0)
+
+
+class TSOCaps(Record):
+    _fields = dict(max_tso=0, supported_qpts=0)
+
+
+class RSSCaps(Record):
+    _fields = dict(supported_qpts=0, max_rwq_indirection_tables=0, rx_hash_fields_mask=0, rx_hash_function=0,
+                   max_rwq_indirection_table_size=0)
+
+
+class PacketPacingCaps(Record):
+    _fields = dict(qp_rate_limit_min=0, qp_rate_limit_max=0, supported_qpts=0)
+
+
+class TMCaps(Record):
+    _fields = dict(max_rndv_hdr_size=0, max_num_tags=0, flags=0, max_ops=0, max_sge=0)
+
+
+class CQModerationCaps(Record):
+    _fields = dict(max_cq_count=0, max_cq_period=0)
+
+
+class DeviceAttrEx(Record):
+    _fields = dict(orig_attr=None, comp_mask=0, odp_caps=None, completion_timestamp_mask=0, hca_core_clock=0,
+                   device_cap_flags_ex=0, tso_caps=None, pci_atomic_caps=None, rss_caps=None, max_wq_type_rq=0,
+                   packet_pacing_caps=None, raw_packet_caps=0, tm_caps=None, cq_mod_caps=None, max_dm_size=0,
+                   phys_port_cnt_ex=1)
+
+
+DEVICE_ATTR_EX = dict(odp_caps=OdpCaps(), tso_caps=TSOCaps(), pci_atomic_caps=PCIAtomicCaps(), rss_caps=RSSCaps(),
+                      packet_pacing_caps=PacketPacingCaps(), tm_caps=TMCaps(), cq_mod_caps=CQModerationCaps(),
+                      device_cap_flags_ex=DEVICE_ATTR["device_cap_flags"], phys_port_cnt_ex=1)
+
+
+# pyverbs.device's helpers: numbers to the words ibv_devinfo prints
+def _named(table, value, invalid):
+    return f"{table[value]} ({value})" if value in table else invalid
+
+
+def translate_gid_type(gid_type):
+    return {0: "IB", 1: "RoCEv1", 2: "RoCEv2"}.get(gid_type, f"Unknown gid_type ({gid_type})")
+
+
+def translate_transport_type(transport_type):
+    return {0: "IB", 1: "IWARP", 2: "USNIC", 3: "USNIC UDP"}.get(transport_type, "Unknown")
+
+
+def translate_node_type(node_type):
+    return {1: "CA", 2: "Switch", 3: "Router", 4: "RNIC", 5: "USNIC", 6: "USNIC UDP"}.get(node_type, "Unknown")
+
+
+def guid_to_hex(node_guid):
+    return f"{node_guid:x}"
+
+
+def guid_format(num):
+    h = f"{struct.unpack('<Q', struct.pack('>Q', num))[0]:016x}"
+    return ":".join(h[i:i + 4] for i in range(0, 16, 4))
+
+
+def port_state_to_str(port_state):
+    return _named({0: "NOP", 1: "Down", 2: "Init", 3: "Armed", 4: "Active", 5: "Defer"}, port_state,
+                  f"Invalid state ({port_state})")
+
+
+def translate_mtu(mtu):
+    return _named({1: 256, 2: 512, 3: 1024, 4: 2048, 5: 4096}, mtu, f"Invalid MTU ({mtu})")
+
+
+def translate_link_layer(ll):
+    return {0: "Unspecified", 1: "InfiniBand", 2: "Ethernet"}.get(ll, f"Invalid link layer ({ll})")
+
+
+def phys_state_to_str(phys):
+    return _named({1: "Sleep", 2: "Polling", 3: "Disabled", 4: "Port configuration training", 5: "Link up",
+                   6: "Link error recovery", 7: "Phy test"}, phys, "Invalid physical state")
+
+
+def width_to_str(width):
+    return _named({1: "1X", 2: "4X", 4: "8X", 8: "12X", 16: "2X"}, width, "Invalid width")
+
+
+def speed_to_str(active_speed, active_speed_ex=0):
+    speed = active_speed_ex or active_speed
+    return _named({0: "0.0 Gbps", 1: "2.5 Gbps", 2: "5.0 Gbps", 4: "5.0 Gbps", 8: "10.0 Gbps", 16: "14.0 Gbps",
+                   32: "25.0 Gbps", 64: "50.0 Gbps", 128: "100.0 Gbps", 256: "200.0 Gbps"}, speed, "Invalid speed")

@@ -1,6 +1,6 @@
 """libibverbs enums as pyverbs <= 58 spells them (`import pyverbs.enums as e`): flat integer names."""
-from .libibverbs_enums import _ENUMS
+from . import libibverbs_enums as _flat
 
-for _enum in _ENUMS:
-    globals().update({name: int(member) for name, member in _enum.__members__.items()})
-del _enum
+globals().update({name: int(value) for name, value in vars(_flat).items()
+                  if name.lstrip("_").startswith("IBV_") and isinstance(value, int)})
+del _flat

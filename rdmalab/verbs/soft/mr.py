@@ -11,7 +11,7 @@ import errno
 import random
 
 from . import shm
-from .base import Resource
+from .base import Resource, absent, not_supported
 from .layout import M_ACCESS, M_ADDR, M_LENGTH, M_PD, M_VALID
 from .enums import (IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_REMOTE_READ,
                                IBV_ACCESS_REMOTE_WRITE)
@@ -74,6 +74,11 @@ class MR(Resource):
         self._check_range(length, offset)
         return self.data[offset:offset + length].tobytes()
 
+    def rereg(self, flags, pd=None, addr=0, length=0, access=0):
+        """ibv_rereg_mr: EOPNOTSUPP, as rxe (Linux 6.1) answers it."""
+        self.check_open()
+        raise not_supported("Re-registering an MR (ibv_rereg_mr)")
+
     def _check_range(self, length, offset):
         # Real pyverbs does not check and silently corrupts memory; a learner deserves an error.
         if offset < 0:
@@ -101,3 +106,22 @@ def _new_segment(length):
             if error.errno != errno.ENOSPC:
                 raise
             raise PyverbsRDMAError(f"Failed to register a MR: {shm.no_room(length)}", ENOMEM) from None
+
+
+class MWBindInfo:
+    """ibv_mw_bind_info: which MR range a memory window is bound to, with which access."""
+
+    def __init__(self, mr, addr, length, mw_access_flags):
+        self.mr, self.addr, self.length, self.mw_access_flags = mr, addr, length, mw_access_flags
+
+
+class MWBind:
+    """ibv_mw_bind: a bind_mw() request."""
+
+    def __init__(self, info, send_flags, wr_id=0):
+        self.bind_info, self.send_flags, self.wr_id = info, send_flags, wr_id
+
+
+MW = absent("MW", "Memory windows (ibv_alloc_mw)")
+DMMR = absent("DMMR", "Device memory (DM) MRs", rxe_has=False)
+DmaBufMR = absent("DmaBufMR", "dma-buf MRs", rxe_has=False)

@@ -2,7 +2,7 @@
 import itertools
 import os
 
-from .base import Resource
+from .base import Resource, absent
 from .device import Context
 from .pyverbs_error import PyverbsUserError
 
@@ -18,3 +18,18 @@ class PD(Resource):
         self.ctx = creator
         self.handle = (os.getpid() << 20) | next(_numbers)  # unique across processes on this host
         self._depend_on(creator)
+
+
+class ParentDomainContext:
+    """The allocator callbacks of a parent domain (pyverbs.pd.ParentDomainContext)."""
+
+    def __init__(self, pd, alloc_func, free_func, user_data=None):
+        self.pd, self.alloc_func, self.free_func, self.user_data = pd, alloc_func, free_func, user_data
+
+
+class ParentDomainInitAttr:
+    def __init__(self, pd, pd_context=None):
+        self.pd, self.pd_context = pd, pd_context
+
+
+ParentDomain = absent("ParentDomain", "Parent domains (ibv_alloc_parent_domain)", rxe_has=False)

@@ -14,7 +14,7 @@ import random
 
 from . import requester, responder, shm
 from .addr import AHAttr
-from .base import Resource
+from .base import Record, Resource, absent, not_implemented, not_supported
 from .cq import CQ
 from .device import DEVICE_ATTR, GIDS, GID_TABLE_LEN, PORT_ATTR
 from .enums import (
@@ -26,7 +26,7 @@ from .enums import (
     IBV_QP_RETRY_CNT as RETRY_CNT, IBV_QP_RNR_RETRY as RNR_RETRY, IBV_QP_RQ_PSN as RQ_PSN,
     IBV_QP_SQ_PSN as SQ_PSN, IBV_QP_STATE as STATE, IBV_QP_TIMEOUT as TIMEOUT,
     IBV_QPS_ERR as ERR, IBV_QPS_INIT as INIT, IBV_QPS_RESET as RESET, IBV_QPS_RTR as RTR,
-    IBV_QPS_RTS as RTS, IBV_MTU_1024, IBV_QPT_RC, IBV_QPT_UD, IBV_SEND_INLINE,
+    IBV_QPS_RTS as RTS, IBV_MTU_1024, IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD, IBV_SEND_INLINE,
     IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD)
 from .layout import (Q_ACCESS, Q_ALIVE, Q_EXPECTED_PSN, Q_MAX_DEST_RD_ATOMIC, Q_MIN_RNR_TIMER, Q_PD, Q_RECV_CQ, Q_RQ_MAX_SGE,
                      Q_RQ_SIZE, Q_STATE)
@@ -120,12 +120,21 @@ def _queue_capacity(requested):
 class QP(Resource):
     def __init__(self, creator, init_attr, qp_attr=None):
         super().__init__()
+        if isinstance(init_attr, QPInitAttrEx):   # ibv_create_qp_ex: the PD comes in the attributes
+            if init_attr.send_ops_flags:
+                raise not_implemented("Extended QPs (send_ops_flags, the wr_* posting API)")
+            if init_attr.xrcd is not None or init_attr.ind_table is not None or init_attr.create_flags:
+                raise not_supported("XRC, RSS and QP create flags")
+            creator = init_attr.pd if init_attr.pd is not None else creator
         if not isinstance(creator, PD):
             raise PyverbsUserError("The emulated NIC creates QPs from a PD: QP(pd, QPInitAttr(...))")
         creator.check_open()
         if init_attr.qp_type != IBV_QPT_RC:
-            raise PyverbsRDMAError(f"Failed to create QP: the emulated NIC implements RC QPs only "
-                                   f"(qp_type {init_attr.qp_type}); UC and UD need a real device", EOPNOTSUPP)
+            if init_attr.qp_type in (IBV_QPT_UC, IBV_QPT_UD):
+                raise not_implemented(f"Failed to create QP: { {3: 'UC', 4: 'UD'}[init_attr.qp_type]} QPs")
+            raise not_supported(f"Failed to create QP of type {init_attr.qp_type}")
+        if init_attr.srq is not None:
+            raise not_implemented("QPs on a shared receive queue (SRQ)")
         scq, rcq, cap = init_attr.send_cq, init_attr.recv_cq, init_attr.cap
         limits = DEVICE_ATTR
         if scq is None or rcq is None or max(cap.max_send_wr, cap.max_recv_wr) > limits["max_qp_wr"] \
@@ -343,3 +352,24 @@ class QP(Resource):
         f = "{:22}: {:<20}\n"
         return f.format("QP type", "RC") + f.format("  number", self.qp_num) + \
             f.format("  state", STATE_NAMES.get(self.qp_state, "?"))
+
+
+class QPInitAttrEx(Record):
+    """ibv_qp_init_attr_ex: QPInitAttr plus the PD, comp_mask and the extended QP's send_ops_flags."""
+    _fields = dict(qp_type=IBV_QPT_UD, qp_context=None, scq=None, rcq=None, srq=None, cap=None, sq_sig_all=0,
+                   comp_mask=0, pd=None, xrcd=None, create_flags=0, max_tso_header=0, source_qpn=0,
+                   hash_conf=None, ind_table=None, send_ops_flags=0)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.cap is None:
+            self.cap = QPCap()
+        self.send_cq, self.recv_cq = self.scq, self.rcq
+
+    def __getattr__(self, name):
+        if name.startswith("max_") and "cap" in self.__dict__:
+            return getattr(self.cap, name)
+        raise AttributeError(name)
+
+
+QPEx = absent("QPEx", "Extended QPs (ibv_create_qp_ex with send_ops_flags, the wr_* posting API)")

@@ -1,0 +1,1 @@
+"""pyverbs.providers.efa: stand-ins (see pyverbs.providers): soft0 is not an efa device."""

@@ -1,0 +1,1 @@
+"""pyverbs.providers.mlx5: stand-ins (see pyverbs.providers): soft0 is not an mlx5 device."""
