@@ -3,7 +3,9 @@
 #  2. every test and every lesson on the real rxe0 through Debian's pyverbs, recording the same,
 #     except those marked host_only (TCP, charts, many-rank scaling: nothing there touches the
 #     device, make test runs them, and under CPU emulation they would take most of CI's budget);
-#  3. the differential check: the conformance suite must have observed the same outcomes on both.
+#  3. the differential check: the conformance suite must have observed the same outcomes on both;
+#  4. rdma-core's own tests on rxe0 and soft0 (softroce/rdma-core-tests.sh): every test that passes on
+#     rxe0 passes on soft0, but for the soft0 gaps listed in tests/rdmacore/soft0-gaps.txt.
 # Tests that only make sense on the emulated NIC (tests/soft) skip on rxe0 and say why; tests/helpers
 # holds the programs some tests start, which pytest does not collect.
 # RDMALAB_TIME_SCALE: the guest runs under CPU emulation, several times slower than the host
@@ -16,4 +18,7 @@ RDMALAB_PROVIDER=pyverbs RDMALAB_TRACE=/tmp/trace-rxe.json python -m pytest -p n
 tests=$?
 python softroce/compare_traces.py /tmp/trace-soft.json /tmp/trace-rxe.json
 differential=$?
-[ $tests -eq 0 ] && [ $differential -eq 0 ]
+echo "== rdma-core's own tests on rxe0 and soft0"
+sh softroce/rdma-core-tests.sh
+rdmacore=$?
+[ $tests -eq 0 ] && [ $differential -eq 0 ] && [ $rdmacore -eq 0 ]
