@@ -120,3 +120,29 @@ def test_scaling_table_covers_the_models_networks_and_sizes():
     big = "70B parameters (bf16)"
     assert by[(big, "400 GbE TCP", 16384)]["comm_share"] > by[(big, "400 GbE RoCE (RDMA)", 16384)]["comm_share"]
     assert "share" in model.format_table(rows).splitlines()[0]
+
+
+def test_lesson_06_measures_again_when_noise_leaves_no_positive_beta(monkeypatch, capsys):
+    import contextlib
+    from rdmalab.allreduce import cluster as cluster_module
+    from rdmalab.lessons import scaling
+    sizes = [64 << 10, 256 << 10, 1 << 20]
+    good = {64 << 10: 1.0e-4, 256 << 10: 1.5e-4, 1 << 20: 3.5e-4}
+    noisy = {64 << 10: 9.0e-4, 256 << 10: 2.0e-4, 1 << 20: 3.5e-4}   # a disturbed small size: beta < 0
+    runs = [noisy, noisy, good]
+    monkeypatch.setattr(cluster_module, "Cluster", lambda **kwargs: contextlib.nullcontext("cluster"))
+    monkeypatch.setattr(model, "reduction_rate", lambda: 20e9)
+    asked = []
+
+    def measure(cluster, sizes, rounds):
+        times = runs.pop(0)
+        asked.append(rounds)
+        return times, {n: [t] for n, t in times.items()}
+
+    monkeypatch.setattr(model, "measure", measure)
+    fitted, held, times = scaling.fit_two_ranks(sizes, quick=True)
+    assert fitted.beta > 0 and times == good and asked == [3, 6, 12]
+    assert "measuring again with 6 rounds" in capsys.readouterr().out
+    runs[:] = [noisy, noisy, noisy]
+    with pytest.raises(ValueError, match="too busy for 3 attempts"):
+        scaling.fit_two_ranks(sizes, quick=True)

@@ -21,6 +21,29 @@ def four_rank_times(quick, sizes=(1 << 20,), largest=1 << 20):
     return "measured just now", times
 
 
+def fit_two_ranks(sizes, quick, attempts=3):
+    """Lesson 06's fit: the 2-rank ring's times (medians of rounds) fitted on the smallest and the largest
+    size, judged on the others. A busy machine can make a small size slower than a large one, and then no
+    fit has a positive beta: this measures again with twice the rounds, and at the last attempt fits the
+    fastest round of each size (the least disturbed one). Returns (costs, held-out rows, {n: seconds})."""
+    from rdmalab.allreduce.cluster import Cluster
+    gamma, rounds = 1 / model.reduction_rate(), 3 if quick else 5
+    with Cluster(ranks=2, transport="rdma", max_bytes=max(sizes)) as cluster:
+        for attempt in range(1, attempts + 1):
+            medians, every = model.measure(cluster, sizes, rounds=rounds)
+            times = medians if attempt < attempts else {n: min(ts) for n, ts in every.items()}
+            samples = [(2, n, t) for n, t in times.items()]
+            try:
+                fitted, held = model.held_out(samples, [(2, sizes[0]), (2, sizes[-1])], gamma=gamma, label="2 ranks")
+                return fitted, held, times
+            except ValueError as error:
+                if attempt == attempts:
+                    raise ValueError(f"{error}. This machine was too busy for {attempts} attempts: close what else "
+                                     f"runs and run this cell again") from None
+                print(f"attempt {attempt}: {error}; the machine is busy, measuring again with {rounds * 2} rounds")
+                rounds *= 2
+
+
 def show_held_out(rows):
     """The held-out rows of model.held_out as a table; returns the largest error."""
     print(f"{'ranks':>5} {'bytes':>10} {'measured':>10} {'predicted':>10} {'error':>7}   (ms; sizes the fit did not see)")
