@@ -146,3 +146,13 @@ def test_lesson_06_measures_again_when_noise_leaves_no_positive_beta(monkeypatch
     runs[:] = [noisy, noisy, noisy]
     with pytest.raises(ValueError, match="too busy for 3 attempts"):
         scaling.fit_two_ranks(sizes, quick=True)
+
+
+def test_large_sizes_fit_beta_with_alpha_from_small_ones():
+    true = model.Costs(40e-6, 2e-11, 7e-11)
+    noisy = {16 << 20: 0.9, 64 << 20: 1.0}   # 10% noise on 16 MiB turns alpha (0.08 ms of 2.4 ms) negative
+    samples = [(2, n, model.predict("ring", 2, n, true) * k) for n, k in noisy.items()]
+    with pytest.raises(ValueError, match="alpha"):
+        model.check_fit(model.fit(samples, gamma=7e-11))
+    fixed = model.check_fit(model.fit(samples, gamma=7e-11, alpha=40e-6))
+    assert fixed.alpha == 40e-6 and abs(fixed.beta / true.beta - 1) < 0.1

@@ -67,21 +67,24 @@ def from_measurements(latency_s, bandwidth_Bps, reduction_Bps, label="this machi
     return Costs(latency_s, 1.0 / bandwidth_Bps, 1.0 / reduction_Bps, label)
 
 
-def fit(samples, algorithm="ring", gamma=None, label="fitted"):
+def fit(samples, algorithm="ring", gamma=None, label="fitted", alpha=None):
     """Least-squares alpha, beta (and gamma unless given) to measured (p, n bytes, seconds) samples,
     weighted so that every sample counts by its relative error. A negative alpha or beta is not
     clipped: it means the samples do not follow the model (noise, or a cost the model lacks), and
     check_fit() says so. For ring and hd, bytes sent and bytes reduced are both proportional to (p-1)/p n, so only
-    2 beta + gamma can be told apart from their times: give gamma (numpy's rate) to get beta."""
+    2 beta + gamma can be told apart from their times: give gamma (numpy's rate) to get beta. Give alpha
+    (from small sizes) to fit only the per-byte terms to large sizes, whose times cannot show alpha."""
     rows, target = [], []
     for p, n, t in samples:
         a, b, g = terms(algorithm, p, n)
-        rows.append([a, b] + ([] if gamma is not None else [g]))
-        target.append(t - (g * gamma if gamma is not None else 0.0))
+        rows.append(([] if alpha is not None else [a]) + [b] + ([] if gamma is not None else [g]))
+        target.append(t - (g * gamma if gamma is not None else 0.0) - (a * alpha if alpha is not None else 0.0))
     A, y = np.array(rows, float), np.array(target, float)
     w = 1.0 / np.array([t for _, _, t in samples], float)
-    coef, *_ = np.linalg.lstsq(A * w[:, None], y * w, rcond=None)
-    return Costs(float(coef[0]), float(coef[1]), gamma if gamma is not None else float(coef[2]), label)
+    coef = list(np.linalg.lstsq(A * w[:, None], y * w, rcond=None)[0])
+    fitted_alpha = alpha if alpha is not None else float(coef.pop(0))
+    beta = float(coef.pop(0))
+    return Costs(fitted_alpha, beta, gamma if gamma is not None else float(coef[0]), label)
 
 
 def check_fit(costs):
@@ -96,11 +99,11 @@ def check_fit(costs):
     return costs
 
 
-def held_out(samples, fitted_on, algorithm="ring", gamma=None, label="fitted"):
+def held_out(samples, fitted_on, algorithm="ring", gamma=None, label="fitted", alpha=None):
     """Fit to the samples whose (p, n) is in `fitted_on`, predict all the others: (costs, rows), each row
     {p, n, measured_s, predicted_s, error} for a sample the fit did not see. The honest test of a model."""
     fitted_on = set(fitted_on)
-    costs = check_fit(fit([s for s in samples if (s[0], s[1]) in fitted_on], algorithm, gamma, label))
+    costs = check_fit(fit([s for s in samples if (s[0], s[1]) in fitted_on], algorithm, gamma, label, alpha))
     rows = []
     for p, n, t in samples:
         if (p, n) not in fitted_on:
