@@ -60,3 +60,23 @@ def test_rdma_write_lands_in_a_sleeping_process_without_its_cpu(tmp_path):
     finally:
         target.stdin.close()
         target.wait(timeout=30)
+
+
+def test_a_chain_of_wrs_rings_the_doorbell_once_where_the_doorbell_is_a_syscall():
+    """What lesson 04 prints: Soft-RoCE's doorbell is a write() per post_send call (providers/rxe), so 16
+    WRITEs cost 16 one by one and 1 as a chain; soft0 has no doorbell (0 and 0), nor has mlx5 (an MMIO store)."""
+    from rdmalab import lessons
+    a = rc.Resources(sq_sig_all=0, max_send_wr=64)
+    b = rc.Resources(ctx=a.ctx, pd=a.pd)
+    try:
+        a.connect(b.endpoint(mr=b.mr))
+        b.connect(a.endpoint(mr=a.mr))
+        counts = [lessons.post_writes(a.qp, a.cq, a.mr, b.endpoint(mr=b.mr), 16, chained=c) for c in (False, True)]
+        expected = {"soft0": [0, 0]}.get(a.route.device, [16, 1] if a.route.device.startswith("rxe") else None)
+        if expected is None:
+            assert counts[1] <= counts[0]   # a hardware NIC: no syscall either way, or fewer for the chain
+        else:
+            assert counts == expected
+    finally:
+        b.close()
+        a.close()
