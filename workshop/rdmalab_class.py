@@ -26,6 +26,8 @@ import time
 from jupyterhub.spawner import LocalProcessSpawner
 from traitlets import Unicode
 
+from rdmalab.proc.procstat import processes_of
+
 GiB = 1 << 30
 MiB = 1 << 20
 
@@ -157,21 +159,6 @@ def _write(path, value, quiet=False):
 def _set(directory, name, value, word):
     ok = _write(os.path.join(directory, name), value, quiet=True)
     return [word] if ok and word else []
-
-
-def processes_of(uid):
-    """Pids whose real, effective or saved user id is `uid`."""
-    found = set()
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/status") as f:
-                    uids = next(line for line in f if line.startswith("Uid:")).split()[1:4]
-            except (OSError, StopIteration):
-                continue
-            if str(uid) in uids:
-                found.add(int(entry))
-    return found
 
 
 def _kill_until_gone(pids_now, timeout):

@@ -51,6 +51,22 @@ def pid_alive(pid):
         return True
 
 
+def processes_of(uid):
+    """Pids of every process with `uid` as its real, effective or saved user id, in order."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status") as f:
+                uids = next(line for line in f if line.startswith("Uid:")).split()[1:4]
+        except (OSError, StopIteration):
+            continue
+        if str(uid) in uids:
+            found.append(int(entry))
+    return sorted(found)
+
+
 def snapshot(pid=None):
     """Counters of process `pid` (default: this one), summed over its threads."""
     own = pid is None or pid == os.getpid()

@@ -33,6 +33,8 @@ import time
 
 import pytest
 
+from rdmalab.proc.procstat import processes_of
+
 pytestmark = [
     pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,
                        reason="needs root: it creates two Unix users (useradd) and runs processes as them (setpriv)"),
@@ -69,22 +71,6 @@ def pid_alive(pid):
     except ProcessLookupError:
         return False
     return True
-
-
-def processes_of(uid):
-    """Pids of every process with `uid` as its real, effective or saved user id."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/status") as f:
-                uids = next(line for line in f if line.startswith("Uid:")).split()[1:4]
-        except (OSError, StopIteration):
-            continue
-        if str(uid) in uids:
-            found.append(int(entry))
-    return found
 
 
 def segments_of(uid, directories):

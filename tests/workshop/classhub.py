@@ -28,6 +28,8 @@ if TESTS not in sys.path:
     sys.path.insert(0, TESTS)
 from soft import test_two_users as two_users
 
+from rdmalab.proc.procstat import processes_of
+
 CONFIG = os.path.join(ROOT, "workshop", "jupyterhub_config.py")
 LESSONS = ["00-welcome.ipynb", "01-socket-path.ipynb", "02-memory-registration.ipynb", "03-queue-pairs.ipynb",
            "04-one-sided.ipynb"]
@@ -342,7 +344,7 @@ class Class:
         out = {}
         for user in self.users:
             dirs = self.directories | {self.shm_dir(user)}
-            left = {"processes": two_users.processes_of(user.uid), "segments": two_users.segments_of(user.uid, dirs),
+            left = {"processes": processes_of(user.uid), "segments": two_users.segments_of(user.uid, dirs),
                     "mounts": [m for m in mounts if self.hub and m == self.shm_dir(user)]}
             if any(left.values()):
                 out[user.name] = left
