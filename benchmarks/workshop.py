@@ -23,6 +23,8 @@ from report import emit
 
 from workshop import classhub
 
+from rdmalab.lessons.series import notebook
+
 
 def run(hub, users):
     started = time.monotonic()
@@ -68,8 +70,9 @@ def main(argv=None):
                          f"{args.learners}_learners_s": [round(r["seconds"], 2) for r in times],
                          "slowest_over_one": round(slowest / one[name]["seconds"], 2),
                          "completed": all(r["status"] == "ok" for r in times) and one[name]["status"] == "ok"}
-    l04 = {"alone": lesson_04(one["04-one-sided.ipynb"]),
-           "together": {u: lesson_04(next(r for r in together[u] if r["lesson"].startswith("04"))) for u in room.names}}
+    one_sided = notebook("one-sided")   # by slug: whatever its number
+    l04 = {"alone": lesson_04(one[one_sided]),
+           "together": {u: lesson_04(next(r for r in together[u] if r["lesson"] == one_sided)) for u in room.names}}
     failures = [f"{r['user']} {r['lesson']}: {r.get('error', '')[:300]}" for rs in (*alone.values(), *together.values())
                 for r in rs if r["status"] != "ok"]
     for line in failures:

@@ -1,4 +1,5 @@
-"""Lesson 05's closing view (rdmalab.lessons.answer), the quiz it judges, and the NCCL protocol table."""
+"""The AllReduce lesson's closing view (rdmalab.lessons.answer), the quiz it judges, the NCCL protocol table,
+and the evidence and answers saved by slug (an old file's lesson numbers read as the lessons they meant)."""
 import importlib
 
 import pytest
@@ -9,12 +10,12 @@ from rdmalab.lessons import answer, evidence, nccl
 quiz = importlib.import_module("rdmalab.lessons.quiz")   # the module: `lessons.quiz` is the widget function
 
 FULL = {
-    "01": dict(tcp_syscalls_per_message=2.0, tcp_switches_per_message=1.0, tcp_copies_per_byte=2.0,
+    "socket-path": dict(tcp_syscalls_per_message=2.0, tcp_switches_per_message=1.0, tcp_copies_per_byte=2.0,
                tcp_receiver_cpu_share=0.9, tcp_lat_us=20.0, lat_size=8),
-    "04": dict(writes=1000, rdma_target_syscalls=0, rdma_target_switches=0, rdma_target_cpu_ms=0.02,
+    "one-sided": dict(writes=1000, rdma_target_syscalls=0, rdma_target_switches=0, rdma_target_cpu_ms=0.02,
                write_lat_us=1.5, tcp_lat_us=25.0, lat_size=8, rdma_target_cpu_share=0.01,
                tcp_receiver_cpu_share=0.95, bw_size=1 << 20),
-    "05": dict(ranks=4, sizes=[65536, 1 << 20], ring_rdma_s=[1e-4, 1e-3], ring_tcp_s=[3e-4, 4e-3],
+    "allreduce": dict(ranks=4, sizes=[65536, 1 << 20], ring_rdma_s=[1e-4, 1e-3], ring_tcp_s=[3e-4, 4e-3],
                mpi_s=[2e-4, 2e-3], busbw_rdma=[0.98, 1.57], busbw_tcp=[0.33, 0.39], provider="soft"),
 }
 
@@ -26,7 +27,7 @@ def report(times_us, sizes=(65536, 1 << 20), ranks=4):
     return Report({"ranks": ranks, "rows": rows})
 
 
-def test_lesson_05_records_exactly_the_agreed_keys_in_seconds_and_gbps():
+def test_the_allreduce_lesson_records_exactly_the_agreed_keys_in_seconds_and_gbps():
     ring, tcp = report([100.0, 1000.0]), report([300.0, 4000.0])
     mpi = {"rows": [{"size": 65536, "time_us": 200.0, "busbw": 0.5},
                     {"size": 1 << 20, "time_us": 2000.0, "busbw": 0.8}]}
@@ -38,12 +39,12 @@ def test_lesson_05_records_exactly_the_agreed_keys_in_seconds_and_gbps():
         answer.allreduce_figures(ring, report([300.0], sizes=(65536,)), mpi, "soft")
 
 
-def test_record_allreduce_keeps_them_as_evidence_05(tmp_path, monkeypatch):
+def test_record_allreduce_keeps_them_as_evidence_allreduce(tmp_path, monkeypatch):
     monkeypatch.setattr(evidence, "LEARNER_DIR", str(tmp_path))
     monkeypatch.setattr(evidence, "EVIDENCE_FILE", str(tmp_path / "evidence.json"))
     mpi = {"rows": [{"time_us": 200.0}, {"time_us": 2000.0}]}
     answer.record_allreduce(report([100.0, 1000.0]), report([300.0, 4000.0]), mpi)
-    kept = evidence.recall("05")
+    kept = evidence.recall("allreduce")
     assert kept["ranks"] == 4 and kept["sizes"] == [65536, 1 << 20] and kept["provider"] in ("soft", "pyverbs")
 
 
@@ -53,7 +54,7 @@ def test_busbw_is_nccl_tests_factor_whatever_the_algorithm():
 
 
 def test_the_view_answers_with_the_learners_own_numbers():
-    view = answer.closing_view(device="soft0", kept=FULL, answers={"00": quiz.ANSWER})
+    view = answer.closing_view(device="soft0", kept=FULL, answers={"welcome": quiz.ANSWER})
     text = str(view)
     assert not view.missing and "has not recorded" not in text
     assert "2.0 syscalls" in text and "1000 RDMA WRITEs made 0 syscalls" in text
@@ -64,7 +65,7 @@ def test_the_view_answers_with_the_learners_own_numbers():
 
 
 def test_a_run_where_rdma_lost_is_said_so_not_counted_as_evidence_for_it():
-    slow = {**FULL, "05": {**FULL["05"], "busbw_rdma": [0.98, 0.43], "busbw_tcp": [0.33, 2.07]}}
+    slow = {**FULL, "allreduce": {**FULL["allreduce"], "busbw_rdma": [0.98, 0.43], "busbw_tcp": [0.33, 2.07]}}
     text = str(answer.closing_view(device="soft0", kept=slow, answers={}))
     assert "moved only 0.2x TCP's busbw" in text and "quiet machine" in text
     assert "the same ring moved 0.2x" not in text
@@ -73,17 +74,17 @@ def test_a_run_where_rdma_lost_is_said_so_not_counted_as_evidence_for_it():
 def test_missing_lessons_are_named_and_nothing_fails():
     view = answer.closing_view(device=None, kept={}, answers={})
     text = str(view)
-    for lesson in ("01", "04", "05"):
+    for lesson in ("01", "04", "06"):   # socket-path, one-sided and allreduce, by today's numbers
         assert f"Lesson {lesson} has not recorded its figures yet" in text
     assert "have not answered lesson 00" in text
-    assert "run lesson 05" in view._repr_html_() or "05 AllReduce by hand" in view._repr_html_()
-    partial = answer.closing_view(device="soft0", kept={"05": FULL["05"]}, answers={"00": 99})   # a stale index
-    assert [m for m, _ in partial.missing] == ["01", "04"] and "have not answered" in str(partial)
+    assert "06 AllReduce by hand" in view._repr_html_()
+    partial = answer.closing_view(device="soft0", kept={"allreduce": FULL["allreduce"]}, answers={"welcome": 99})
+    assert [m for m, _ in partial.missing] == ["socket-path", "one-sided"] and "have not answered" in str(partial)
 
 
 @pytest.mark.parametrize("chosen", [i for i in range(len(quiz.CHOICES)) if i != quiz.ANSWER])
 def test_a_distractor_is_judged_wrong_and_explained(chosen):
-    view = answer.closing_view(device="soft0", kept=FULL, answers={"00": chosen})
+    view = answer.closing_view(device="soft0", kept=FULL, answers={"welcome": chosen})
     assert f"you chose: {quiz.CHOICES[chosen]} (not the answer)" in str(view)
     mine = [v for v in view.verdict if v[3]]
     assert len(mine) == 1 and not mine[0][1] and mine[0][2].startswith(quiz.WHY[chosen])
@@ -116,12 +117,30 @@ def test_an_answer_saved_under_other_wording_of_the_choices_is_not_read_back(tmp
     import json
     monkeypatch.setattr(quiz, "ANSWERS_FILE", str(tmp_path / "answers.json"))
     monkeypatch.setattr(quiz.classroom, "record_answer", lambda key, index: None)
-    quiz.save_answer("00", quiz.ANSWER)
-    assert quiz.load_answers() == {"00": quiz.ANSWER}
+    quiz.save_answer("welcome", quiz.ANSWER)
+    assert quiz.load_answers() == {"welcome": quiz.ANSWER}
     (tmp_path / "answers.json").write_text(json.dumps({"00": 0}))   # the first edition's file: index 0 only
     assert quiz.load_answers() == {}
     monkeypatch.setattr(quiz, "CHOICES", ["reworded"] + quiz.CHOICES[1:])
-    quiz.save_answer("00", 1)
-    assert quiz.load_answers() == {"00": 1}
+    quiz.save_answer("welcome", 1)
+    assert quiz.load_answers() == {"welcome": 1}
     monkeypatch.setattr(quiz, "CHOICES", ["reworded", "and this one too"] + quiz.CHOICES[2:])
     assert quiz.load_answers() == {}
+
+
+def test_what_the_first_edition_saved_under_lesson_numbers_reads_as_the_lessons_it_meant(tmp_path, monkeypatch):
+    """Before lesson 04 was split, evidence and answers were keyed "01", "04", "05" (AllReduce then) and "00".
+    They read as socket-path, one-sided, allreduce and welcome: never as today's lesson 05 (posting)."""
+    import json
+    monkeypatch.setattr(evidence, "LEARNER_DIR", str(tmp_path))
+    monkeypatch.setattr(evidence, "EVIDENCE_FILE", str(tmp_path / "evidence.json"))
+    monkeypatch.setattr(quiz, "ANSWERS_FILE", str(tmp_path / "answers.json"))
+    old = {"01": FULL["socket-path"], "04": FULL["one-sided"], "05": FULL["allreduce"]}
+    (tmp_path / "evidence.json").write_text(json.dumps(old))
+    assert evidence.recall() == FULL and evidence.recall("posting") == {}
+    assert not answer.closing_view(device="soft0", kept=None, answers={}).missing
+    evidence.record("allreduce", ranks=2)          # a new run: its slug wins, and the file is rewritten by slug
+    assert evidence.recall("allreduce")["ranks"] == 2 and evidence.recall("one-sided") == FULL["one-sided"]
+    assert set(json.loads((tmp_path / "evidence.json").read_text())) == {"socket-path", "one-sided", "allreduce"}
+    (tmp_path / "answers.json").write_text(json.dumps({"00": 1, "00:choice": quiz.CHOICES[1]}))
+    assert quiz.load_answers() == {"welcome": 1}

@@ -37,7 +37,7 @@ def fresh(monkeypatch, tmp_path):
 
 
 def test_nothing_is_recorded_unless_the_instructor_asks(fresh, capsys):
-    quiz.save_answer("00", 1)
+    quiz.save_answer("welcome", 1)
     assert classroom.record_exercise("anything", "passed") is False
     assert os.listdir(fresh) == ["learner"]
     assert capsys.readouterr().err == ""
@@ -49,13 +49,13 @@ def test_the_lessons_record_answers_and_attempts_in_the_learners_own_file(fresh,
     monkeypatch.setenv(classroom.ENV, str(class_dir))
     name = NAME
     wrong = (quiz.ANSWER + 1) % len(quiz.CHOICES)
-    quiz.save_answer("00", wrong)
-    quiz.save_answer("00", quiz.ANSWER)              # a change of mind: the last answer counts
+    quiz.save_answer("welcome", wrong)
+    quiz.save_answer("welcome", quiz.ANSWER)              # a change of mind: the last answer counts
     exercises.attempt(name, lambda x: None, 3)       # the skeleton: "not yet"
     mine = class_dir / f"{classroom.me()}.json"
     assert stat.S_IMODE(os.stat(mine).st_mode) == 0o644 and os.stat(mine).st_uid == os.geteuid()
     record = json.loads(mine.read_text())
-    assert record["answers"]["00"]["choice"] == quiz.ANSWER
+    assert record["answers"]["welcome"]["choice"] == quiz.ANSWER
     assert record["exercises"][name]["status"] == "not yet" and record["exercises"][name]["attempts"] == 1
     table = classroom.table(str(class_dir))
     assert table["stuck_on"] == {name: [classroom.me()]} and table["passed"][classroom.me()] == []
@@ -67,7 +67,7 @@ def test_the_lessons_record_answers_and_attempts_in_the_learners_own_file(fresh,
     out = capsys.readouterr().out
     assert classroom.me() in out and "(right)" in out
     assert cli.main(["class", "report", "--json", str(class_dir)]) == 0
-    assert json.loads(capsys.readouterr().out)["answers"] == {classroom.me(): {"00": quiz.ANSWER}}
+    assert json.loads(capsys.readouterr().out)["answers"] == {classroom.me(): {"welcome": quiz.ANSWER}}
     widget = classroom.widget(str(class_dir))
     assert classroom.me() in widget.children[1].value
 
@@ -80,10 +80,10 @@ def test_a_class_dir_that_cannot_be_written_is_a_no_op_with_one_warning(fresh, m
         target = target / "class"
     monkeypatch.setenv(classroom.ENV, str(target))
     name = NAME
-    quiz.save_answer("00", 1)
+    quiz.save_answer("welcome", 1)
     exercises.attempt(name, lambda x: 2 * x, 3)
     assert classroom.record_exercise(name, "passed") is False
-    assert quiz.load_answers()["00"] == 1   # the lesson's own saving went on
+    assert quiz.load_answers()["welcome"] == 1   # the lesson's own saving went on
     err = capsys.readouterr().err
     assert err.count("rdmalab: not recording for the class") == 1, err
 
@@ -97,8 +97,27 @@ def test_a_file_owned_by_someone_else_is_neither_trusted_nor_overwritten(fresh, 
     planted.write_text(json.dumps({"answers": {"00": {"choice": 3}}}))
     nobody = pwd.getpwnam("nobody").pw_uid
     os.chown(planted, nobody, nobody)
-    assert classroom.record_answer("00", 0) is False
+    assert classroom.record_answer("welcome", 0) is False
     assert "is not yours" in capsys.readouterr().err
     assert json.loads(planted.read_text()) == {"answers": {"00": {"choice": 3}}}
     assert classroom.table(str(class_dir))["learners"] == []
     assert cli.main(["class", "report", str(class_dir / "absent")]) == 1
+
+
+def test_a_record_of_the_first_editions_lesson_numbers_reads_as_the_lessons_it_meant(fresh, monkeypatch):
+    """A learner's record written before lesson 04 was split names the quiz "00" and exercises "05.ring-step"
+    (AllReduce then): the report reads them as welcome and allreduce.ring-step, and a newer attempt under the
+    new name wins over the old one."""
+    class_dir = fresh / "class"
+    class_dir.mkdir(mode=0o1733)
+    monkeypatch.setenv(classroom.ENV, str(class_dir))
+    old = {"answers": {"00": {"choice": quiz.ANSWER}},
+           "exercises": {"05.ring-step": {"attempts": 2, "status": "wrong"},
+                         "04.mailbox": {"attempts": 1, "status": "passed"}}}
+    (class_dir / f"{classroom.me()}.json").write_text(json.dumps(old))
+    table = classroom.table(str(class_dir))
+    assert table["answers"][classroom.me()] == {"welcome": quiz.ANSWER}
+    assert table["passed"][classroom.me()] == ["one-sided.mailbox"]
+    assert table["stuck_on"] == {"allreduce.ring-step": [classroom.me()]}
+    assert classroom.record_exercise("allreduce.ring-step", "passed")
+    assert classroom.table(str(class_dir))["stuck_on"] == {}

@@ -4,7 +4,7 @@ import pytest
 from rdmalab import lessons
 from rdmalab import verbs as v
 from rdmalab.lessons import exercises
-from rdmalab.lessons.checks.lesson03 import _to_rts
+from rdmalab.lessons.checks.queue_pairs import _to_rts
 
 e = v.enums
 
@@ -26,22 +26,22 @@ def feedback(name, answer, *args):
 
 
 def test_no_answer_yet_is_not_yet_with_a_hint():
-    f = feedback("01.predict", None)
+    f = feedback("socket-path.predict", None)
     assert f.status == "not yet" and "write()s it once" in f.hint
     assert "reference solution" in str(f)
 
 
-def run_00(ctx, pd, write):
-    """Lesson 00's exercise as the lesson runs it: `write` posts on a fresh Pair, the check judges."""
+def run_welcome(ctx, pd, write):
+    """The welcome lesson's exercise as the lesson runs it: `write` posts on a fresh Pair, the check judges."""
     with lessons.Pair(ctx, pd) as pair:
         note = b"my first WRITE"
         pair.a_mr.write(note, len(note))
         args = (pair.a, pair.a_mr, len(note), pair.b_end)
-        return feedback("00.write", write(*args), *args, pair)
+        return feedback("welcome.write", write(*args), *args, pair)
 
 
-def test_00_reference_write_lands_at_byte_64_and_the_peer_cq_stays_empty(ctx, pd):
-    assert run_00(ctx, pd, exercises.REGISTRY["00.write"].reference).passed
+def test_welcome_reference_write_lands_at_byte_64_and_the_peer_cq_stays_empty(ctx, pd):
+    assert run_welcome(ctx, pd, exercises.REGISTRY["welcome.write"].reference).passed
 
 
 def post_write(qp, sge, rkey, address, opcode=e.IBV_WR_RDMA_WRITE):
@@ -51,7 +51,7 @@ def post_write(qp, sge, rkey, address, opcode=e.IBV_WR_RDMA_WRITE):
     return request
 
 
-def test_00_typical_wrong_writes_are_named(ctx, pd):
+def test_welcome_typical_wrong_writes_are_named(ctx, pd):
     def mine(mr, n):
         return v.wr.SGE(mr.buf, n, mr.lkey)
 
@@ -69,43 +69,44 @@ def test_00_typical_wrong_writes_are_named(ctx, pd):
             wr_id=2, opcode=e.IBV_WR_RDMA_WRITE, num_sge=1, sg=[mine(mr, n)]), "no completion", "post_send"),
     }
     for what, (write, message, hint) in wrong.items():
-        f = run_00(ctx, pd, write)
+        f = run_welcome(ctx, pd, write)
         assert f.status == "wrong" and message in f.message and hint in f.hint, (what, f.message, f.hint)
 
 
-def test_01_prediction():
-    assert feedback("01.predict", exercises.REGISTRY["01.predict"].reference()).passed
+def test_socket_path_prediction():
+    assert feedback("socket-path.predict", exercises.REGISTRY["socket-path.predict"].reference()).passed
     right = {"writes": 100, "reads_at_least": 100, "bytes_copied": 13_107_200}
     for wrong, says in [({**right, "writes": 200}, "the echo is the server's write"),
                         ({**right, "reads_at_least": 1}, "at least one read() (a 64 KiB message may arrive in pieces"),
                         ({**right, "bytes_copied": 6_553_600}, "count both ways"),
                         (42, "answer with a dict")]:
-        f = feedback("01.predict", wrong)
+        f = feedback("socket-path.predict", wrong)
         assert f.status == "wrong" and says in f.hint + f.message
 
 
-def test_02_write_not_read(ctx, pd):
-    ex = exercises.REGISTRY["02.write-not-read"]
-    assert feedback("02.write-not-read", ex.reference(ctx, pd), ctx, pd).passed
+def test_memory_registration_write_not_read(ctx, pd):
+    ex = exercises.REGISTRY["memory-registration.write-not-read"]
+    assert feedback("memory-registration.write-not-read", ex.reference(ctx, pd), ctx, pd).passed
     local_only = v.mr.MR(pd, 4096, e.IBV_ACCESS_LOCAL_WRITE)
-    f = feedback("02.write-not-read", local_only, ctx, pd)
+    f = feedback("memory-registration.write-not-read", local_only, ctx, pd)
     assert f.status == "wrong" and "status 10" in f.message and "REMOTE_WRITE" in f.hint
     everything = v.mr.MR(pd, 4096, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ)
-    f = feedback("02.write-not-read", everything, ctx, pd)
+    f = feedback("memory-registration.write-not-read", everything, ctx, pd)
     assert f.status == "wrong" and "could RDMA READ" in f.message
     atomic = v.mr.MR(pd, 4096, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_ATOMIC)
-    f = feedback("02.write-not-read", atomic, ctx, pd)   # a peer reads it 8 bytes at a time: FETCH_AND_ADD of 0
+    f = feedback("memory-registration.write-not-read", atomic, ctx, pd)   # a peer reads it 8 bytes at a time:
+    # FETCH_AND_ADD of 0
     assert f.status == "wrong" and "b'weights!'" in f.message and "REMOTE_ATOMIC" in f.hint
     assert atomic.read(8, 0) == bytes(8)   # the check leaves the learner's buffer as it found it
     small = v.mr.MR(pd, 64, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE)
-    assert "register at least 4096" in feedback("02.write-not-read", small, ctx, pd).message
+    assert "register at least 4096" in feedback("memory-registration.write-not-read", small, ctx, pd).message
 
 
-def test_02_code_that_raises_gets_feedback_and_the_lesson_goes_on(ctx, pd, capsys):
+def test_memory_registration_code_that_raises_gets_feedback_and_the_lesson_goes_on(ctx, pd, capsys):
     def remote_write_alone(ctx, pd):   # the kernel refuses REMOTE_WRITE without LOCAL_WRITE: errno 22
         return v.mr.MR(pd, 4096, e.IBV_ACCESS_REMOTE_WRITE)
 
-    mr = exercises.attempt("02.write-not-read", remote_write_alone, ctx, pd)
+    mr = exercises.attempt("memory-registration.write-not-read", remote_write_alone, ctx, pd)
     shown = capsys.readouterr().out
     assert "[wrong]" in shown and "raised PyverbsRDMAError" in shown and "errno 22" in shown
     assert mr.rkey != 0   # the reference solution's MR, so later cells work
@@ -115,7 +116,7 @@ def run_03(ctx, pd, bring_up, then_reference=False):
     lab = lessons.QPLab(ctx, pd)
     try:
         bring_up(lab.qp, lab.local, lab.remote, lab.route)
-        f = feedback("03.to-rts", lab.qp, lab.qp, lab.local, lab.remote, lab.route, lab)
+        f = feedback("queue-pairs.to-rts", lab.qp, lab.qp, lab.local, lab.remote, lab.route, lab)
         if then_reference:   # what attempt() does after a wrong answer: the lesson goes on with the reference
             _to_rts(lab.qp, lab.local, lab.remote, lab.route)
             f.after = lab.send_and_receive(b"after", timeout=5).status
@@ -124,11 +125,11 @@ def run_03(ctx, pd, bring_up, then_reference=False):
         lab.close()
 
 
-def test_03_reference_brings_the_qp_to_rts_and_a_send_arrives(ctx, pd):
+def test_queue_pairs_reference_brings_the_qp_to_rts_and_a_send_arrives(ctx, pd):
     assert run_03(ctx, pd, _to_rts).passed
 
 
-def test_03_endpoints_carry_the_lid_and_the_address_vector_follows_the_link_layer(ctx, pd):
+def test_queue_pairs_endpoints_carry_the_lid_and_the_address_vector_follows_the_link_layer(ctx, pd):
     from rdmalab.verbs import rc
     lab = lessons.QPLab(ctx, pd)
     try:
@@ -143,7 +144,7 @@ def test_03_endpoints_carry_the_lid_and_the_address_vector_follows_the_link_laye
         lab.close()
 
 
-def test_03_stopping_at_rtr_is_named(ctx, pd):
+def test_queue_pairs_stopping_at_rtr_is_named(ctx, pd):
     def only_to_rtr(qp, local, remote, route):
         _to_rts(qp, local, remote, route)
         qp.modify(v.qp.QPAttr(qp_state=e.IBV_QPS_RESET), e.IBV_QP_STATE)
@@ -180,11 +181,11 @@ def to_rts_with(**wrong):
     return bring_up
 
 
-def test_03_the_right_attributes_pass_by_hand_too(ctx, pd):
+def test_queue_pairs_the_right_attributes_pass_by_hand_too(ctx, pd):
     assert run_03(ctx, pd, to_rts_with()).passed
 
 
-def test_03_a_wrong_psn_means_nobody_answers(ctx, pd):
+def test_queue_pairs_a_wrong_psn_means_nobody_answers(ctx, pd):
     def wrong_psn(qp, local, remote, route):
         _to_rts(qp, {**local, "psn": (local["psn"] + 1) % (1 << 24)}, remote, route)
 
@@ -193,7 +194,7 @@ def test_03_a_wrong_psn_means_nobody_answers(ctx, pd):
     assert "status 12" in f.message or "never completed" in f.message   # rxe may retry for longer than the check waits
 
 
-def test_03_the_wrong_peer_is_named(ctx, pd):
+def test_queue_pairs_the_wrong_peer_is_named(ctx, pd):
     def wrong_peer(qp, local, remote, route):
         _to_rts(qp, local, {**remote, "qp_num": remote["qp_num"] ^ 1}, route)
 
@@ -201,25 +202,25 @@ def test_03_the_wrong_peer_is_named(ctx, pd):
     assert f.status == "wrong" and "not to the peer's" in f.message
 
 
-def test_03_a_wrong_rq_psn_fails_the_peers_send(ctx, pd):
+def test_queue_pairs_a_wrong_rq_psn_fails_the_peers_send(ctx, pd):
     f = run_03(ctx, pd, lambda qp, local, remote, route: to_rts_with(rq_psn=(remote["psn"] + 1000) % (1 << 24))(
         qp, local, remote, route), then_reference=True)
     assert f.status == "wrong" and "a SEND from the peer" in f.message and "rq_psn must be remote['psn']" in f.hint
     assert f.after == e.IBV_WC_SUCCESS   # the check reconnected the peer: the lesson goes on
 
 
-def test_03_access_flags_without_remote_write_fail_the_peers_write(ctx, pd):
+def test_queue_pairs_access_flags_without_remote_write_fail_the_peers_write(ctx, pd):
     f = run_03(ctx, pd, to_rts_with(access=e.IBV_ACCESS_LOCAL_WRITE), then_reference=True)
     assert f.status == "wrong" and "an RDMA WRITE from the peer" in f.message and "REMOTE_WRITE" in f.hint
     assert f.after == e.IBV_WC_SUCCESS
 
 
-def test_03_no_remote_read_fails_the_peers_read(ctx, pd):
+def test_queue_pairs_no_remote_read_fails_the_peers_read(ctx, pd):
     f = run_03(ctx, pd, to_rts_with(access=e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE))
     assert f.status == "wrong" and "an RDMA READ" in f.message and "REMOTE_READ" in f.hint
 
 
-def test_03_max_dest_rd_atomic_0_is_refused(ctx, pd):
+def test_queue_pairs_max_dest_rd_atomic_0_is_refused(ctx, pd):
     f = run_03(ctx, pd, to_rts_with(max_dest_rd_atomic=0), then_reference=True)
     assert f.status == "wrong" and "max_dest_rd_atomic" in f.message + f.hint   # a failed READ, or (soft0) the query
     assert f.after == e.IBV_WC_SUCCESS
@@ -242,13 +243,13 @@ def mailbox(ctx, pd):
         obj.close()
 
 
-def test_04_mailbox(mailbox):
+def test_one_sided_mailbox(mailbox):
     qp, cq, local, target = mailbox
     message = b"ready"
     args = (len(message), qp, cq, local, target, message)
-    ex = exercises.REGISTRY["04.mailbox"]
-    assert feedback("04.mailbox", ex.reference(len(message)), *args).passed
-    assert feedback("04.mailbox", [(8, 2, 8), (10, 3, 10), (0, 8, 0)], *args).passed   # a message in two writes
+    ex = exercises.REGISTRY["one-sided.mailbox"]
+    assert feedback("one-sided.mailbox", ex.reference(len(message)), *args).passed
+    assert feedback("one-sided.mailbox", [(8, 2, 8), (10, 3, 10), (0, 8, 0)], *args).passed   # a message in two writes
     for wrong, says in [([(0, 8, 0), (8, 5, 8), (0, 8, 0)], "sets the flag before the message is complete"),
                         ([(0, 8, 0), (8, 5, 8)], "does not set the flag"),
                         ([(8, 5, 8)], "does not set the flag"),
@@ -256,7 +257,7 @@ def test_04_mailbox(mailbox):
                         ([(8, 3, 8), (0, 8, 0)], "no write before the flag carries byte 11"),
                         ([(16, 5, 8), (0, 8, 0)], "local and remote offsets must match"),
                         ("flag", "answer with a list")]:
-        f = feedback("04.mailbox", wrong, *args)
+        f = feedback("one-sided.mailbox", wrong, *args)
         assert f.status == "wrong" and says in f.message, (wrong, f.message)
 
 
@@ -267,7 +268,7 @@ def ring_cluster():
         yield c
 
 
-def test_05_ring_step(ring_cluster):
+def test_allreduce_ring_step(ring_cluster):
     # as a notebook's functions: ipyparallel sends a function's code and names its module, which the
     # engines import; they cannot import this test module, but they have a __main__
     def not_written(comm, x, s, bounds, stage):
@@ -288,26 +289,26 @@ def test_05_ring_step(ring_cluster):
 
     for fn in (not_written, adds_the_chunk_it_sent, fails):
         fn.__module__ = "__main__"
-    ex = exercises.REGISTRY["05.ring-step"]
-    assert feedback("05.ring-step", ex.reference(), ring_cluster).passed
-    f = feedback("05.ring-step", not_written, ring_cluster)
+    ex = exercises.REGISTRY["allreduce.ring-step"]
+    assert feedback("allreduce.ring-step", ex.reference(), ring_cluster).passed
+    f = feedback("allreduce.ring-step", not_written, ring_cluster)
     assert f.status == "not yet", f.message
     for wrong, says in [(adds_the_chunk_it_sent, "the sums are wrong"), (fails, "running it on the ranks failed")]:
-        f = feedback("05.ring-step", wrong, ring_cluster)
+        f = feedback("allreduce.ring-step", wrong, ring_cluster)
         assert f.status == "wrong" and says in f.message, (wrong.__name__, f.message)
 
 
-def test_06_predict_four_ranks_from_a_two_rank_fit():
+def test_scaling_out_predict_four_ranks_from_a_two_rank_fit():
     from rdmalab.allreduce import model
-    from rdmalab.lessons.checks import lesson06
+    from rdmalab.lessons.checks import scaling_out
     costs = model.Costs(alpha=4e-5, beta=1e-10, gamma=3e-11)
     sizes = [1 << 18, 1 << 20]
-    ref = exercises.REGISTRY["06.predict-4"].reference(costs, sizes)
+    ref = exercises.REGISTRY["scaling-out.predict-4"].reference(costs, sizes)
     assert ref == {n: pytest.approx(model.predict("ring", 4, n, costs)) for n in sizes}
-    assert feedback("06.predict-4", ref, costs, sizes).passed
+    assert feedback("scaling-out.predict-4", ref, costs, sizes).passed
 
     def built(**change):
-        return {n: lesson06._ring(costs, **{"p": 4, "n": n, **change}) for n in sizes}
+        return {n: scaling_out._ring(costs, **{"p": 4, "n": n, **change}) for n in sizes}
     for wrong, says in [(built(p=2), "2-rank times"),
                         (built(share=1.0), "(p-1)/p factor"),
                         (built(steps=1), "alpha is counted once"),
@@ -317,14 +318,64 @@ def test_06_predict_four_ranks_from_a_two_rank_fit():
                         ({n: t * 1.5 for n, t in ref.items()}, "the model says"),
                         ({sizes[0]: ref[sizes[0]]}, "every size"),
                         ([1.0, 2.0], "answer with a dict")]:
-        f = feedback("06.predict-4", wrong, costs, sizes)
+        f = feedback("scaling-out.predict-4", wrong, costs, sizes)
         assert f.status == "wrong" and says in f.message, (wrong, f.message)
 
 
-def test_06_takes_four_rank_times_from_lesson_05s_evidence(tmp_path, monkeypatch):
-    from rdmalab.lessons import evidence, scaling
+def test_scaling_out_takes_four_rank_times_from_the_allreduce_lessons_evidence(tmp_path, monkeypatch):
+    from rdmalab.lessons import evidence, scaling, series
     monkeypatch.setattr(evidence, "EVIDENCE_FILE", str(tmp_path / "evidence.json"))
     monkeypatch.setattr(evidence, "LEARNER_DIR", str(tmp_path))
-    evidence.record("05", ranks=4, sizes=[1 << 16, 1 << 20, 16 << 20], ring_rdma_s=[1e-3, 2e-3, 9e-3])
+    evidence.record("allreduce", ranks=4, sizes=[1 << 16, 1 << 20, 16 << 20], ring_rdma_s=[1e-3, 2e-3, 9e-3])
     source, times = scaling.four_rank_times(quick=True)
-    assert source == "your lesson 05 measurements" and times == {1 << 16: 1e-3, 1 << 20: 2e-3}
+    assert source == f"your lesson {series.number('allreduce')} measurements"
+    assert times == {1 << 16: 1e-3, 1 << 20: 2e-3}
+
+
+def test_posting_small_queue(ctx, pd):
+    """The reference posts 64 WRITEs through 16 slots with 8 completions; each typical slip is stopped
+    where it happens, by the hardware's rule (soft0 and rxe would let some of them through)."""
+    from rdmalab.lessons.checks import posting
+    ex = exercises.REGISTRY["posting.small-queue"]
+    assert feedback("posting.small-queue", ex.reference(), ctx, pd).passed
+    assert posting.post_through_small_queue(ex.reference(), ctx, pd) == {
+        "writes": 64, "completions": 8, "most_held": 16, "depth": 16}
+
+    def never_signals_but_the_last(post, wait, count, depth):
+        for i in range(count):
+            post(i, i == count - 1)
+        wait()
+
+    def waits_twice_per_signal(post, wait, count, depth):
+        for i in range(count):
+            post(i, i % 8 == 7)
+            if i % 8 == 7:
+                wait()
+                wait()
+
+    def signals_every_write(post, wait, count, depth):
+        for i in range(count):
+            post(i, True)
+            wait()
+
+    def leaves_the_tail_unconfirmed(post, wait, count, depth):
+        for i in range(count):
+            post(i, i % 8 == 7 and i < 56)
+            if i % 8 == 7 and i < 56:
+                wait()
+
+    def skips_one(post, wait, count, depth):
+        post(1, True)
+
+    def not_written(post, wait, count, depth):
+        raise NotImplementedError
+
+    for wrong, says in [(never_signals_but_the_last, "WRITE 16 overruns the send queue"),
+                        (waits_twice_per_signal, "this wait would never end"),
+                        (signals_every_write, "64 completions for 64 WRITEs"),
+                        (leaves_the_tail_unconfirmed, "WRITEs 56 to 63 were never confirmed"),
+                        (skips_one, "in order"),
+                        ("8", "answer with a function")]:
+        f = feedback("posting.small-queue", wrong, ctx, pd)
+        assert f.status == "wrong" and says in f.message, (wrong, f.message)
+    assert feedback("posting.small-queue", not_written, ctx, pd).status == "not yet"

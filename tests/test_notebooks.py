@@ -6,6 +6,8 @@ import re
 
 import pytest
 
+from rdmalab.lessons.series import slug_of
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOTEBOOKS = sorted(glob.glob(os.path.join(ROOT, "notebooks", "*.ipynb")))
 NAMES = [os.path.basename(p) for p in NOTEBOOKS]
@@ -27,17 +29,18 @@ def test_notebook_is_committed_clean(path):
     assert not re.search(r"(/home/|/root/|/work/|/tmp/|[A-Z]:\\\\)", text), "no absolute paths in lessons"
 
 
-# Lesson 06 fits a model to clusters it starts several times; under the Soft-RoCE guest's CPU emulation
-# that alone takes longer than CI's budget, and nothing in it is specific to the device (its RDMA path,
-# the cluster's transport and collectives, runs on rxe0 in test_allreduce and in lesson 05).
-CLUSTER_LESSONS = {"06-scaling-out.ipynb"}
-RUNS = [pytest.param(p, marks=pytest.mark.host_only) if os.path.basename(p) in CLUSTER_LESSONS else p for p in NOTEBOOKS]
+# The scaling lesson fits a model to clusters it starts several times; under the Soft-RoCE guest's CPU
+# emulation that alone takes longer than CI's budget, and nothing in it is specific to the device (its RDMA
+# path, the cluster's transport and collectives, runs on rxe0 in test_allreduce and in the AllReduce lesson).
+CLUSTER_LESSONS = {"scaling-out"}   # by slug (rdmalab.lessons.series): renumbering changes nothing here
+RUNS = [pytest.param(p, marks=pytest.mark.host_only) if slug_of(p) in CLUSTER_LESSONS else p for p in NOTEBOOKS]
 
 
 @pytest.fixture(scope="module")
 def learner_dir(tmp_path_factory):
     """Where the lessons keep the learner's answers and figures: one folder for the module's run, so
-    that lesson 05 finds what 01 and 04 recorded, and never the real learner's ~/.cache/rdmalab."""
+    that the AllReduce lesson finds what the socket-path and one-sided lessons recorded, and never the real
+    learner's ~/.cache/rdmalab."""
     return str(tmp_path_factory.mktemp("learner"))
 
 

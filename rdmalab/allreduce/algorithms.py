@@ -188,7 +188,7 @@ class Communicator:
         self.t.flush()
 
 
-# ---------------------------------------------------------------- the ring, unpipelined, for reading (lesson 05)
+# ---------------------------------------------------------------- the ring, unpipelined, for reading (the AllReduce lesson, 06)
 
 def chunk_bounds(count, p):
     """Element boundaries of the p chunks of a ring: chunk c is x[bounds[c]:bounds[c + 1]]."""

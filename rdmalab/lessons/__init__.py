@@ -1,16 +1,19 @@
 """Helpers the lessons share. The package's rule: lessons may import everything else of rdmalab;
 nothing else of rdmalab imports lessons (but the `rdmalab class report` command, an entry point).
 
-    quiz.py        the opening question (lesson 00), its choices, the answer and why, the saved answers
-    answer.py      lesson 05's closing view: the answer from the learner's own numbers (01, 04, 05)
-    nccl.py        NCCL in practice (lesson 05): LL/LL128/Simple's bytes per flag, ring against tree steps
-    fixtures.py    QP state diagrams, connected pairs (Pair, one_sided), lesson 03's QPLab and poll_or_sleep,
-                   lesson 04's post_writes
+    series.py      the lessons in order, each named by a slug ("one-sided"): what outlives a lesson is keyed
+                   by slug, never by number; length.py: each lesson's time by the guide's estimate
+    quiz.py        the opening question (welcome), its choices, the answer and why, the saved answers
+    answer.py      the allreduce lesson's closing view: the answer from the learner's own numbers
+                   (socket-path, one-sided, allreduce)
+    nccl.py        NCCL in practice (allreduce): LL/LL128/Simple's bytes per flag, ring against tree steps
+    fixtures.py    QP state diagrams, connected pairs (Pair, one_sided), queue-pairs' QPLab and poll_or_sleep,
+                   posting's post_writes
     exercises.py   the exercise framework; checks/ the checks and reference solutions, a module per lesson
-    evidence.py    what the learner measured, kept so that lesson 05 can answer with their own numbers
+    evidence.py    what the learner measured, kept so that the allreduce lesson answers with their own numbers
     classroom.py   the instructor's opt-in view: answers and exercises recorded in a class directory
-    scaling.py     lesson 06: the model judged on unseen sizes, 4-rank times, the cluster charts and explorer
-    target.py      lesson 04's second process (RemoteBuffer); dashboard.py, plots.py: charts and widgets
+    scaling.py     scaling-out: the model judged on unseen sizes, 4-rank times, the cluster charts and explorer
+    target.py      one-sided's second process (RemoteBuffer); dashboard.py, plots.py: charts and widgets
 
 The names notebooks use are here too: `from rdmalab import lessons; lessons.quiz()`,
 `from rdmalab.lessons import Pair, QPLab`. (`lessons.quiz` is the function: for the module's other

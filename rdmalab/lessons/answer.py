@@ -1,10 +1,11 @@
-"""The series' answer, from the learner's own numbers: lesson 05's closing view.
+"""The series' answer, from the learner's own numbers: the AllReduce lesson's closing view.
 
     from rdmalab.lessons import answer
-    answer.record_allreduce(ring, tcp, mpi)            # lesson 05 keeps its figures (evidence "05")
+    answer.record_allreduce(ring, tcp, mpi)            # the AllReduce lesson keeps its figures (evidence "allreduce")
     answer.closing_view(device=ring.data["device"])    # a table, a chart, the lesson-00 choice judged
 
-The view reads what lessons 01, 04 and 05 recorded (rdmalab.lessons.evidence): what the receiving
+The view reads what the socket-path, one-sided and allreduce lessons recorded (rdmalab.lessons.evidence,
+keyed by slug; the text names them by today's numbers, rdmalab.lessons.series): what the receiving
 side spent through TCP against an RDMA WRITE's target, the latency ratio, the ring's busbw over both
 transports. A lesson not run yet leaves its rows empty and says which lesson fills them; nothing fails.
 It also says who copied the bytes on the device that produced them: soft0, Soft-RoCE or a hardware NIC.
@@ -15,8 +16,11 @@ import io
 
 from rdmalab.lessons import evidence
 from rdmalab.lessons.quiz import ANSWER, CHOICES, WHY, load_answers
+from rdmalab.lessons.series import number, title
 
-LESSONS = {"01": "01 The socket path", "04": "04 One-sided operations", "05": "05 AllReduce by hand"}
+LESSONS = {slug: title(slug) for slug in ("socket-path", "one-sided", "allreduce")}   # those that record
+SOCKETS, ONE_SIDED, ALLREDUCE, SCALING, WELCOME = (number(s) for s in (
+    "socket-path", "one-sided", "allreduce", "scaling-out", "welcome"))
 
 # Who touches the payload of an RDMA WRITE, by device (the view marks the one these numbers came from).
 WHO_COPIES = {
@@ -44,7 +48,7 @@ def kind_of(device=None, provider=None):
 
 
 def allreduce_figures(ring, tcp, mpi, provider):
-    """Evidence "05" from allreduce.measure's reports (ring over RDMA, ring over TCP) and mpi_allreduce's
+    """Evidence "allreduce" from allreduce.measure's reports (ring over RDMA, ring over TCP) and mpi_allreduce's
     rows: in-place times in seconds (the slowest rank's, as measure reports them) and busbw in GB/s."""
     rows, trows = ring.data["rows"], tcp.data["rows"]
     if [r["size"] for r in rows] != [r["size"] for r in trows] or len(mpi["rows"]) != len(rows):
@@ -58,9 +62,9 @@ def allreduce_figures(ring, tcp, mpi, provider):
 
 
 def record_allreduce(ring, tcp, mpi):
-    """Keep lesson 05's figures (evidence "05"), for the closing view and lesson 06."""
+    """Keep the AllReduce lesson's figures (evidence "allreduce"), for the closing view and the scaling lesson."""
     from rdmalab import verbs
-    return evidence.record("05", **allreduce_figures(ring, tcp, mpi, verbs.PROVIDER))
+    return evidence.record("allreduce", **allreduce_figures(ring, tcp, mpi, verbs.PROVIDER))
 
 
 def busbw(size, seconds, ranks):
@@ -74,33 +78,33 @@ def _per(total, count):
 
 def rows(kept):
     """The table: (what, through TCP, by RDMA WRITE, lesson that measured it); None where not measured."""
-    one, four, five = kept.get("01", {}), kept.get("04", {}), kept.get("05", {})
+    one, four, five = kept.get("socket-path", {}), kept.get("one-sided", {}), kept.get("allreduce", {})
     writes = four.get("writes")
     out = [
         ("receiver's syscalls per message", one.get("tcp_syscalls_per_message"),
-         _per(four.get("rdma_target_syscalls"), writes), "01 / 04"),
+         _per(four.get("rdma_target_syscalls"), writes), f"{SOCKETS} / {ONE_SIDED}"),
         ("receiver's context switches per message", one.get("tcp_switches_per_message"),
-         _per(four.get("rdma_target_switches"), writes), "01 / 04"),
-        ("CPU copies per byte delivered", one.get("tcp_copies_per_byte"), None, "01 (RDMA: see who copies)"),
-        ("receiver's CPU time, ms, for the 4 KiB writes", None, four.get("rdma_target_cpu_ms"), "04"),
+         _per(four.get("rdma_target_switches"), writes), f"{SOCKETS} / {ONE_SIDED}"),
+        ("CPU copies per byte delivered", one.get("tcp_copies_per_byte"), None, f"{SOCKETS} (RDMA: see who copies)"),
+        ("receiver's CPU time, ms, for the 4 KiB writes", None, four.get("rdma_target_cpu_ms"), ONE_SIDED),
         (f"receiver CPU / sender CPU, streaming {_size(four.get('bw_size'))}",
          four.get("tcp_receiver_cpu_share", one.get("tcp_receiver_cpu_share")),
-         four.get("rdma_target_cpu_share"), "04 (TCP: 01 if 04 is missing)"),
-        (f"latency at {_size(four.get('lat_size'))}, us", four.get("tcp_lat_us"), four.get("write_lat_us"), "04"),
+         four.get("rdma_target_cpu_share"), f"{ONE_SIDED} (TCP: {SOCKETS} if {ONE_SIDED} is missing)"),
+        (f"latency at {_size(four.get('lat_size'))}, us", four.get("tcp_lat_us"), four.get("write_lat_us"), ONE_SIDED),
     ]
     for size, t, r in zip(five.get("sizes", []), five.get("busbw_tcp", []), five.get("busbw_rdma", [])):
-        out.append((f"ring AllReduce busbw at {_size(size)}, GB/s ({five['ranks']} ranks)", t, r, "05"))
+        out.append((f"ring AllReduce busbw at {_size(size)}, GB/s ({five['ranks']} ranks)", t, r, ALLREDUCE))
     return out
 
 
 def missing(kept):
-    """Lessons whose figures the view lacks, as (lesson, title)."""
-    return [(k, title) for k, title in LESSONS.items() if not kept.get(k)]
+    """Lessons whose figures the view lacks, as (slug, number and title)."""
+    return [(k, name) for k, name in LESSONS.items() if not kept.get(k)]
 
 
 def verdict(kept, answers):
     """What the lesson-00 choice was, judged against the evidence: a list of (choice, is_answer, text)."""
-    chosen = answers.get("00")
+    chosen = answers.get("welcome")
     notes = _numbers(kept)
     out = []
     for i, choice in enumerate(CHOICES):
@@ -110,7 +114,7 @@ def verdict(kept, answers):
 
 def _numbers(kept):
     """The learner's numbers that bear on each choice (indexes as quiz.CHOICES)."""
-    one, four, five = kept.get("01", {}), kept.get("04", {}), kept.get("05", {})
+    one, four, five = kept.get("socket-path", {}), kept.get("one-sided", {}), kept.get("allreduce", {})
     notes = {}
     ratio = _ratio(five.get("busbw_rdma"), five.get("busbw_tcp"))
     lat, tlat = four.get("write_lat_us"), four.get("tcp_lat_us")
@@ -128,17 +132,18 @@ def _numbers(kept):
     bits = []
     if one.get("tcp_syscalls_per_message") is not None:
         bits.append(f"a TCP receiver made {one['tcp_syscalls_per_message']:.1f} syscalls and "
-                    f"{one.get('tcp_switches_per_message', 0):.1f} context switches per message (01)")
+                    f"{one.get('tcp_switches_per_message', 0):.1f} context switches per message ({SOCKETS})")
     if four.get("writes"):
         bits.append(f"the target of {four['writes']} RDMA WRITEs made {four.get('rdma_target_syscalls', 0)} syscalls "
-                    f"and used {four.get('rdma_target_cpu_ms', 0):.2f} ms of CPU (04)")
+                    f"and used {four.get('rdma_target_cpu_ms', 0):.2f} ms of CPU ({ONE_SIDED})")
     if ratio and ratio >= 1:
-        bits.append(f"the same ring moved {ratio:.1f}x the busbw over RDMA (05)")
+        bits.append(f"the same ring moved {ratio:.1f}x the busbw over RDMA ({ALLREDUCE})")
     elif ratio:   # the evidence says otherwise this time: say so, and why it can on this machine
-        bits.append(f"but in your run of 05 the ring over RDMA moved only {ratio:.1f}x TCP's busbw at "
+        bits.append(f"but in your run of {ALLREDUCE} the ring over RDMA moved only {ratio:.1f}x TCP's busbw at "
                     f"{_size(five['sizes'][-1])}: on one host both rings are CPU copies, and a rank that waits "
-                    f"while another process holds its CPU loses milliseconds (lesson 06 shows the spread). Run "
-                    f"05's ring cells again on a quiet machine, or `rdmalab allreduce --ranks 2 --size 1M` for "
+                    f"while another process holds its CPU loses milliseconds (lesson {SCALING} shows the spread). Run "
+                    f"{ALLREDUCE}'s ring cells again on a quiet machine, or `rdmalab allreduce --ranks 2 --size 1M` "
+                    f"for "
                     f"each transport")
     if bits:
         notes[2] = "Your evidence: " + "; ".join(bits) + "."
@@ -146,7 +151,8 @@ def _numbers(kept):
         notes[3] = (f"Your reliable TCP stream still cost its receiver {one['tcp_syscalls_per_message']:.1f} "
                     f"syscalls per message.")
     if four.get("writes"):
-        notes[4] = (f"In 04 the target made {four.get('rdma_target_syscalls', 0)} syscalls for {four['writes']} "
+        notes[4] = (f"In {ONE_SIDED} the target made {four.get('rdma_target_syscalls', 0)} syscalls for "
+                    f"{four['writes']} "
                     f"one-sided writes: no socket API can offer that.")
     return notes
 
@@ -173,7 +179,7 @@ def _fmt(x):
 def chart(kept, kind=None):
     """Two panels: what the receiving side spent per message (TCP vs RDMA), and busbw per size."""
     import matplotlib.pyplot as plt
-    one, four, five = kept.get("01", {}), kept.get("04", {}), kept.get("05", {})
+    one, four, five = kept.get("socket-path", {}), kept.get("one-sided", {}), kept.get("allreduce", {})
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.8))
     labels = ["syscalls / msg", "switches / msg", "CPU: receiver / sender"]
     tcp = [one.get("tcp_syscalls_per_message"), one.get("tcp_switches_per_message"),
@@ -182,8 +188,10 @@ def chart(kept, kind=None):
     rdma = [_per(four.get("rdma_target_syscalls"), writes), _per(four.get("rdma_target_switches"), writes),
             four.get("rdma_target_cpu_share")]
     xs = range(len(labels))
-    left.bar([x - 0.2 for x in xs], [v or 0 for v in tcp], 0.4, label="TCP receiver (01, 04)", color="#cf222e")
-    left.bar([x + 0.2 for x in xs], [v or 0 for v in rdma], 0.4, label="RDMA WRITE target (04)", color="#1a7f37")
+    left.bar([x - 0.2 for x in xs], [v or 0 for v in tcp], 0.4, label=f"TCP receiver ({SOCKETS}, {ONE_SIDED})",
+             color="#cf222e")
+    left.bar([x + 0.2 for x in xs], [v or 0 for v in rdma], 0.4, label=f"RDMA WRITE target ({ONE_SIDED})",
+             color="#1a7f37")
     for x, t, r in zip(xs, tcp, rdma):
         for dx, v in ((-0.2, t), (0.2, r)):
             left.annotate("not run" if v is None else f"{v:.2g}", (x + dx, v or 0), ha="center", va="bottom",
@@ -200,7 +208,7 @@ def chart(kept, kind=None):
         right.set_xlabel("AllReduce size [bytes]")
         right.legend(fontsize=8)
     else:
-        right.text(0.5, 0.5, "run lesson 05's measurements", ha="center", transform=right.transAxes)
+        right.text(0.5, 0.5, f"run lesson {ALLREDUCE}'s measurements", ha="center", transform=right.transAxes)
     right.set_ylabel("busbw [GB/s]")
     right.set_title(f"Ring AllReduce, {five.get('ranks', '?')} ranks")
     fig.suptitle(f"Your measurements, on {DEVICE_LABEL.get(kind, 'this machine')}", fontsize=10)
@@ -220,15 +228,15 @@ class ClosingView:
 
     def lines(self):
         out = [f"Which property of RDMA matters most for AllReduce? {CHOICES[ANSWER]}."]
-        for lesson, title in self.missing:
-            out.append(f"Lesson {lesson} has not recorded its figures yet: run {title} to fill its rows.")
+        for lesson, name in self.missing:
+            out.append(f"Lesson {number(lesson)} has not recorded its figures yet: run {name} to fill its rows.")
         out += [f"{what}: TCP {_text(t)}, RDMA {_text(r)} [{where}]" for what, t, r, where in self.rows]
-        chosen = self.answers.get("00")
+        chosen = self.answers.get("welcome")
         if chosen is None or not 0 <= chosen < len(CHOICES):
-            out.append("You have not answered lesson 00's question (its first cell saves your choice).")
+            out.append(f"You have not answered lesson {WELCOME}'s question (its first cell saves your choice).")
         else:
             right = chosen == ANSWER
-            out.append(f"In lesson 00 you chose: {CHOICES[chosen]} ({'right' if right else 'not the answer'}).")
+            out.append(f"In lesson {WELCOME} you chose: {CHOICES[chosen]} ({'right' if right else 'not the answer'}).")
         out += [f"{'*' if ok else '-'} {choice}: {text}" for choice, ok, text, _ in self.verdict]
         out += [("> " if k == self.kind else "  ") + WHO_COPIES[k] for k in WHO_COPIES]
         return out
@@ -241,19 +249,20 @@ class ClosingView:
     def _repr_html_(self):
         esc = html.escape
         parts = [f"<h4>{esc(CHOICES[ANSWER][0].upper() + CHOICES[ANSWER][1:])}</h4>"]
-        for lesson, title in self.missing:
-            parts.append(f"<p style='color:#9a6700'>Lesson {lesson} has not recorded its figures yet: run "
-                         f"<i>{esc(title)}</i> to fill its rows.</p>")
+        for lesson, name in self.missing:
+            parts.append(f"<p style='color:#9a6700'>Lesson {number(lesson)} has not recorded its figures yet: run "
+                         f"<i>{esc(name)}</i> to fill its rows.</p>")
         body = "".join(f"<tr><td style='text-align:left'>{esc(what)}</td><td>{_fmt(t)}</td><td>{_fmt(r)}</td>"
                        f"<td>{esc(where)}</td></tr>" for what, t, r, where in self.rows)
         parts.append("<table><tr><th style='text-align:left'>your measurement</th><th>through TCP</th>"
                      f"<th>by RDMA WRITE</th><th>lesson</th></tr>{body}</table>")
         parts.append(f"<img src='data:image/png;base64,{_png(chart(self.kept, self.kind))}'/>")
-        chosen = self.answers.get("00")
+        chosen = self.answers.get("welcome")
         if chosen is None or not 0 <= chosen < len(CHOICES):
-            parts.append("<p>You have not answered lesson 00's question (its first cell saves your choice).</p>")
+            parts.append(f"<p>You have not answered lesson {WELCOME}'s question (its first cell saves your "
+                         "choice).</p>")
         else:
-            parts.append(f"<p>In lesson 00 you chose <b>{esc(CHOICES[chosen])}</b>: "
+            parts.append(f"<p>In lesson {WELCOME} you chose <b>{esc(CHOICES[chosen])}</b>: "
                          f"{'right.' if chosen == ANSWER else 'not the answer. Here is why, with your numbers.'}</p>")
         items = "".join(f"<li style='{'font-weight:bold' if mine else ''}'>{'&#10004;' if ok else '&#10008;'} "
                         f"<i>{esc(choice)}</i>{' (your choice)' if mine else ''}: {esc(text)}</li>"
@@ -282,4 +291,4 @@ def closing_view(device=None, kept=None, answers=None):
     `device` (e.g. ring.data["device"]) says which device's story to mark."""
     kept = evidence.recall() if kept is None else kept
     answers = load_answers() if answers is None else answers
-    return ClosingView(kept, answers, kind_of(device, kept.get("05", {}).get("provider")))
+    return ClosingView(kept, answers, kind_of(device, kept.get("allreduce", {}).get("provider")))

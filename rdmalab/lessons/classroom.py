@@ -3,14 +3,17 @@
 Nothing is recorded unless the instructor sets RDMALAB_CLASS_DIR (workshop/jupyterhub_config.py sets it
 for every learner's server). Then the lessons call
 
-    record_answer("00", 2)                 # quiz.save_answer: the learner chose CHOICES[2]
-    record_exercise("mr_keys", "passed")   # exercises.attempt: "passed", "wrong" or "not yet"
+    record_answer("welcome", 2)                     # quiz.save_answer: the learner chose CHOICES[2]
+    record_exercise("one-sided.mailbox", "passed")  # exercises.attempt: "passed", "wrong" or "not yet"
 
 and each learner's process writes only DIR/<their user name>.json, mode 0644, replaced atomically. The
 directory is the instructor's, mode 1733: learners may create files in it but not list it, and the
 sticky bit keeps anyone but a file's owner from deleting or replacing it. A file that is not owned
 by the user it is named after is ignored by the report (and refused by that user's recording).
 A missing or unwritable directory turns recording into a no-op with one warning: never a failed lesson.
+Questions and exercises are named by their lesson's slug (rdmalab.lessons.series), so renumbering the
+lessons changes no record; a record of the first edition's numbers ("00", "05.ring-step") reads as the
+lesson it meant.
 
     rdmalab class report DIR               # who answered what, who is stuck on which exercise
     from rdmalab.lessons import classroom; classroom.widget()   # the same table in a notebook
@@ -20,6 +23,8 @@ import os
 import pwd
 import sys
 import time
+
+from rdmalab.lessons.series import by_slug
 
 ENV = "RDMALAB_CLASS_DIR"
 _warned = False
@@ -139,8 +144,8 @@ def table(directory):
     records = gather(directory)
     out = {"learners": sorted(records), "answers": {}, "passed": {}, "stuck": {}, "stuck_on": {}}
     for user, record in records.items():
-        out["answers"][user] = {k: v["choice"] for k, v in sorted(record.get("answers", {}).items())}
-        exercises = record.get("exercises", {})
+        out["answers"][user] = {k: v["choice"] for k, v in sorted(by_slug(record.get("answers", {})).items())}
+        exercises = by_slug(record.get("exercises", {}))
         out["passed"][user] = sorted(n for n, e in exercises.items() if e["status"] == "passed")
         out["stuck"][user] = sorted(n for n, e in exercises.items() if e["status"] != "passed")
         for name in out["stuck"][user]:
@@ -159,9 +164,9 @@ def report(directory):
     t = table(directory)
     if not t["learners"]:
         return f"no learner has recorded anything in {directory} yet"
-    lines = [f"{'learner':<20} {'quiz 00':<50} {'passed':>6}  stuck on"]
+    lines = [f"{'learner':<20} {'quiz':<50} {'passed':>6}  stuck on"]
     for user in t["learners"]:
-        answer = t["answers"][user].get("00")
+        answer = t["answers"][user].get("welcome")
         lines.append(f"{user:<20} {_choice(answer) if answer is not None else '-':<50} "
                      f"{len(t['passed'][user]):>6}  {', '.join(t['stuck'][user]) or '-'}")
     if t["stuck_on"]:
@@ -185,10 +190,10 @@ def widget(directory=None):
             return
         t = table(directory)
         rows = "".join(
-            f"<tr><td>{html.escape(u)}</td><td>{html.escape(str(t['answers'][u].get('00', '-')))}</td>"
+            f"<tr><td>{html.escape(u)}</td><td>{html.escape(str(t['answers'][u].get('welcome', '-')))}</td>"
             f"<td>{len(t['passed'][u])}</td><td>{html.escape(', '.join(t['stuck'][u]) or '-')}</td></tr>"
             for u in t["learners"])
-        out.value = ("<table><tr><th>learner</th><th>quiz 00</th><th>passed</th><th>stuck on</th></tr>"
+        out.value = ("<table><tr><th>learner</th><th>quiz</th><th>passed</th><th>stuck on</th></tr>"
                      f"{rows}</table>" if rows else f"<i>Nobody has recorded anything in {html.escape(directory)} yet.</i>")
 
     button.on_click(refresh)

@@ -129,12 +129,14 @@ class Dashboard(w.VBox):
 
 
 def record_one_sided(spent, writes, results):
-    """Keep lesson 04's figures for lesson 05 (rdmalab.lessons.evidence, key "04"): what the target spent
+    """Keep the one-sided lesson's figures for the AllReduce lesson's closing view (rdmalab.lessons.evidence,
+    key "one-sided"): what the target spent
     while `writes` WRITEs landed (`spent`, procstat.since), and the dashboard's last rows."""
     from rdmalab.lessons import evidence
     lat, tcp, bw, tbw = (results[t].rows[-1] for t in ("write_lat", "tcp_lat", "write_bw", "tcp_bw"))
     share = lambda row: float(row["target"]["cpu_s"] / max(row["initiator"]["cpu_s"], 1e-9))   # noqa: E731
-    return evidence.record("04", writes=writes, rdma_target_syscalls=spent["read_syscalls"] + spent["write_syscalls"],
+    return evidence.record("one-sided", writes=writes,
+                           rdma_target_syscalls=spent["read_syscalls"] + spent["write_syscalls"],
                            rdma_target_switches=spent["voluntary_switches"] + spent["involuntary_switches"],
                            rdma_target_cpu_ms=spent["cpu_s"] * 1e3, write_lat_us=float(lat["t_typical"]),
                            tcp_lat_us=float(tcp["t_typical"]), lat_size=int(lat["size"]), bw_size=int(bw["size"]),

@@ -1,22 +1,26 @@
-"""What the learner measured, kept between lessons, so that lesson 05 answers the series' question
-with their own numbers rather than with prose.
+"""What the learner measured, kept between lessons, so that the AllReduce lesson answers the series'
+question with their own numbers rather than with prose.
 
     from rdmalab.lessons import evidence
-    evidence.record("01", tcp_syscalls_per_message=2.0, ...)   # lessons 01, 04 and 05 record
-    evidence.recall()          # {"01": {...}, "04": {...}, ...}: what has been recorded so far
+    evidence.record("socket-path", tcp_syscalls_per_message=2.0, ...)   # socket-path, one-sided and allreduce record
+    evidence.recall()          # {"socket-path": {...}, "one-sided": {...}, ...}: what has been recorded so far
 
+Lessons are keyed by slug (rdmalab.lessons.series), so renumbering them misreads nothing; figures saved
+by the first edition under numbers ("01", "04", "05") are read as the lessons they came from.
 The figures live beside the quiz's answers in ~/.cache/rdmalab/ (RDMALAB_LEARNER_DIR moves both).
 """
 import json
 import os
 import time
 
+from rdmalab.lessons.series import by_slug
+
 LEARNER_DIR = os.environ.get("RDMALAB_LEARNER_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "rdmalab")
 EVIDENCE_FILE = os.path.join(LEARNER_DIR, "evidence.json")
 
 
 def record(lesson, **figures):
-    """Keep `figures` (numbers, short strings) as what lesson `lesson` measured; returns them."""
+    """Keep `figures` (numbers, short strings) as what lesson `lesson` (a slug) measured; returns them."""
     kept = recall()
     kept[lesson] = {**figures, "recorded": time.strftime("%Y-%m-%d %H:%M")}
     os.makedirs(LEARNER_DIR, exist_ok=True)
@@ -28,10 +32,10 @@ def record(lesson, **figures):
 
 
 def recall(lesson=None):
-    """Everything recorded so far (or one lesson's figures: {} when it has not run)."""
+    """Everything recorded so far, by slug (or one lesson's figures: {} when it has not run)."""
     try:
         with open(EVIDENCE_FILE) as f:
-            kept = json.load(f)
-    except (OSError, ValueError):
+            kept = by_slug(json.load(f))
+    except (OSError, ValueError, AttributeError):   # unreadable, or not a dict: nothing kept
         kept = {}
     return kept.get(lesson, {}) if lesson is not None else kept

@@ -3,7 +3,7 @@
 In a lesson:
     def my_answer(...):
         ...                      # the learner's code; `return None` (the skeleton) means "not yet"
-    result = exercises.attempt("02.write-not-read", my_answer, pd)
+    result = exercises.attempt("memory-registration.write-not-read", my_answer, pd)
 
 attempt() runs the learner's function and checks what it returns. Right: a green note, and its
 result. Not done yet or wrong: feedback (what is wrong, a hint), then the lesson goes on with the

@@ -1,6 +1,6 @@
-"""What the lessons demonstrate on: QP state diagrams, connected pairs, lesson 03's QPLab, failures
-on demand, and lesson 04's polling-or-sleeping measurement. The point of each lesson stays in the
-notebook, in plain pyverbs; the plumbing (rdmalab.verbs.rc.Resources) lives here.
+"""What the lessons demonstrate on: QP state diagrams, connected pairs, the queue-pairs lesson's QPLab,
+failures on demand, its polling-or-sleeping measurement, and the posting lesson's doorbell count. The
+point of each lesson stays in the notebook, in plain pyverbs; the plumbing (rdmalab.verbs.rc.Resources) lives here.
 """
 import statistics
 import time
@@ -65,15 +65,16 @@ def draw_qp_states(current=None, ax=None):
 class Pair:
     """Two RC QPs of one PD, connected to each other in this process, with a 4 KiB MR each.
     `a` sends, `b` receives; `b_mr` is what a's one-sided operations target. max_inline_data: how many
-    bytes a WR may carry inline (IBV_SEND_INLINE)."""
+    bytes a WR may carry inline (IBV_SEND_INLINE); max_send_wr, sq_sig_all: the QPs' send queue (with
+    sq_sig_all=0 only WRs flagged IBV_SEND_SIGNALED complete)."""
 
-    def __init__(self, ctx, pd, b_access=None, rnr_retry=7, max_inline_data=0):
+    def __init__(self, ctx, pd, b_access=None, rnr_retry=7, max_inline_data=0, max_send_wr=8, sq_sig_all=1):
         from rdmalab.verbs import enums as e
         from rdmalab.verbs.rc import Resources
         full = (e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
                 | e.IBV_ACCESS_REMOTE_ATOMIC)
-        side = dict(ctx=ctx, pd=pd, cq_depth=32, max_send_wr=8, max_recv_wr=8,   # a CQ, a QP, a 4 KiB MR
-                    max_inline_data=max_inline_data)
+        side = dict(ctx=ctx, pd=pd, cq_depth=32, max_send_wr=max_send_wr, max_recv_wr=8,   # a CQ, a QP, a 4 KiB MR
+                    max_inline_data=max_inline_data, sq_sig_all=sq_sig_all)
         self._a = self._b = None
         try:
             self._a = Resources(access=full, **side)
@@ -113,7 +114,7 @@ def one_sided(pair, opcode, length=8, target=None, rkey=None, remote_offset=0, l
 
 
 class QPLab:
-    """Lesson 03's bench: `qp`, yours, still in RESET, with a 4 KiB MR `mr` the peer may write and read;
+    """The queue-pairs lesson's bench: `qp`, yours, still in RESET, with a 4 KiB MR `mr` the peer may write and read;
     `peer`, already connected to it and waiting; their endpoints `local` and `remote` (as exchanged out
     of band), and `route` (port, GID index, MTU, link layer). The peer gives up on a request nobody
     acknowledges after PEER_RETRIES resends (RETRY_EXC_ERR), so a wrong address or PSN shows at once."""
@@ -186,7 +187,7 @@ class QPLab:
                 side.close()
 
 
-# ---------------------------------------------------------------- polling or sleeping (lesson 04)
+# ---------------------------------------------------------------- polling or sleeping (queue-pairs)
 
 def wait_for_sends(target, qp, cq, mr, messages=20, gap_s=0.005, channel=None):
     """The target process SENDs `messages` small messages to `qp`, `gap_s` apart; this thread waits
@@ -218,7 +219,7 @@ def wait_for_sends(target, qp, cq, mr, messages=20, gap_s=0.005, channel=None):
 
 
 def poll_or_sleep(ctx, pd, messages=40, gap_s=0.005):
-    """Lesson 03's comparison: another process (lesson 04's RemoteBuffer) SENDs `messages` small
+    """The queue-pairs lesson's comparison: another process (the one-sided lesson's RemoteBuffer) SENDs `messages` small
     messages `gap_s` apart to a QP of ours, and we wait for them twice, busy polling our CQ, then
     sleeping on completion events. Returns {"busy polling": {...}, "completion events": {...}}, each
     as wait_for_sends() measures it."""
@@ -238,7 +239,7 @@ def poll_or_sleep(ctx, pd, messages=40, gap_s=0.005):
 
 
 def post_writes(qp, cq, mr, remote, count=16, chained=False):
-    """Lesson 04's doorbell count: `count` 64-byte WRITEs of `mr` into `remote` (an endpoint with rkey
+    """The posting lesson's doorbell count: `count` 64-byte WRITEs of `mr` into `remote` (an endpoint with rkey
     and addr), the last one signaled, posted one post_send each or as one chain linked by next_wr.
     Returns the write() syscalls this thread made meanwhile (Soft-RoCE's doorbell is one; the notebook
     kernel's other threads write to their sockets at any time, so they are not counted)."""

@@ -1,4 +1,4 @@
-"""NCCL in practice, for lesson 05: protocols whose data carries its own flag, rings against trees.
+"""NCCL in practice, for the AllReduce lesson: protocols whose data carries its own flag, rings against trees.
 
     from rdmalab.lessons import nccl
     nccl.protocols()          # LL, LL128, Simple: bytes per flag, share of the wire that is data

@@ -1,12 +1,13 @@
-"""The series' opening question (lesson 00), answered with evidence in lesson 05.
+"""The series' opening question (the welcome lesson), answered with evidence in the AllReduce lesson.
 
     from rdmalab import lessons
-    lessons.quiz()                              # the question as a widget; the choice is saved
-    lessons.CHOICES[lessons.load_answers()["00"]]   # what was chosen, read back in lesson 05
+    lessons.quiz()                                    # the question as a widget; the choice is saved
+    lessons.CHOICES[lessons.load_answers()["welcome"]]   # what was chosen, read back in the AllReduce lesson
 
 Every choice is something RDMA really offers or is really sold on; only one of them is what makes
 AllReduce fast. WHY says, for each, what is true about it and why it is or is not THE answer;
-lesson 05's closing view (rdmalab.lessons.answer) adds the learner's own numbers to it.
+the AllReduce lesson's closing view (rdmalab.lessons.answer) adds the learner's own numbers to it.
+Answers are keyed by the lesson's slug (rdmalab.lessons.series); the first edition's "00" reads as "welcome".
 """
 import json
 import os
@@ -15,6 +16,7 @@ import ipywidgets as w
 
 from rdmalab.lessons import classroom
 from rdmalab.lessons.evidence import LEARNER_DIR
+from rdmalab.lessons.series import by_slug, number
 
 QUESTION = "Which property of RDMA matters most for AllReduce in a training cluster?"
 CHOICES = [
@@ -24,7 +26,7 @@ CHOICES = [
     "reliable delivery, implemented in the NIC",
     "a socket-compatible API, so existing programs run unchanged",
 ]
-ANSWER = 2   # revealed with evidence in lesson 05
+ANSWER = 2   # revealed with evidence in the AllReduce lesson
 # Why each choice is, or is not, THE answer (indexes as CHOICES).
 WHY = [
     "Latency matters for small messages (the alpha term, 2(p-1) of them per ring AllReduce), but the "
@@ -45,15 +47,15 @@ WHY = [
 ANSWERS_FILE = os.path.join(LEARNER_DIR, "answers.json")
 
 
-def quiz(key="00"):
-    """The series' opening question as a widget; the choice is saved so lesson 05 can recall it."""
+def quiz(key="welcome"):
+    """The series' opening question as a widget; the choice is saved so the AllReduce lesson can recall it."""
     choice = w.RadioButtons(options=CHOICES, value=None, layout=w.Layout(width="auto"))
     note = w.HTML()
 
     def saved(change):
         if change["new"] is not None:
             save_answer(key, CHOICES.index(change["new"]))
-            note.value = "<i>Saved. Lesson 05 answers this with your own measurements.</i>"
+            note.value = f"<i>Saved. Lesson {number('allreduce')} answers this with your own measurements.</i>"
 
     choice.observe(saved, "value")
     return w.VBox([w.HTML(f"<b>{QUESTION}</b>"), choice, note])
@@ -80,6 +82,6 @@ def load_answers():
 def _saved():
     try:
         with open(ANSWERS_FILE) as f:
-            return json.load(f)
-    except (OSError, ValueError):
+            return by_slug(json.load(f))
+    except (OSError, ValueError, AttributeError):
         return {}

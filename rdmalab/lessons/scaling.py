@@ -1,28 +1,30 @@
-"""Lesson 06's plumbing: the learner's 4-rank times (from lesson 05, or measured here), tables of the
-model's predictions, the cluster charts and the explorer widget."""
+"""The scaling lesson's plumbing: the learner's 4-rank times (from the AllReduce lesson, or measured
+here), tables of the model's predictions, the cluster charts and the explorer widget."""
 from rdmalab.allreduce import model
 from rdmalab.lessons import evidence
+from rdmalab.lessons.series import number
 from rdmalab.proc.cpus import usable_cpus
 
 
 def four_rank_times(quick, sizes=(1 << 20,), largest=1 << 20):
-    """(where they come from, {bytes: seconds}) of the ring over RDMA on 4 ranks: lesson 05's
+    """(where they come from, {bytes: seconds}) of the ring over RDMA on 4 ranks: the AllReduce lesson's
     measurements up to `largest` bytes (the sizes the lesson fits) when it ran with 4 ranks, else
     measured now at `sizes` (a 4-rank cluster, ~15 s)."""
-    e = evidence.recall("05")
+    e = evidence.recall("allreduce")
     if e.get("ranks") == 4 and e.get("sizes") and e.get("ring_rdma_s"):
         kept = {n: t for n, t in zip(e["sizes"], e["ring_rdma_s"]) if n <= largest and t}
         if kept:
-            return "your lesson 05 measurements", kept
+            return f"your lesson {number('allreduce')} measurements", kept
     from rdmalab.allreduce.cluster import Cluster
-    print("lesson 05 has not recorded 4-rank times (run lesson 05 first, without QUICK): measuring them now")
+    print(f"lesson {number('allreduce')} has not recorded 4-rank times (run it first, without QUICK): "
+          "measuring them now")
     with Cluster(ranks=4, transport="rdma", max_bytes=max(sizes)) as cluster:
         times, _ = model.measure(cluster, list(sizes), rounds=3 if quick else 5)
     return "measured just now", times
 
 
 def fit_two_ranks(sizes, quick, attempts=3):
-    """Lesson 06's fit: the 2-rank ring's times (medians of rounds) fitted on the smallest and the largest
+    """The scaling lesson's fit: the 2-rank ring's times (medians of rounds) fitted on the smallest and the largest
     size, judged on the others. A busy machine can make a small size slower than a large one, and then no
     fit has a positive beta: this measures again with twice the rounds, and at the last attempt fits the
     fastest round of each size (the least disturbed one). Returns (costs, held-out rows, {n: seconds})."""

@@ -1,14 +1,16 @@
-"""A real JupyterLab in a real browser: every lesson, 00 to 06, opened and run cell by cell, as `make lab`
+"""A real JupyterLab in a real browser: every lesson, 00 to 07, opened and run cell by cell, as `make lab`
 serves them.
 
 Starts JupyterLab through `make lab`'s launcher, rdmalab.lab (so a broken `make lab` fails here), on
 127.0.0.1 with a token, drives Debian's Chromium (/usr/bin/chromium, no browser download) through
 Playwright, runs copies of the lessons with QUICK = True, in order and with one learner's HOME (so that
-lesson 05 finds what 00, 01 and 04 kept): every cell runs without an error, lesson 00's question saves
-the answer clicked and its exercise's "Show solution" button shows the solution, 01-03 show their
-charts, lesson 04's dashboard renders its chart, lesson 05 (ipyparallel ranks) ends with the closing
-view of the learner's own figures, lesson 06 with its charts and its explorer's widgets.
-Screenshots go to .ci/artifacts/lesson-NN.png (RDMALAB_SCREENSHOT names lesson 04's). Skips, saying
+the AllReduce lesson finds what welcome, socket-path and one-sided kept): every cell runs without an
+error, lesson 00's question saves the answer clicked and its exercise's "Show solution" button shows the
+solution, 01-03 show their charts, the one-sided lesson's dashboard renders its chart, the posting
+lesson's exercise reveals its solution, the AllReduce lesson (ipyparallel ranks) ends with the closing
+view of the learner's own figures, the scaling lesson with its charts and its explorer's widgets.
+Lessons are named by slug (rdmalab.lessons.series), so renumbering them changes nothing here.
+Screenshots go to .ci/artifacts/lesson-NN.png (RDMALAB_SCREENSHOT names the one-sided lesson's). Skips, saying
 why, where there is no Chromium; RDMALAB_BROWSER_TEST=1 (CI) makes that a failure.
 """
 import contextlib
@@ -23,6 +25,7 @@ import time
 import pytest
 
 from rdmalab import sockets
+from rdmalab.lessons import series
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CHROMIUM = "/usr/bin/chromium"
@@ -35,8 +38,12 @@ def free_port():
     return port
 
 
-LESSONS = ("00-welcome", "01-socket-path", "02-memory-registration", "03-queue-pairs", "04-one-sided",
-           "05-allreduce", "06-scaling-out")
+def name_of(slug):
+    """The notebook's name today, without .ipynb: name_of("one-sided") == "04-one-sided"."""
+    return series.notebook(slug).removesuffix(".ipynb")
+
+
+LESSONS = tuple(name_of(slug) for slug, _ in series.LESSONS)
 
 
 @pytest.fixture(scope="module")
@@ -146,12 +153,12 @@ def screenshot_path(name):
     return os.path.join(folder, f"lesson-{name[:2]}.png")
 
 
-def test_lesson_00_runs_and_its_question_saves_the_learners_answer(lab):
-    shot = screenshot_path("00")
-    with lesson_page(lab, "00-welcome", shot) as page:
+def test_the_welcome_lesson_runs_and_its_question_saves_the_learners_answer(lab):
+    shot = screenshot_path(name_of("welcome"))
+    with lesson_page(lab, name_of("welcome"), shot) as page:
         wait_until_every_cell_ran(page)
         page.get_by_text("kernel and CPU bypass", exact=False).first.click()
-        page.wait_for_selector("text=Saved. Lesson 05 answers this", timeout=30_000)
+        page.wait_for_selector(f"text=Saved. Lesson {series.number('allreduce')} answers this", timeout=30_000)
         # the exercise, left as its skeleton: "not yet", and its button reveals the reference solution
         page.get_by_text("no answer yet", exact=False).first.wait_for(timeout=30_000)
         page.locator(".widget-button", has_text="Show solution").first.click()
@@ -160,10 +167,10 @@ def test_lesson_00_runs_and_its_question_saves_the_learners_answer(lab):
     answers = json.load(open(lab["home"] / ".cache" / "rdmalab" / "answers.json"))
     from rdmalab.lessons.quiz import CHOICES
     clicked = next(i for i, choice in enumerate(CHOICES) if choice.startswith("kernel and CPU bypass"))
-    assert answers["00"] == clicked and all(key.startswith("00") for key in answers), answers
+    assert answers["welcome"] == clicked and all(key.startswith("welcome") for key in answers), answers
 
 
-@pytest.mark.parametrize("name", ["01-socket-path", "02-memory-registration", "03-queue-pairs"])
+@pytest.mark.parametrize("name", [name_of(s) for s in ("socket-path", "memory-registration", "queue-pairs")])
 def test_lessons_01_to_03_run_to_the_end_with_their_figures(lab, name):
     shot = screenshot_path(name)
     with lesson_page(lab, name, shot) as page:
@@ -174,9 +181,9 @@ def test_lessons_01_to_03_run_to_the_end_with_their_figures(lab, name):
         page.screenshot(path=shot)
 
 
-def test_lesson_04_runs_in_jupyterlab_and_the_dashboard_renders(lab):
-    shot = os.environ.get("RDMALAB_SCREENSHOT", screenshot_path("04"))
-    with lesson_page(lab, "04-one-sided", shot) as page:
+def test_the_one_sided_lesson_runs_in_jupyterlab_and_the_dashboard_renders(lab):
+    shot = os.environ.get("RDMALAB_SCREENSHOT", screenshot_path(name_of("one-sided")))
+    with lesson_page(lab, name_of("one-sided"), shot) as page:
         chart = page.wait_for_selector("img.widget-image[src^='blob:']", timeout=300_000)
         run_button = page.locator(".widget-button", has_text="Run")
         assert run_button.count() == 1 and page.locator(".widget-readout").count() >= 1
@@ -192,10 +199,22 @@ def test_lesson_04_runs_in_jupyterlab_and_the_dashboard_renders(lab):
     assert os.path.getsize(shot) > 10_000
 
 
-def test_lesson_05_runs_its_ranks_and_closes_with_the_learners_own_figures(lab):
-    """Runs after 00, 01 and 04 (this file's order) in the same HOME: the closing view finds their figures."""
-    shot = screenshot_path("05")
-    with lesson_page(lab, "05-allreduce", shot) as page:
+def test_the_posting_lesson_runs_and_its_exercise_reveals_its_solution(lab):
+    shot = screenshot_path(name_of("posting"))
+    with lesson_page(lab, name_of("posting"), shot) as page:
+        wait_until_every_cell_ran(page)
+        page.get_by_text("no answer yet", exact=False).first.wait_for(timeout=30_000)
+        page.locator(".widget-button", has_text="Show solution").first.click()
+        page.get_by_text("def post_all(post, wait, count, depth)", exact=False).first.wait_for(timeout=30_000)
+        page.get_by_text("completions, at most 16 slots held at once", exact=False).first.wait_for(timeout=30_000)
+        page.screenshot(path=shot)
+
+
+def test_the_allreduce_lesson_runs_its_ranks_and_closes_with_the_learners_own_figures(lab):
+    """Runs after welcome, socket-path and one-sided (this file's order) in the same HOME: the closing view
+    finds their figures."""
+    shot = screenshot_path(name_of("allreduce"))
+    with lesson_page(lab, name_of("allreduce"), shot) as page:
         wait_until_every_cell_ran(page, timeout_ms=600_000)
         view = page.locator(".jp-RenderedHTMLCommon", has_text="your measurement").last
         view.wait_for(timeout=30_000)
@@ -207,9 +226,9 @@ def test_lesson_05_runs_its_ranks_and_closes_with_the_learners_own_figures(lab):
         page.screenshot(path=shot)
 
 
-def test_lesson_06_runs_to_the_end_with_its_charts_and_explorer(lab):
-    shot = screenshot_path("06")
-    with lesson_page(lab, "06-scaling-out", shot) as page:
+def test_the_scaling_lesson_runs_to_the_end_with_its_charts_and_explorer(lab):
+    shot = screenshot_path(name_of("scaling-out"))
+    with lesson_page(lab, name_of("scaling-out"), shot) as page:
         wait_until_every_cell_ran(page, timeout_ms=600_000)
         assert page.locator(".jp-RenderedImage img").count() >= 2, "the cluster chart and the GPUDirect paths"
         assert page.locator(".widget-slider").count() >= 1, "the explorer's sliders render"

@@ -28,11 +28,11 @@ if TESTS not in sys.path:
     sys.path.insert(0, TESTS)
 from soft import test_two_users as two_users
 
+from rdmalab.lessons.series import notebook, slug_of
 from rdmalab.proc.procstat import processes_of
 
 CONFIG = os.path.join(ROOT, "workshop", "jupyterhub_config.py")
-LESSONS = ["00-welcome.ipynb", "01-socket-path.ipynb", "02-memory-registration.ipynb", "03-queue-pairs.ipynb",
-           "04-one-sided.ipynb"]
+LESSONS = [notebook(slug) for slug in ("welcome", "socket-path", "memory-registration", "queue-pairs", "one-sided")]
 CHP_CACHE = os.path.join(os.path.expanduser("~"), ".cache", "rdmalab", "configurable-http-proxy")
 CELL_TIMEOUT = 900   # as tests/test_notebooks.py: a cell running 15 minutes has hung
 
@@ -256,7 +256,7 @@ class Kernel:
             pass
 
 
-LESSON_04_FIGURES = """
+ONE_SIDED_FIGURES = """
 import json as _json
 _figures = {}
 try:
@@ -301,7 +301,8 @@ async def run_lessons(hub, users, lessons=LESSONS):
     async def one(user):
         results = []
         for name in lessons:
-            results.append(await run_lesson(hub, user, name, LESSON_04_FIGURES if name.startswith("04") else None))
+            figures = ONE_SIDED_FIGURES if slug_of(name) == "one-sided" else None
+            results.append(await run_lesson(hub, user, name, figures))
         return results
     return dict(zip(users, await asyncio.gather(*(one(u) for u in users))))
 

@@ -189,11 +189,11 @@ def test_a_server_killed_mid_lesson_leaves_nothing_behind(room):
     victim = room.users[-1]
 
     async def scenario():
-        lesson = asyncio.ensure_future(classhub.run_lesson(room.hub, victim.name, "04-one-sided.ipynb"))
+        lesson = asyncio.ensure_future(classhub.run_lesson(room.hub, victim.name, classhub.notebook("one-sided")))
         deadline = time.monotonic() + 120
         while not two_users.segments_of(victim.uid, [room.shm_dir(victim)]) and time.monotonic() < deadline:
             await asyncio.sleep(0.2)   # mid-lesson: its memory is registered
-        assert two_users.segments_of(victim.uid, [room.shm_dir(victim)]), "lesson 04 registered nothing in 120 s"
+        assert two_users.segments_of(victim.uid, [room.shm_dir(victim)]), "the one-sided lesson registered nothing in 120 s"
         os.kill(room.hub.server_pid(victim.name), signal.SIGKILL)
         try:
             result = await asyncio.wait_for(lesson, 120)

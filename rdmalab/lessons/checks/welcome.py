@@ -1,10 +1,10 @@
-"""Lesson 00, welcome: its exercise, a check (raising Wrong with a hint) and a reference solution."""
+"""The welcome lesson (welcome): its exercise, a check (raising Wrong with a hint) and a reference solution."""
 from rdmalab.lessons.exercises import Wrong, exercise, reference
 
 OFFSET = 64   # where in the peer's buffer the learner's WRITE must land
 
 
-@exercise("00.write", "Post an RDMA WRITE of your message to byte 64 of the peer's buffer",
+@exercise("welcome.write", "Post an RDMA WRITE of your message to byte 64 of the peer's buffer",
           hints=["Two places take a key and an address: the SGE names your bytes (local_mr.buf, local_mr.lkey); "
                  "set_wr_rdma names where they go in the peer's memory (remote['rkey'], remote['addr'] + 64)."])
 def _check_write(request, qp, local_mr, length, remote, pair):
@@ -42,7 +42,7 @@ def _check_write(request, qp, local_mr, length, remote, pair):
                     "Use IBV_WR_RDMA_WRITE (a WRITE with immediate data, or a SEND, completes at the peer too).")
 
 
-@reference("00.write")
+@reference("welcome.write")
 def _write(qp, local_mr, length, remote):
     from rdmalab import verbs as v
     e = v.enums

@@ -1,4 +1,4 @@
-"""Lesson 01, the socket path: its exercises, each a check (raising Wrong with a hint) and a
+"""The socket path lesson (socket-path): its exercises, each a check (raising Wrong with a hint) and a
 reference solution."""
 from rdmalab.lessons.exercises import Wrong, exercise, reference
 
@@ -6,7 +6,7 @@ from rdmalab.lessons.exercises import Wrong, exercise, reference
 PINGPONGS, MESSAGE = 100, 64 * 1024
 
 
-@exercise("01.predict", "Predict the client's cost of 100 ping-pongs of 64 KiB over TCP",
+@exercise("socket-path.predict", "Predict the client's cost of 100 ping-pongs of 64 KiB over TCP",
           hints=["Count per message: the client write()s it once and read()s the echo at least once; "
                  "every byte crosses the user/kernel boundary on the way out and again on the way back."])
 def _check_predict(answer):
@@ -23,6 +23,6 @@ def _check_predict(answer):
                     "Sent bytes are copied into the kernel, and the echo is copied out of it again: count both ways.")
 
 
-@reference("01.predict")
+@reference("socket-path.predict")
 def _predict():
     return {"writes": 100, "reads_at_least": 100, "bytes_copied": 2 * 100 * 64 * 1024}

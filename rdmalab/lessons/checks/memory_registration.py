@@ -1,5 +1,5 @@
-"""Lesson 02, memory registration: its exercises, each a check (raising Wrong with a hint) and a
-reference solution."""
+"""The memory registration lesson (memory-registration): its exercises, each a check (raising Wrong
+with a hint) and a reference solution."""
 from rdmalab.lessons.exercises import Wrong, exercise, reference
 from rdmalab.lessons.fixtures import Pair, one_sided
 
@@ -20,7 +20,7 @@ def fetch_and_add(pair, target, add=0):
     return rc.wait_for_completion(pair.cq_a), pair.a_mr.read(8, 0)
 
 
-@exercise("02.write-not-read", "Register 4 KiB that a peer may RDMA WRITE into but not read back",
+@exercise("memory-registration.write-not-read", "Register 4 KiB that a peer may RDMA WRITE into but not read back",
           hints=["Access flags are OR-ed IBV_ACCESS_* values; remote write also needs local write "
                  "(the kernel refuses REMOTE_WRITE without LOCAL_WRITE with errno 22)."])
 def _check_write_not_read(mr, ctx, pd):
@@ -48,7 +48,7 @@ def _check_write_not_read(mr, ctx, pd):
                     "buffer. Leave REMOTE_ATOMIC out too.")
 
 
-@reference("02.write-not-read")
+@reference("memory-registration.write-not-read")
 def _write_not_read(ctx, pd):
     from rdmalab.verbs import enums as e
     from rdmalab.verbs import mr

@@ -1,9 +1,9 @@
-"""Lesson 04, one-sided operations: its exercises, each a check (raising Wrong with a hint) and a
+"""The one-sided operations lesson (one-sided): its exercises, each a check (raising Wrong with a hint) and a
 reference solution."""
 from rdmalab.lessons.exercises import Wrong, exercise, reference
 
 
-@exercise("04.mailbox", "A one-sided mailbox: the writes that deliver a message the reader finds by polling",
+@exercise("one-sided.mailbox", "A one-sided mailbox: the writes that deliver a message the reader finds by polling",
           hints=["The reader polls the 8-byte flag at offset 0, then reads the message at offset 8: write the "
                  "message first (in one WRITE or several), then the flag alone, last. WRITEs on one RC QP are "
                  "executed in order; the bytes of one WRITE may be placed in any order."])
@@ -39,7 +39,7 @@ def _check_mailbox(plan, length, qp, cq, local_mr, target, message):
         raise Wrong(f"the reader found {got!r}, not {message!r}.")
 
 
-@reference("04.mailbox")
+@reference("one-sided.mailbox")
 def _mailbox(length):
     return [(8, length, 8), (0, 8, 0)]
 

@@ -1,6 +1,6 @@
-"""Lesson 06, scaling out: its exercise, a check (raising Wrong with a hint) and a reference solution.
+"""The scaling lesson (scaling-out): its exercise, a check (raising Wrong with a hint) and a reference solution.
 
-06.predict-4: from costs fitted to 2-rank ring times, predict the ring's time on 4 ranks at each size.
+scaling-out.predict-4: from costs fitted to 2-rank ring times, predict the ring's time on 4 ranks at each size.
 The check recomputes the model's prediction and, when the answer differs, names the usual slips
 (the 2-rank terms, the (p-1)/p factor forgotten, alpha counted once, gamma left out)."""
 from rdmalab.lessons.exercises import Wrong, exercise, reference
@@ -28,7 +28,7 @@ SLIPS = [  # (how the answer was built, what to say)
 ]
 
 
-@exercise("06.predict-4", "Predict the ring's time on 4 ranks from a 2-rank fit",
+@exercise("scaling-out.predict-4", "Predict the ring's time on 4 ranks from a 2-rank fit",
           hints=["T = 2 (p-1) alpha + 2 (p-1)/p n beta + (p-1)/p n gamma with p = 4: costs.alpha, costs.beta "
                  "(seconds per byte sent) and costs.gamma (seconds per byte reduced); n in bytes, T in seconds."])
 def _check_predict(answer, costs, sizes):
@@ -49,7 +49,7 @@ def _check_predict(answer, costs, sizes):
         raise Wrong(f"at {n} bytes you predict {got * 1e3:.4g} ms; the model says {right * 1e3:.4g} ms.")
 
 
-@reference("06.predict-4")
+@reference("scaling-out.predict-4")
 def _predict_4(costs, sizes):
     p = RANKS
     return {n: 2 * (p - 1) * costs.alpha + 2 * (p - 1) / p * n * costs.beta + (p - 1) / p * n * costs.gamma

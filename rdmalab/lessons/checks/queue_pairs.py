@@ -1,10 +1,10 @@
-"""Lesson 03, queue pairs: its exercises, each a check (raising Wrong with a hint) and a
+"""The queue pairs lesson (queue-pairs): its exercises, each a check (raising Wrong with a hint) and a
 reference solution."""
 from rdmalab.lessons.exercises import Wrong, exercise, reference
 from rdmalab.lessons.fixtures import state_of
 
 
-@exercise("03.to-rts", "Bring a QP from RESET to RTS by hand, connected to its peer",
+@exercise("queue-pairs.to-rts", "Bring a QP from RESET to RTS by hand, connected to its peer",
           hints=["Three modify() calls: INIT (pkey_index, port, access flags), RTR (address vector, path MTU, "
                  "dest_qp_num, rq_psn, max_dest_rd_atomic, min_rnr_timer), RTS (sq_psn, timeout, retry_cnt, "
                  "rnr_retry, max_rd_atomic); each mask must name every attribute the step requires."])
@@ -75,7 +75,7 @@ def _check_from_peer(qp, lab):
                     "your QP, so Soft-RoCE and hardware NICs refuse its READs.", steps[2][3])
 
 
-@reference("03.to-rts")
+@reference("queue-pairs.to-rts")
 def _to_rts(qp, local, remote, route):
     from rdmalab.verbs import addr
     from rdmalab.verbs import enums as e

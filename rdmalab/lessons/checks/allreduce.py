@@ -1,9 +1,9 @@
-"""Lesson 05, AllReduce by hand: its exercises, each a check (raising Wrong with a hint) and a
+"""The AllReduce lesson (allreduce): its exercises, each a check (raising Wrong with a hint) and a
 reference solution."""
 from rdmalab.lessons.exercises import NotYet, Wrong, exercise, reference
 
 
-@exercise("05.ring-step", "One reduce-scatter step of the ring, on every rank",
+@exercise("allreduce.ring-step", "One reduce-scatter step of the ring, on every rank",
           hints=["At step s, rank r sends chunk (r - s) mod p to rank r+1 (comm.t.put into its 'stage' at the "
                  "step's slot), waits for rank r-1 (comm.t.wait), and adds chunk (r - s - 1) mod p from the "
                  "stage into x."])
@@ -21,7 +21,7 @@ def _check_ring_step(step, cluster):
                     "Check which chunk you send and which you add: they differ by one, and both shift with the step.")
 
 
-@reference("05.ring-step")
+@reference("allreduce.ring-step")
 def _ring_step():
     from rdmalab.allreduce.algorithms import reduce_scatter_step
     return reduce_scatter_step
