@@ -12,7 +12,7 @@ STAMP  := $(VENV)/.rdmalab-installed
 CHP_DIR := $(HOME)/.cache/rdmalab/configurable-http-proxy
 CHP     := $(CHP_DIR)/node_modules/.bin/configurable-http-proxy
 
-.PHONY: lab test test-softroce workshop-deps clean
+.PHONY: lab test test-softroce workshop-deps wire-deps clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV) || { \
@@ -27,7 +27,7 @@ $(STAMP): pyproject.toml
 lab: $(STAMP)
 	$(PY) -m rdmalab.lab notebooks/
 
-test: $(STAMP) workshop-deps
+test: $(STAMP) workshop-deps wire-deps
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # npm (Debian: nodejs npm, installed here when root), then configurable-http-proxy into ~/.cache/rdmalab.
@@ -39,6 +39,14 @@ $(CHP):
 	    > /tmp/rdmalab-npm.log 2>&1 || tail -5 /tmp/rdmalab-npm.log; }
 	-@command -v npm >/dev/null && npm install --silent --no-audit --no-fund --prefix $(CHP_DIR) configurable-http-proxy@5 \
 	  || echo "no configurable-http-proxy (needs npm: apt-get install nodejs npm): tests/workshop will skip"
+
+# tshark (Debian: tshark, installed here when root, never setuid), the judge of tests/wire's pcaps.
+# Without it those tests skip and say why.
+wire-deps:
+	@command -v tshark >/dev/null || [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null || { echo "installing tshark (apt-get)"; \
+	  { echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections && apt-get update -q && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends tshark; } \
+	    > /tmp/rdmalab-tshark.log 2>&1 || tail -5 /tmp/rdmalab-tshark.log; }
 
 test-softroce:
 	softroce/vm.sh sh softroce/guest-tests.sh $(PYTEST_ARGS)

@@ -11,6 +11,13 @@
 # RDMALAB_TIME_SCALE: the guest runs under CPU emulation, several times slower than the host
 export PYTHONPATH=/project MPLBACKEND=Agg OPENBLAS_NUM_THREADS=1 PY_COLORS=0 RDMALAB_TIME_SCALE=5
 python -m rdmalab doctor
+# make test-softroce PYTEST_ARGS="..." (say -m interop, or -k NAME): those tests on rxe0, and only them;
+# the differential check and rdma-core's tests need the whole suite, so they run without PYTEST_ARGS only
+if [ $# -gt 0 ]; then
+  echo "== the tests PYTEST_ARGS select ($*), on rxe0"
+  RDMALAB_PROVIDER=pyverbs python -m pytest -p no:cacheprovider -ra -m "not host_only" tests "$@"
+  exit
+fi
 echo "== the conformance suite on soft0 (for the differential check)"
 RDMALAB_PROVIDER=soft RDMALAB_TRACE=/tmp/trace-soft.json python -m pytest -q -p no:cacheprovider tests/conformance | tail -1
 echo "== every test on rxe0"

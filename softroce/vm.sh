@@ -28,7 +28,7 @@ TIMEOUT=${RDMALAB_VM_TIMEOUT:-2400}
 CPU=qemu64,+ssse3,+sse4.1,+sse4.2,+popcnt,+cx16
 SUITE=bookworm
 GUEST_PACKAGES=python3,python3-venv,python3-pyverbs,rdma-core,ibverbs-providers,ibverbs-utils,perftest,iproute2,kmod,ca-certificates
-MODULES="rdma_rxe rdma_ucm crc32_generic dummy"
+MODULES="rdma_rxe rdma_ucm crc32_generic dummy veth"
 
 say() { echo "[softroce-vm] $*" >&2; }
 fail() { say "$*"; exit 2; }
