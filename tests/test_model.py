@@ -93,6 +93,22 @@ def test_held_out_predicts_only_what_the_fit_did_not_see():
         assert r["error"] == pytest.approx(0.0 if r["p"] == 2 else 1 / 1.1 - 1, abs=1e-9)
 
 
+def test_ranks_sharing_cpus_take_turns_and_held_out_predicts_with_it():
+    c = model.Costs(alpha=4e-5, beta=1e-10, gamma=3e-11, label="fit")
+    assert model.on_shared_cpus(c, 2, 2) is c and model.on_shared_cpus(c, 4, 8) is c   # a CPU each: unchanged
+    shared = model.on_shared_cpus(c, 4, 2)
+    assert (shared.alpha, shared.beta, shared.gamma) == pytest.approx((8e-5, 2e-10, 6e-11))
+    assert model.predict("ring", 4, 1 << 20, shared) == pytest.approx(2 * model.predict("ring", 4, 1 << 20, c))
+    with pytest.raises(ValueError, match="cpus"):
+        model.on_shared_cpus(c, 4, 0)
+    # 4 ranks on 2 CPUs measured twice as slow as a CPU each: predicted exactly once the turns are counted
+    samples = [(p, n, model.predict("ring", p, n, c) * (2.0 if p == 4 else 1.0)) for p in (2, 4) for n in (1 << 16, 1 << 20)]
+    _, rows = model.held_out(samples, [(2, 1 << 16), (2, 1 << 20)], gamma=c.gamma, cpus=2)
+    assert [round(r["error"], 9) for r in rows] == [0.0, 0.0]
+    _, rows = model.held_out(samples, [(2, 1 << 16), (2, 1 << 20)], gamma=c.gamma)   # without: half the time
+    assert [round(r["error"], 9) for r in rows] == [-0.5, -0.5]
+
+
 def test_gpudirect_bounce_and_slowest_link():
     ndr = model.NETWORKS["InfiniBand NDR 400 Gb/s (RDMA)"]
     direct, bounce = model.gpu_path(ndr, True), model.gpu_path(ndr, False)

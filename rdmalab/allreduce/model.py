@@ -99,15 +99,17 @@ def check_fit(costs):
     return costs
 
 
-def held_out(samples, fitted_on, algorithm="ring", gamma=None, label="fitted", alpha=None):
+def held_out(samples, fitted_on, algorithm="ring", gamma=None, label="fitted", alpha=None, cpus=None):
     """Fit to the samples whose (p, n) is in `fitted_on`, predict all the others: (costs, rows), each row
-    {p, n, measured_s, predicted_s, error} for a sample the fit did not see. The honest test of a model."""
+    {p, n, measured_s, predicted_s, error} for a sample the fit did not see. The honest test of a model.
+    cpus: where the ranks run on one host and each rank's "NIC" is CPU work (soft0), the CPUs they share:
+    a sample with more ranks than CPUs is predicted with on_shared_cpus()."""
     fitted_on = set(fitted_on)
     costs = check_fit(fit([s for s in samples if (s[0], s[1]) in fitted_on], algorithm, gamma, label, alpha))
     rows = []
     for p, n, t in samples:
         if (p, n) not in fitted_on:
-            guess = predict(algorithm, p, n, costs)
+            guess = predict(algorithm, p, n, costs if cpus is None else on_shared_cpus(costs, p, cpus))
             rows.append({"p": p, "n": n, "measured_s": t, "predicted_s": guess, "error": guess / t - 1})
     return costs, rows
 
@@ -217,6 +219,20 @@ def slowest_link(costs, share):
     if not 0 < share <= 1:
         raise ValueError("share: the fraction of the link's bandwidth left, in (0, 1]")
     return Costs(costs.alpha, costs.beta / share, costs.gamma, f"{costs.label}; slowest link at {share:.0%}")
+
+
+def on_shared_cpus(costs, ranks, cpus):
+    """The costs of `ranks` ranks that take turns on `cpus` CPUs, where all of a rank's work is CPU work:
+    soft0's NIC is its process's CPU copying, and the reduction is CPU work too. With more ranks than CPUs,
+    every ring step waits for ranks / cpus turns, so every term costs that many times more. (Hardware NICs
+    move the bytes themselves: there only the reduction would share the CPUs.)"""
+    if cpus <= 0:
+        raise ValueError("cpus: how many CPUs the ranks share, > 0")
+    turns = max(1.0, ranks / cpus)
+    if turns == 1.0:
+        return costs
+    return Costs(costs.alpha * turns, costs.beta * turns, costs.gamma * turns,
+                 f"{costs.label}; {ranks} ranks on {cpus:g} CPUs")
 
 
 MODELS = {  # gradient bytes in bf16 (2 bytes per parameter)
