@@ -63,8 +63,14 @@ def compare(predicted, measured, source):
             print(f"{n:>10} {measured[n] * 1e3:>10.3f} {predicted[n] * 1e3:>10.3f} {predicted[n] / measured[n] - 1:>+7.0%}")
     cpus = usable_cpus()
     if cpus < 4:
-        print(f"\nThis machine gives you {cpus:g} CPUs for 4 ranks: at every step of the ring a rank may wait for a "
-              f"CPU, a cost that a fit on 2 ranks (one CPU each) does not contain.")
+        turns = 4 / cpus
+        print(f"\nThis machine gives you {cpus:g} CPUs for 4 ranks: at every step of the ring the ranks take turns,\n"
+              f"a cost that a fit on 2 ranks (one CPU each) does not contain. On soft0 all of a rank's work is CPU\n"
+              f"work (its NIC is a copy by its CPU), so every term takes {turns:g} times as long (model.on_shared_cpus):")
+        for n in sorted(measured):
+            if n in predicted:
+                print(f"{n:>10} {measured[n] * 1e3:>10.3f} {predicted[n] * turns * 1e3:>10.3f} "
+                      f"{predicted[n] * turns / measured[n] - 1:>+7.0%}   (predicted x {turns:g})")
 
 
 def plot_cluster(gpus=(8, 32, 128, 512, 2048, 8192, 16384), algorithm="ring"):
