@@ -36,7 +36,7 @@ def choose_with_fake_pyverbs(tmp_path, devices, provider="auto"):
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
     (pkg / "device.py").write_text(FAKE_DEVICE.format(devices=devices))
-    for name in ("pd", "mr", "cq", "qp", "wr", "addr", "pyverbs_error", "enums"):   # imported once chosen
+    for name in ("pd", "mr", "cq", "qp", "wr", "addr", "srq", "pyverbs_error", "enums"):   # imported once chosen
         (pkg / f"{name}.py").write_text("")
     code = ("import json\ntry:\n    from rdmalab import verbs\n    print(json.dumps([verbs.PROVIDER, verbs.REASON]))\n"
             "except Exception as e:\n    print(json.dumps([type(e).__name__, str(e)]))")

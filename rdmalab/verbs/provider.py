@@ -4,7 +4,7 @@ import os
 
 from rdmalab.errors import ProviderError
 
-MODULES = ("device", "pd", "mr", "cq", "qp", "wr", "addr", "pyverbs_error")
+MODULES = ("device", "pd", "mr", "cq", "qp", "wr", "addr", "srq", "pyverbs_error")
 ENUM_MODULES = ("enums", "libibverbs_enums")  # pyverbs <= 58 has the first, >= 59 the second
 CHOICES = ("auto", "soft", "pyverbs")
 

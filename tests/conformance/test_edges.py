@@ -103,6 +103,27 @@ def test_a_wr_posted_in_rtr_is_refused_then_runs_at_the_next_post_in_rts(make_pa
     assert p.dst.read(8, 0) == b"EARLLATE"
 
 
+def test_a_whole_chain_posted_in_rtr_is_kept(make_pair, ctx, gid_index):
+    p = make_pair(connect=False)
+    to_init(p.a)
+    to_init(p.b, ALL_ACCESS)
+    to_rtr(ctx, gid_index, p.a, p.b.qp_num)
+    to_rtr(ctx, gid_index, p.b, p.a.qp_num)
+    first, second = send_wr(p.src, 4, e.IBV_WR_RDMA_WRITE, wr_id=1), send_wr(p.src, 4, e.IBV_WR_RDMA_WRITE, wr_id=2)
+    first.set_wr_rdma(p.dst.rkey, p.dst.buf)
+    second.set_wr_rdma(p.dst.rkey, p.dst.buf + 4)
+    first.next_wr = second
+    p.src.write(b"CHAN", 4)
+    assert rdma_error(lambda: p.a.post_send(first)) == 22
+    to_rts(p.a)
+    to_rts(p.b)
+    late = send_wr(p.src, 4, e.IBV_WR_RDMA_WRITE, wr_id=3)
+    late.set_wr_rdma(p.dst.rkey, p.dst.buf + 8)
+    p.a.post_send(late)
+    assert [(c["wr_id"], c["status"]) for c in poll(p.cq_a, 3)] == [(1, 0), (2, 0), (3, 0)]
+    assert p.dst.read(12, 0) == b"CHAN" * 3
+
+
 def test_a_wr_posted_in_rtr_is_flushed_when_the_qp_enters_err(make_pair, ctx, gid_index):
     p = make_pair(connect=False)
     to_init(p.a)

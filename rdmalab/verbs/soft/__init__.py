@@ -1,6 +1,6 @@
 """The emulated NIC: a pyverbs-compatible RDMA device, `soft0`, in pure Python and numpy.
 
-Its modules carry pyverbs' names (device, pd, mr, cq, qp, wr, addr, enums, libibverbs_enums,
+Its modules carry pyverbs' names (device, pd, mr, cq, qp, wr, addr, srq, enums, libibverbs_enums,
 pyverbs_error), so an unmodified pyverbs program runs on it with
 `python -m rdmalab.verbs.run program.py`.
 

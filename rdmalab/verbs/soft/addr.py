@@ -70,6 +70,58 @@ class AHAttr:
         return self.gr.hop_limit
 
 
-from .base import absent  # noqa: E402
+from .base import Resource  # noqa: E402
+from .pyverbs_error import PyverbsRDMAError  # noqa: E402
 
-AH = absent("AH", "Address handles (for UD QPs)")
+EINVAL, ENODATA = 22, 61
+IPV4_MAPPED = "0000:0000:0000:0000:0000:ffff:"   # how a GID holds an IPv4 address (RoCE v2)
+
+
+class AH(Resource):
+    """An address handle: where a UD send goes (a GID, through one of our GIDs). A SendWR names it in
+    set_wr_ud(ah, remote_qpn, remote_qkey). AH(pd, attr=AHAttr(...)), or AH(pd, wc=wc, grh=address,
+    port_num=1) to answer the sender of a received datagram (ibv_create_ah_from_wc).
+
+    The checks are rxe's: on RoCE the attribute must be global (errno 22), its sgid_index a populated
+    GID (61, ENODATA), its dgid not zero and of the source GID's kind, IPv4-mapped or IPv6: the kernel
+    finds no route from one to the other (22). Any other dgid is accepted: a datagram sent to an address
+    nobody has is lost, without an error."""
+
+    def __init__(self, pd, attr=None, wc=None, grh=None, port_num=1):
+        super().__init__()
+        from .device import GIDS, GID_TABLE_LEN   # (device imports this module)
+        from .pd import PD
+        if not isinstance(pd, PD):
+            raise PyverbsUserError(f"Expected PD, got {type(pd)}")
+        pd.check_open()
+        if attr is None:
+            if wc is None or grh is None:
+                raise PyverbsUserError("AH(pd, attr=AHAttr(...)) or AH(pd, wc=wc, grh=address, port_num=1)")
+            attr = _from_received(wc, grh, port_num)
+        gr = attr.gr
+        if not attr.is_global or attr.port_num != 1 or not 0 <= gr.sgid_index < GID_TABLE_LEN:
+            raise PyverbsRDMAError("Failed to create AH", EINVAL)
+        if gr.sgid_index >= len(GIDS):
+            raise PyverbsRDMAError("Failed to create AH", ENODATA)
+        self.sgid, self.dgid = GIDS[gr.sgid_index], str(gr.dgid)
+        if self.dgid == str(GID()) or self.dgid.startswith(IPV4_MAPPED) != self.sgid.startswith(IPV4_MAPPED):
+            raise PyverbsRDMAError("Failed to create AH", EINVAL)
+        self.traffic_class, self.flow_label, self.hop_limit = gr.traffic_class, gr.flow_label, gr.hop_limit
+        self.pd = pd
+        self._depend_on(pd)
+
+
+def _from_received(wc, grh, port_num):
+    """The AHAttr that answers a received datagram: the GRH at address `grh` (the first 40 bytes of the
+    receive buffer) names its source, our destination, and the GID of ours it reached, our source. On
+    RoCE with IPv4 addresses the GRH's last 20 bytes are the packet's IPv4 header; else it is IPv6's."""
+    import ctypes
+    from .device import GIDS
+    raw = ctypes.string_at(grh, 40)
+    if raw[20] == 0x45:   # IPv4: source and destination addresses end the header
+        source, ours = (bytes(10) + b"\xff\xff" + raw[32:36]), (bytes(10) + b"\xff\xff" + raw[36:40])
+    else:
+        source, ours = raw[8:24], raw[24:40]
+    text = [":".join(g[i:i + 2].hex() for i in range(0, 16, 2)) for g in (source, ours)]
+    sgid_index = GIDS.index(text[1]) if text[1] in GIDS else 0
+    return AHAttr(is_global=1, port_num=port_num, gr=GlobalRoute(dgid=GID(text[0]), sgid_index=sgid_index))

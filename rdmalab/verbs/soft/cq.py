@@ -18,7 +18,7 @@ from collections import deque
 
 from . import shm
 from .layout import C_ALIVE, C_ARMED, C_CHANNEL, C_EVENTS, W_SLEEPERS
-from .base import Record, Resource, absent
+from .base import Record, Resource
 from .device import DEVICE_ATTR, Context
 from .pyverbs_error import PyverbsRDMAError, PyverbsUserError
 
@@ -45,12 +45,12 @@ class WC:
                 f"qp_num={self.qp_num}, imm_data={self.imm_data}, wc_flags={self.wc_flags})")
 
 
-def new_wc(wr_id, status, opcode, byte_len, qp_num, imm_data, wc_flags, _new=object.__new__):
+def new_wc(wr_id, status, opcode, byte_len, qp_num, imm_data, wc_flags, src_qp=0, _new=object.__new__):
     """A WC as poll() returns it, made without __init__'s keyword handling: polling is a hot path."""
     wc = _new(WC)
-    wc.wr_id, wc.status, wc.opcode, wc.byte_len, wc.qp_num, wc.imm_data, wc.wc_flags = \
-        wr_id, status, opcode, byte_len, qp_num, imm_data, wc_flags
-    wc.vendor_err = wc.src_qp = wc.pkey_index = wc.slid = wc.sl = wc.dlid_path_bits = 0
+    wc.wr_id, wc.status, wc.opcode, wc.byte_len, wc.qp_num, wc.imm_data, wc.wc_flags, wc.src_qp = \
+        wr_id, status, opcode, byte_len, qp_num, imm_data, wc_flags, src_qp
+    wc.vendor_err = wc.pkey_index = wc.slid = wc.sl = wc.dlid_path_bits = 0
     return wc
 
 
@@ -241,6 +241,17 @@ class CQ(Resource):
             rq.harvest(wcs, num_entries)
         return len(wcs), wcs
 
+    def resize(self, cqe):
+        """Change the CQ's capacity, rounded as at creation. It may not shrink below the completions it
+        holds (errno 22), nor grow past the device's max_cqe."""
+        self.check_open()
+        if isinstance(cqe, float):
+            cqe = int(cqe)
+        held = len(self._completions) + sum(rq.waiting() for rq in self._receive_queues)
+        if not 1 <= cqe <= DEVICE_ATTR["max_cqe"] or cqe < held:
+            raise PyverbsRDMAError("Failed to resize CQ", EINVAL)
+        self.cqe = (1 << cqe.bit_length()) - 1
+
     @property
     def comp_channel(self):
         """The completion channel given at creation, or None (pyverbs' name for it)."""
@@ -294,6 +305,14 @@ class CqInitAttrEx(Record):
     """ibv_cq_init_attr_ex: for CQEX (extended CQs)."""
     _fields = dict(cqe=100, channel=None, comp_vector=0, wc_flags=0, comp_mask=0, flags=0, parent_domain=None)
 
+    @property
+    def comp_channel(self):   # pyverbs' name for the channel
+        return self.channel
+
+    @comp_channel.setter
+    def comp_channel(self, channel):
+        self.channel = channel
+
 
 class PollCqAttr(Record):
     _fields = dict(comp_mask=0)
@@ -303,4 +322,4 @@ class WcTmInfo(Record):
     _fields = dict(tag=0, priv=0)
 
 
-CQEX = absent("CQEX", "Extended CQs (ibv_create_cq_ex) and their polling")
+from .cqex import CQEX  # noqa: E402,F401 (pyverbs.cq has it; CQEX extends CQ, defined above)

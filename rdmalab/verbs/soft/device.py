@@ -3,10 +3,14 @@
 Its attributes mirror a Soft-RoCE (rxe) port: Ethernet link layer, active MTU 1024, GID 0 a link-local
 address and GID 1 an IPv4-mapped RoCE v2 address (the one that routes). Its limits are its own.
 """
+import os
+import weakref
+
 from . import shm
 from .addr import GID
 from .base import Resource
-from .enums import (IBV_ATOMIC_HCA, IBV_LINK_LAYER_ETHERNET, IBV_MTU_1024, IBV_MTU_4096,
+from .enums import (IBV_ATOMIC_HCA, IBV_DEVICE_MEM_WINDOW, IBV_DEVICE_MEM_WINDOW_TYPE_2B, IBV_DEVICE_SRQ_RESIZE,
+                               IBV_LINK_LAYER_ETHERNET, IBV_MTU_1024, IBV_MTU_4096,
                                IBV_NODE_CA, IBV_PORT_ACTIVE, IBV_TRANSPORT_IB)
 from .pyverbs_error import PyverbsRDMAError, PyverbsUserError
 
@@ -51,15 +55,17 @@ class PortAttr(_Attrs):
     pass
 
 
+# of rxe's device_cap_flags, those soft0 has: resizable SRQs, memory windows of type 1 and 2B
+CAP_FLAGS = IBV_DEVICE_SRQ_RESIZE | IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B
 DEVICE_ATTR = dict(
     fw_version="0.1.0 (rdmalab emulated NIC)", node_guid=NODE_GUID, sys_image_guid=NODE_GUID,
     max_mr_size=(1 << 64) - 1, page_size_cap=0xFFFFF000, vendor_id=0xFFFFFF, vendor_part_id=0, hw_ver=0,
-    max_qp=65536, max_qp_wr=16384, device_cap_flags=0, max_sge=32, max_sge_rd=32, max_cq=65536,
+    max_qp=65536, max_qp_wr=16384, device_cap_flags=CAP_FLAGS, max_sge=32, max_sge_rd=32, max_cq=65536,
     max_cqe=32767, max_mr=65536, max_pd=65536, max_qp_rd_atom=128, max_ee_rd_atom=0,
     max_res_rd_atom=258048, max_qp_init_rd_atom=128, max_ee_init_rd_atom=0, atomic_caps=IBV_ATOMIC_HCA,
-    max_ee=0, max_rdd=0, max_mw=0, max_raw_ipv6_qp=0, max_raw_ethy_qp=0, max_mcast_grp=0,
+    max_ee=0, max_rdd=0, max_mw=0x7FFFF, max_raw_ipv6_qp=0, max_raw_ethy_qp=0, max_mcast_grp=0,
     max_mcast_qp_attach=0, max_total_mcast_qp_attach=0, max_ah=65536, max_fmr=0, max_map_per_fmr=0,
-    max_srq=0, max_srq_wr=0, max_srq_sge=0, max_pkeys=1, local_ca_ack_delay=15, phys_port_cnt=1)
+    max_srq=917503, max_srq_wr=1 << 20, max_srq_sge=27, max_pkeys=1, local_ca_ack_delay=15, phys_port_cnt=1)
 
 PORT_ATTR = dict(
     state=IBV_PORT_ACTIVE, max_mtu=IBV_MTU_4096, active_mtu=IBV_MTU_1024, gid_tbl_len=GID_TABLE_LEN,
@@ -77,6 +83,9 @@ class Context(Resource):
     def __init__(self, **kwargs):
         super().__init__()
         global _reaped_once
+        self._cmd_fd = None
+        if kwargs.get("cmd_fd") is not None:   # ibv_import_device: a context another process opened
+            raise not_supported("Importing a device (Context(cmd_fd=...))")
         self.name = kwargs.get("name")
         if self.name is None:
             raise PyverbsUserError("Device name must be provided")
@@ -87,10 +96,24 @@ class Context(Resource):
         if not _reaped_once:
             shm.reap_orphans()
             _reaped_once = True
+        self.srqs = weakref.WeakSet()   # whose limit events get_async_event() reports
 
     @property
     def num_comp_vectors(self):
         return 1
+
+    @property
+    def cmd_fd(self):
+        """The device's command file. soft0 has no kernel device: an open /dev/null stands in, which a
+        program may dup() and hand on, though importing it (Context(cmd_fd=...)) is EOPNOTSUPP."""
+        self.check_open()
+        if self._cmd_fd is None:
+            self._cmd_fd = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+        return self._cmd_fd
+
+    def _release(self):
+        if self._cmd_fd is not None:
+            os.close(self._cmd_fd)
 
     def query_device(self):
         self.check_open()
@@ -146,6 +169,13 @@ class Context(Resource):
     def query_rt_values_ex(self, comp_mask=1):
         raise not_supported("Real time values (ibv_query_rt_values_ex)")
 
+    def get_async_event(self):
+        """Wait for the next asynchronous event (ibv_get_async_event), as long as it takes. soft0 raises
+        one kind, an SRQ's IBV_EVENT_SRQ_LIMIT_REACHED (rdmalab.verbs.soft.srq)."""
+        from .srq import next_event
+        self.check_open()
+        return next_event(self)
+
     def query_pkey(self, port_num, index):
         self.check_open()
         if port_num != 1 or index != 0:
@@ -158,6 +188,16 @@ import struct  # noqa: E402
 from .base import Record, absent, not_supported  # noqa: E402
 
 DM = absent("DM", "Device memory (ibv_alloc_dm)", rxe_has=False)
+
+
+class AsyncEvent:
+    """An asynchronous event (pyverbs.device.AsyncEvent): its type; ack() acknowledges it."""
+
+    def __init__(self, event_type=0):
+        self.event_type = event_type
+
+    def ack(self):
+        pass
 
 
 class AllocDmAttr:

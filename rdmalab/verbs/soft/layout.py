@@ -12,16 +12,26 @@ W_BELL, W_SLEEPERS = 14, 15   # a futex word its owner sleeps on, and whether on
 
 # a memory region (rdmalab-mr-<lkey>): what a NIC's translation table holds for its key
 M_VALID, M_ACCESS, M_LENGTH, M_ADDR, M_PD = 2, 3, 4, 5, 6
+# a memory window's binding (rdmalab-mr-<rkey> too, one segment per bind): the words above as a NIC checks
+# the window's key (its access and PD; its MR's bounds, as rxe checks them), then the key of the MR whose
+# bytes it opens, the window's type, and for type 2 the QP it serves (0: any QP of its PD)
+M_MR, M_MW_TYPE, M_QP = 7, 8, 9
 
 # a queue pair (rdmalab-qp-<qpn>): the part of its context a peer's NIC may see
 Q_STATE, Q_ACCESS, Q_PD, Q_EXPECTED_PSN, Q_MIN_RNR_TIMER, Q_RQ_SIZE, Q_RQ_MAX_SGE, \
     Q_RQ_POSTED, Q_RQ_CONSUMED, Q_RQ_POLLED, Q_ALIVE, Q_RECV_CQ = range(2, 14)
 Q_GENERATION = 16   # bumped whenever what a responder checks changes: state, access flags, alive
 Q_MAX_DEST_RD_ATOMIC = 17   # READs and atomics it may answer at once: with 0 it answers none
+Q_TYPE, Q_QKEY = 18, 19   # RC, UC or UD (a datagram reaches only a UD QP), and a UD QP's Q_Key
+Q_NUM, Q_SRQ = 20, 21   # the QP's own number (a type 2 window checks it), and its SRQ's (0: none)
 
 # one slot of a receive queue, after the QP's header: the posted WR, then (once consumed) its completion
-R_WR_ID, R_NUM_SGE, R_STATUS, R_OPCODE, R_BYTE_LEN, R_IMM, R_FLAGS = range(7)
+R_WR_ID, R_NUM_SGE, R_STATUS, R_OPCODE, R_BYTE_LEN, R_IMM, R_FLAGS, R_SRC_QP = range(8)   # src_qp: a datagram's sender
 R_SGES = 8   # then (addr, length, lkey) for each SGE
 
 # a completion queue (rdmalab-cq-<n>) or a completion channel (rdmalab-ch-<n>)
 C_ALIVE, C_ARMED, C_CHANNEL, C_EVENTS = 2, 3, 4, 5
+
+# a shared receive queue (rdmalab-srq-<n>): slots as a receive queue's, posted by its owner and taken
+# by the NICs of the QPs on it (under a record lock); the limit arms SRQ_LIMIT_REACHED (counted in S_EVENTS)
+S_ALIVE, S_SIZE, S_MAX_SGE, S_POSTED, S_TAKEN, S_LIMIT, S_EVENTS = range(2, 9)

@@ -3,26 +3,36 @@
 MR(pd, length, access) allocates a page-aligned buffer in a shared-memory segment `rdmalab-mr-<lkey>`
 and registers it. What real rxe does, this does:
 - lkey == rkey when any remote access is granted; rkey is 0 otherwise;
-- REMOTE_WRITE or REMOTE_ATOMIC without LOCAL_WRITE is refused (EINVAL), as is length 0;
+- REMOTE_WRITE or REMOTE_ATOMIC without LOCAL_WRITE is refused (EINVAL), as are length 0 and the
+  access flags Linux 6.1's rxe does not know (FLUSH_GLOBAL, FLUSH_PERSISTENT);
 - the header holds what a NIC's memory translation table holds for the key: valid, access, length,
   the owner's address of the buffer and the PD. A peer NIC checks them on every access.
+
+MW(pd, type) is a memory window: a remote key for a part of an MR with MW_BIND access, which a work
+request binds (type 1 through qp.bind_mw(), type 2 through a BIND_MW send WR) and a type 2 window's
+LOCAL_INV or a peer's SEND_WITH_INV invalidates. Each binding is a segment of its own under the key's
+name, `rdmalab-mr-<rkey>`, holding the window in the MR's words (and layout.M_MR, M_MW_TYPE, M_QP): a
+peer's NIC finds it as it finds an MR, and sees it die (M_VALID 0) when it is invalidated or rebound.
 """
 import errno
 import random
 
 from . import shm
 from .base import Resource, absent, not_supported
-from .layout import M_ACCESS, M_ADDR, M_LENGTH, M_PD, M_VALID
-from .enums import (IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_REMOTE_READ,
-                               IBV_ACCESS_REMOTE_WRITE)
+from .layout import M_ACCESS, M_ADDR, M_LENGTH, M_MR, M_MW_TYPE, M_PD, M_QP, M_VALID
+from .enums import (IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_MW_BIND, IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_REMOTE_READ,
+                               IBV_ACCESS_REMOTE_WRITE, IBV_ACCESS_ZERO_BASED, IBV_MW_TYPE_1, IBV_MW_TYPE_2)
 from .pd import PD
 from .pyverbs_error import PyverbsRDMAError, PyverbsUserError
 
 REMOTE_ACCESS = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC
+# access bits 8-19 (FLUSH_GLOBAL, FLUSH_PERSISTENT, ...) came after Linux 6.1, whose kernel refuses them
+UNKNOWN_TO_LINUX_6_1 = 0xFFF00
 EINVAL, ENOMEM = errno.EINVAL, errno.ENOMEM
 
 REGISTERED = {}  # lkey -> MR, for this process: the local half of the key table
-SEGMENTS = {}    # lkey -> its shared segment, for this process's NIC
+SEGMENTS = {}    # lkey -> its shared segment, for this process's NIC (and a bound window's rkey -> its Window)
+WINDOW_KEY = 1 << 31   # set in a memory window's keys, never in an MR's (rxe tells them apart by index range)
 
 
 def segment_name(key):
@@ -40,7 +50,7 @@ class MR(Resource):
                 "The emulated NIC registers only memory it allocates: use MR(pd, length, access) and "
                 "view the buffer with rdmalab.verbs.as_array(mr)")
         needs_local_write = access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)
-        if length <= 0 or (needs_local_write and not access & IBV_ACCESS_LOCAL_WRITE):
+        if length <= 0 or (needs_local_write and not access & IBV_ACCESS_LOCAL_WRITE) or access & UNKNOWN_TO_LINUX_6_1:
             raise PyverbsRDMAError(
                 f"Failed to register a MR. length: {length}, access flags: {access}", EINVAL)
         self.pd, self.length, self.access = creator, int(length), int(access)
@@ -50,12 +60,18 @@ class MR(Resource):
         self.data = self._segment.data  # numpy uint8 view of the buffer
         self.bell = self._segment.bell  # rdmalab.proc.waiting sleeps on it; a peer's write wakes it
         self.memory = self._segment.bytes  # the buffer as a memoryview: what the NIC copies from and to
+        self.windows = set()  # MWs bound to it: it cannot be deregistered while one is
         self.data[::4096] = 0  # registering pins every page: the kernel faults each one in; so do we
         words = self._segment.words
         words[M_ACCESS], words[M_LENGTH], words[M_ADDR], words[M_PD] = access, self.length, self.buf, creator.handle
         words[M_VALID] = 1
         REGISTERED[self.lkey], SEGMENTS[self.lkey] = self, self._segment
         self._depend_on(creator)
+
+    @property
+    def handle(self):
+        """The MR's handle (the kernel's number for it, which ibv_import_mr takes): soft0's key serves."""
+        return self.lkey
 
     def write(self, data, length, offset=0):
         """Copy `length` bytes of `data` into the buffer at `offset`."""
@@ -87,6 +103,13 @@ class MR(Resource):
             raise PyverbsUserError(
                 f"{length} bytes at offset {offset} do not fit in this MR of {self.length} bytes")
 
+    def close(self):
+        """Deregister. While a memory window is bound to it, rxe refuses (EINVAL), and so does this."""
+        if not self._closed and any(mw.bound_to(self) for mw in self.windows):
+            raise PyverbsRDMAError("Failed to dereg MR: a memory window is bound to it (close or invalidate "
+                                   "the window first)", EINVAL)
+        super().close()
+
     def _release(self):
         REGISTERED.pop(self.lkey, None)
         SEGMENTS.pop(self.lkey, None)
@@ -97,7 +120,7 @@ class MR(Resource):
 
 def _new_segment(length):
     while True:
-        key = random.getrandbits(32) or 1
+        key = random.getrandbits(31) or 1   # (WINDOW_KEY clear)
         try:
             return shm.Segment.create(segment_name(key), length), key
         except FileExistsError:
@@ -122,6 +145,123 @@ class MWBind:
         self.bind_info, self.send_flags, self.wr_id = info, send_flags, wr_id
 
 
-MW = absent("MW", "Memory windows (ibv_alloc_mw)")
+class MW(Resource):
+    """A memory window (ibv_alloc_mw), type 1 or 2. `rkey` is libibverbs' copy of its key, which only
+    qp.bind_mw() updates (a type 2 window's new key is the BIND_MW WR's, wr.rkey); the NIC's own copy
+    changes with every bind. A type 1 window is valid from the start (with nothing in it); a type 2
+    window is free until a bind on a QP of its PD, which it then serves alone."""
+
+    def __init__(self, pd, mw_type):
+        super().__init__()
+        if not isinstance(pd, PD):
+            raise PyverbsUserError(f"Expected PD, got {type(pd)}")
+        pd.check_open()
+        if mw_type not in (IBV_MW_TYPE_1, IBV_MW_TYPE_2):
+            raise PyverbsRDMAError(f"Failed to allocate MW of type {mw_type} (rxe has types 1 and 2)", EINVAL)
+        self.pd, self.type = pd, mw_type
+        self._reservation, index = _reserve_window_index()
+        self.rkey = self.nic_key = WINDOW_KEY | index << 8 | random.getrandbits(8)
+        self.handle = index
+        self.window = None   # the current binding (a Window), or None
+        self._depend_on(pd)
+
+    def bound_to(self, mr):
+        """True while a binding of this window opens part of `mr` (and nobody invalidated it)."""
+        return self.window is not None and self.window.mr is mr and bool(self.window.header[M_VALID])
+
+    def bind(self, qp_num, qp_pd, mw_key, new_key, info):
+        """The NIC binds the window (rxe_bind_mw): False, changing nothing, if a rule forbids it (the
+        WR then completes with MW_BIND_ERR). A length of 0 unbinds a type 1 window."""
+        mr, addr, length, access = info.mr, info.addr, info.length, info.mw_access_flags
+        if self._closed or mw_key != self.nic_key or length and mr._closed:
+            return False
+        if self.type == IBV_MW_TYPE_2 and (self.window is not None and self.window.header[M_VALID]
+                                           or qp_pd is not self.pd or not length):
+            return False   # a type 2 window binds when free, on a QP of its PD, to something
+        if length and (not mr.access & IBV_ACCESS_MW_BIND
+                       or access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)
+                       and not mr.access & IBV_ACCESS_LOCAL_WRITE
+                       or addr < mr.buf or addr + length > mr.buf + mr.length):
+            return False
+        self._unbind()
+        self.nic_key = self.nic_key & ~0xFF | new_key & 0xFF
+        if length:
+            self.window = Window.bind(self, mr, addr, access, qp_num if self.type == IBV_MW_TYPE_2 else 0)
+        return True
+
+    def _unbind(self):
+        if self.window is not None:
+            SEGMENTS.pop(self.nic_key, None)
+            self.window.mr.windows.discard(self)
+            self.window.header[M_VALID] = 0   # peers holding it see the key die
+            self.window.close()
+            self.window = None
+
+    def _release(self):
+        self._unbind()
+        self._reservation.close()
+
+    def __str__(self):
+        f = "{:22}: {:<20}\n"
+        return "MW:\n" + f.format("Rkey", self.rkey) + f.format("Handle", self.handle) + \
+            f.format("MW Type", {IBV_MW_TYPE_1: "IBV_MW_TYPE_1", IBV_MW_TYPE_2: "IBV_MW_TYPE_2"}[self.type])
+
+
+class Window:
+    """A bound memory window as a NIC reaches it, in the binder's process or a peer's: the header is its
+    binding's (key, access, PD, validity) and the bytes are its MR's, so that the responder, and a
+    requester's cached Route, use it as they use an MR's segment.
+
+    The bounds a request through the window is checked against are the MR's, not the window's: rxe
+    (Linux 6.1) checks them so (a WRITE outside the window but inside the MR succeeds), and soft0
+    does as rxe does. The window's own bounds matter only when binding (they must lie in the MR), and
+    for a zero-based window (access ZERO_BASED), whose requests name offsets from the window's start.
+    """
+
+    def __init__(self, binding, mr_segment, mr=None):
+        self.binding, self.header, self.mr = binding, binding.header, mr
+        self.bytes, self.data, self.fd, self.ring = mr_segment.bytes, mr_segment.data, mr_segment.fd, mr_segment.ring
+
+    @classmethod
+    def bind(cls, mw, mr, addr, access, qp_num):
+        """A new binding of `mw` in `mr` from `addr` under the window's key, as its own segment (a peer's NIC
+        finds it by the key); `qp_num` is the QP a type 2 window serves (0: any QP of its PD)."""
+        key = mw.nic_key
+        binding = shm.Segment.create(segment_name(key), 0)
+        w = binding.words
+        base = mr.buf - addr if access & IBV_ACCESS_ZERO_BASED else mr.buf   # a request's address less base: its offset in the MR
+        w[M_ACCESS], w[M_LENGTH], w[M_ADDR], w[M_PD] = access & REMOTE_ACCESS, mr.length, base, mw.pd.handle
+        w[M_MR], w[M_MW_TYPE], w[M_QP] = mr.lkey, mw.type, qp_num
+        w[M_VALID] = 1
+        window = SEGMENTS[key] = cls(binding, mr._segment, mr)
+        mr.windows.add(mw)
+        return window
+
+    def close(self):
+        self.bytes = self.data = None
+        self.binding.close()
+
+
+def invalidate(key):
+    """LOCAL_INV or SEND_WITH_INV of `key` (rxe_invalidate_mw): only a valid type 2 window's key may be
+    invalidated (rxe invalidates only fast-registered MRs, which soft0 has not). Returns success."""
+    from .responder import mr_segment
+    seg = mr_segment(key) if key & WINDOW_KEY else None
+    if seg is None or seg.header[M_MW_TYPE] != IBV_MW_TYPE_2 or not seg.header[M_VALID]:
+        return False
+    seg.header[M_VALID] = 0
+    return True
+
+
+def _reserve_window_index():
+    """A window index no other window of this host has (its keys are WINDOW_KEY | index << 8 | tag)."""
+    while True:
+        index = random.getrandbits(23)
+        try:
+            return shm.Segment.create(f"mw-{index:06x}", 0), index
+        except FileExistsError:
+            continue
+
+
 DMMR = absent("DMMR", "Device memory (DM) MRs", rxe_has=False)
 DmaBufMR = absent("DmaBufMR", "dma-buf MRs", rxe_has=False)

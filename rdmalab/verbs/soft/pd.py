@@ -19,6 +19,13 @@ class PD(Resource):
         self.handle = (os.getpid() << 20) | next(_numbers)  # unique across processes on this host
         self._depend_on(creator)
 
+    def close(self):
+        """As pyverbs, close the memory windows before the MRs (an MR a window is bound to stays registered)."""
+        for child in list(self._dependants):
+            if hasattr(child, "bound_to"):   # (an MW)
+                child.close()
+        super().close()
+
 
 class ParentDomainContext:
     """The allocator callbacks of a parent domain (pyverbs.pd.ParentDomainContext)."""

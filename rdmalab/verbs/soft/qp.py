@@ -12,9 +12,9 @@ with errno 22 and changes nothing.
 """
 import random
 
-from . import requester, responder, shm
+from . import datagram, requester, responder, shm
 from .addr import AHAttr
-from .base import Record, Resource, absent, not_implemented, not_supported
+from .base import Record, Resource, not_supported
 from .cq import CQ
 from .device import DEVICE_ATTR, GIDS, GID_TABLE_LEN, PORT_ATTR
 from .enums import (
@@ -22,18 +22,26 @@ from .enums import (
     IBV_QP_CUR_STATE as CUR_STATE, IBV_QP_DEST_QPN as DEST_QPN,
     IBV_QP_MAX_DEST_RD_ATOMIC as MAX_DEST_RD_ATOMIC, IBV_QP_MAX_QP_RD_ATOMIC as MAX_QP_RD_ATOMIC,
     IBV_QP_MIN_RNR_TIMER as MIN_RNR_TIMER, IBV_QP_PATH_MIG_STATE as PATH_MIG_STATE,
-    IBV_QP_PATH_MTU as PATH_MTU, IBV_QP_PKEY_INDEX as PKEY_INDEX, IBV_QP_PORT as PORT,
+    IBV_QP_PATH_MTU as PATH_MTU, IBV_QP_PKEY_INDEX as PKEY_INDEX, IBV_QP_PORT as PORT, IBV_QP_QKEY as QKEY,
     IBV_QP_RETRY_CNT as RETRY_CNT, IBV_QP_RNR_RETRY as RNR_RETRY, IBV_QP_RQ_PSN as RQ_PSN,
     IBV_QP_SQ_PSN as SQ_PSN, IBV_QP_STATE as STATE, IBV_QP_TIMEOUT as TIMEOUT,
     IBV_QPS_ERR as ERR, IBV_QPS_INIT as INIT, IBV_QPS_RESET as RESET, IBV_QPS_RTR as RTR,
-    IBV_QPS_RTS as RTS, IBV_MTU_1024, IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD, IBV_SEND_INLINE,
-    IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD)
-from .layout import (Q_ACCESS, Q_ALIVE, Q_EXPECTED_PSN, Q_MAX_DEST_RD_ATOMIC, Q_MIN_RNR_TIMER, Q_PD, Q_RECV_CQ, Q_RQ_MAX_SGE,
-                     Q_RQ_SIZE, Q_STATE)
+    IBV_QPS_RTS as RTS, IBV_MTU_256, IBV_MTU_1024, IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD, IBV_SEND_INLINE,
+    IBV_ACCESS_ZERO_BASED, IBV_MW_TYPE_1, IBV_WR_BIND_MW,
+    IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD,
+    IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP, IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD, IBV_QP_EX_WITH_ATOMIC_WRITE,
+    IBV_QP_EX_WITH_BIND_MW, IBV_QP_EX_WITH_FLUSH, IBV_QP_EX_WITH_LOCAL_INV, IBV_QP_EX_WITH_RDMA_READ,
+    IBV_QP_EX_WITH_RDMA_WRITE, IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM, IBV_QP_EX_WITH_SEND,
+    IBV_QP_EX_WITH_SEND_WITH_IMM, IBV_QP_EX_WITH_SEND_WITH_INV, IBV_QP_INIT_ATTR_CREATE_FLAGS, IBV_QP_INIT_ATTR_PD,
+    IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)
+from .layout import (Q_ACCESS, Q_ALIVE, Q_EXPECTED_PSN, Q_MAX_DEST_RD_ATOMIC, Q_MIN_RNR_TIMER, Q_PD, Q_QKEY, Q_RECV_CQ,
+                     Q_RQ_MAX_SGE, Q_RQ_SIZE, Q_STATE, Q_TYPE, Q_NUM, Q_SRQ)
 from .pd import PD
 from .pyverbs_error import PyverbsRDMAError, PyverbsUserError
+from .srq import SRQ
+from .wr import SendWR
 
-EINVAL, ENOMEM, ENODATA, EOPNOTSUPP = 22, 12, 61, 95
+EPERM, EINVAL, ENOMEM, ENODATA, EOPNOTSUPP = 1, 22, 12, 61, 95
 STATE_NAMES = {0: "RESET", 1: "INIT", 2: "RTR", 3: "RTS", 4: "SQD", 5: "SQE", 6: "ERR"}
 
 # (current, next) -> (attributes that must be in the mask, attributes that may be)
@@ -50,6 +58,24 @@ TRANSITIONS = {
 }
 for _state in (INIT, RTR, RTS, ERR):
     TRANSITIONS[(_state, RESET)] = TRANSITIONS[(_state, ERR)] = (0, 0)
+# UC: RC's table without what serves ACKs, retries, READs and atomics; UD: no connection at all, a
+# Q_Key instead of access flags, and only a send PSN
+UC_TRANSITIONS = dict(TRANSITIONS)
+UC_TRANSITIONS.update({
+    (INIT, RTR): (AV | PATH_MTU | DEST_QPN | RQ_PSN, ALT_PATH | ACCESS_FLAGS | PKEY_INDEX),
+    (RTR, RTS): (SQ_PSN, CUR_STATE | ALT_PATH | ACCESS_FLAGS | PATH_MIG_STATE),
+    (RTS, RTS): (0, CUR_STATE | ACCESS_FLAGS | ALT_PATH | PATH_MIG_STATE),
+})
+UD_TRANSITIONS = dict(TRANSITIONS)
+UD_TRANSITIONS.update({
+    (RESET, INIT): (PKEY_INDEX | PORT | QKEY, 0),
+    (INIT, INIT): (0, PKEY_INDEX | PORT | QKEY),
+    (INIT, RTR): (0, PKEY_INDEX | QKEY),
+    (RTR, RTS): (SQ_PSN, CUR_STATE | QKEY),
+    (RTS, RTS): (0, CUR_STATE | QKEY),
+})
+TRANSITIONS_OF = {IBV_QPT_RC: TRANSITIONS, IBV_QPT_UC: UC_TRANSITIONS, IBV_QPT_UD: UD_TRANSITIONS}
+TYPE_NAMES = {IBV_QPT_RC: "RC", IBV_QPT_UC: "UC", IBV_QPT_UD: "UD"}
 
 
 # Where modify() keeps each attribute it is given (mask bit, QPAttr field, where, under which name):
@@ -65,7 +91,7 @@ APPLIED = [
     (PATH_MTU, "path_mtu", "qp", "path_mtu"), (AV, "ah_attr", "qp", "ah_attr"),
     (MAX_DEST_RD_ATOMIC, "max_dest_rd_atomic", "qp", "max_dest_rd_atomic"),
     (MAX_DEST_RD_ATOMIC, "max_dest_rd_atomic", "header", Q_MAX_DEST_RD_ATOMIC),
-    (MAX_QP_RD_ATOMIC, "max_rd_atomic", "qp", "max_rd_atomic"),
+    (MAX_QP_RD_ATOMIC, "max_rd_atomic", "qp", "max_rd_atomic"), (QKEY, "qkey", "header", Q_QKEY),
 ]
 TWENTY_FOUR_BITS = ("rq_psn", "sq_psn", "dest_qp_num")
 
@@ -96,6 +122,12 @@ class QPInitAttr:
             return getattr(self.cap, name)
         raise AttributeError(name)
 
+    def __setattr__(self, name, value):  # (and init_attr.max_send_wr = n sets the cap)
+        if name.startswith("max_"):
+            setattr(self.cap, name, value)
+        else:
+            super().__setattr__(name, value)
+
 
 class QPAttr:
     """Attributes for modify(); fields not named in the mask are ignored, as in ibv_modify_qp."""
@@ -121,21 +153,21 @@ class QP(Resource):
     def __init__(self, creator, init_attr, qp_attr=None):
         super().__init__()
         if isinstance(init_attr, QPInitAttrEx):   # ibv_create_qp_ex: the PD comes in the attributes
-            if init_attr.send_ops_flags:
-                raise not_implemented("Extended QPs (send_ops_flags, the wr_* posting API)")
+            init_attr.check_extensions()
             if init_attr.xrcd is not None or init_attr.ind_table is not None or init_attr.create_flags:
                 raise not_supported("XRC, RSS and QP create flags")
             creator = init_attr.pd if init_attr.pd is not None else creator
         if not isinstance(creator, PD):
             raise PyverbsUserError("The emulated NIC creates QPs from a PD: QP(pd, QPInitAttr(...))")
         creator.check_open()
-        if init_attr.qp_type != IBV_QPT_RC:
-            if init_attr.qp_type in (IBV_QPT_UC, IBV_QPT_UD):
-                raise not_implemented(f"Failed to create QP: { {3: 'UC', 4: 'UD'}[init_attr.qp_type]} QPs")
+        if init_attr.qp_type not in TRANSITIONS_OF:
             raise not_supported(f"Failed to create QP of type {init_attr.qp_type}")
-        if init_attr.srq is not None:
-            raise not_implemented("QPs on a shared receive queue (SRQ)")
-        scq, rcq, cap = init_attr.send_cq, init_attr.recv_cq, init_attr.cap
+        scq, rcq, cap, srq = init_attr.send_cq, init_attr.recv_cq, init_attr.cap, init_attr.srq
+        if srq is not None:   # rxe ignores the receive caps of a QP on an SRQ, and reports 0 for them
+            if not isinstance(srq, SRQ):
+                raise PyverbsUserError(f"Expected SRQ, got {type(srq)}")
+            srq.check_open()
+            cap = QPCap(cap.max_send_wr, 0, cap.max_send_sge, 0, cap.max_inline_data)
         limits = DEVICE_ATTR
         if scq is None or rcq is None or max(cap.max_send_wr, cap.max_recv_wr) > limits["max_qp_wr"] \
                 or max(cap.max_send_sge, cap.max_recv_sge) > limits["max_sge"] \
@@ -145,23 +177,32 @@ class QP(Resource):
         self.cap = QPCap(_queue_capacity(cap.max_send_wr), _queue_capacity(cap.max_recv_wr),
                          wqe_bytes // 16, cap.max_recv_sge, wqe_bytes)
         self.pd, self._send_cq, self._recv_cq = creator, scq, rcq
-        self.qp_type, self._sq_sig_all = IBV_QPT_RC, init_attr.sq_sig_all
-        self._segment, self.qp_num = self._new_segment()
+        self.qp_type, self._sq_sig_all = init_attr.qp_type, init_attr.sq_sig_all
+        self._transitions = TRANSITIONS_OF[self.qp_type]
+        # on an SRQ, the receive queue holds the SRQ's receives its NIC took until they are polled: as many as its CQ
+        rq_size, rq_sge = (rcq.cqe, srq.max_sge) if srq is not None else (self.cap.max_recv_wr, self.cap.max_recv_sge)
+        self._segment, self.qp_num = self._new_segment(rq_size, rq_sge)
         self._words = w = self._segment.header   # what a peer's NIC sees of this QP (layout.Q_*)
         w[Q_PD], w[Q_RQ_SIZE], w[Q_RQ_MAX_SGE], w[Q_STATE], w[Q_RECV_CQ] = \
-            creator.handle, self.cap.max_recv_wr, self.cap.max_recv_sge, RESET, rcq.number
+            creator.handle, rq_size, rq_sge, RESET, rcq.number
+        w[Q_NUM], w[Q_SRQ] = self.qp_num, srq.number if srq is not None else 0
+        self.srq = srq
         self._rq = responder.ReceiveQueue(self._segment, self.qp_num)
-        self._send = requester.SendQueue(w, self.qp_num, creator, scq, init_attr.sq_sig_all)
-        w[Q_ALIVE] = 1
+        queue = {IBV_QPT_RC: requester.SendQueue, IBV_QPT_UC: requester.UnansweredQueue,   # (UC: no ACKs)
+                 IBV_QPT_UD: datagram.DatagramQueue}[self.qp_type]
+        self._send = queue(w, self.qp_num, creator, scq, init_attr.sq_sig_all)
+        if self.qp_type == IBV_QPT_UD:   # each send names its destination
+            self._send_error = self._datagram_error
+        w[Q_TYPE], w[Q_ALIVE] = self.qp_type, 1
         self._reset_attributes()
         responder.LOCAL_QPS[self.qp_num] = responder.PeerQP(self._segment, self._rq)
         rcq.watch_receives(self._rq)
-        self._depend_on(creator, scq, rcq)
-        if qp_attr is not None:
-            self.to_init(qp_attr)
+        self._depend_on(creator, scq, rcq, srq)
+        if qp_attr is not None:   # pyverbs goes as far as it can: RTS for UD, INIT for a connected QP
+            (self.to_rts if self.qp_type == IBV_QPT_UD else self.to_init)(qp_attr)
 
-    def _new_segment(self):
-        room = responder.ReceiveQueue.bytes_for(self.cap.max_recv_wr, self.cap.max_recv_sge)
+    def _new_segment(self, rq_size, rq_sge):
+        room = responder.ReceiveQueue.bytes_for(rq_size, rq_sge)
         while True:
             qp_num = random.randrange(17, 1 << 24)
             try:
@@ -174,9 +215,11 @@ class QP(Resource):
         self._rq.reset()
         self._send.reset()
         w = self._words
-        w[Q_ACCESS] = w[Q_EXPECTED_PSN] = w[Q_MIN_RNR_TIMER] = w[Q_MAX_DEST_RD_ATOMIC] = 0
+        w[Q_ACCESS] = w[Q_EXPECTED_PSN] = w[Q_MIN_RNR_TIMER] = w[Q_MAX_DEST_RD_ATOMIC] = w[Q_QKEY] = 0
         self._kept = dict(pkey_index=0, port_num=1, path_mtu=IBV_MTU_1024, ah_attr=AHAttr(), max_rd_atomic=0,
                           max_dest_rd_atomic=0)
+        if self.qp_type == IBV_QPT_UD:   # what rxe reports for a QP that has no path
+            self._kept.update(path_mtu=IBV_MTU_256, ah_attr=AHAttr(port_num=0, is_global=1))
 
     # ------------------------------------------------------------ state
 
@@ -191,7 +234,7 @@ class QP(Resource):
         target = qp_attr.qp_state if comp_mask & STATE else current
         if comp_mask & AV and len(GIDS) <= qp_attr.ah_attr.gr.sgid_index < GID_TABLE_LEN:
             raise PyverbsRDMAError("Failed to modify QP", ENODATA)  # the kernel finds no GID at that index
-        rule = TRANSITIONS.get((current, target))
+        rule = self._transitions.get((current, target))
         if rule is None or comp_mask & rule[0] != rule[0] or comp_mask & ~(rule[0] | rule[1] | STATE) \
                 or not self._attributes_valid(qp_attr, comp_mask):
             raise PyverbsRDMAError("Failed to modify QP", EINVAL)
@@ -245,7 +288,7 @@ class QP(Resource):
     def _get_comp_mask(self, dst):
         target = {"INIT": INIT, "RTR": RTR, "RTS": RTS}[dst]
         previous = {INIT: RESET, RTR: INIT, RTS: RTR}[target]
-        return TRANSITIONS[(previous, target)][0] | STATE
+        return self._transitions[(previous, target)][0] | STATE
 
     def to_init(self, qp_attr):
         qp_attr.qp_state = INIT
@@ -283,6 +326,12 @@ class QP(Resource):
                           sq_sig_all=self._sq_sig_all)
         return a, init
 
+    def query_data_in_order(self, op, flags=0):
+        """Whether the data of `op` lands in memory in order (ibv_query_qp_data_in_order). rxe promises
+        nothing (0), whatever the flags: neither does soft0, though it copies a message in one go."""
+        self.check_open()
+        return 0
+
     # ------------------------------------------------------------ posting
 
     def post_send(self, wr, bad_wr=None):
@@ -294,9 +343,12 @@ class QP(Resource):
         state, send = self._words[Q_STATE], self._send
         free = self.cap.max_send_wr - len(send.pending)
         if state != RTS and state != ERR:  # rxe's kernel refuses the doorbell before RTS
-            if free > 0 and not self._send_error(wr):
+            first = wr
+            while wr is not None and free > 0 and not self._send_error(wr):   # (but the chain stays in the ring)
                 send.hold(wr)
-            _report(bad_wr, wr)
+                free -= 1
+                wr = wr.next_wr
+            _report(bad_wr, first)
             raise PyverbsRDMAError("Failed to post send", EINVAL)
         post = send.post
         while wr is not None:
@@ -323,19 +375,45 @@ class QP(Resource):
             return EINVAL
         return 0
 
+    def _datagram_error(self, wr):
+        """A UD QP's post-time checks: the common ones, and a destination (an open address handle)."""
+        error = QP._send_error(self, wr)
+        if not error and (wr.ah is None or wr.ah._closed):
+            raise PyverbsUserError("A UD send needs its destination, an open AH: "
+                                   "wr.set_wr_ud(ah, remote_qpn, remote_qkey) before post_send(wr)")
+        return error
+
     def post_recv(self, wr, bad_wr=None):
         """Post a chain of receive WRs into the receive queue a peer's SEND will consume."""
         if self._closed:
             self.check_open()
-        if self._cached_state == RESET:
+        if self._cached_state == RESET or self.srq is not None:   # (a QP on an SRQ takes its receives there)
             raise PyverbsRDMAError("Failed to post recv", EINVAL)
         max_sge, rq = self.cap.max_recv_sge, self._rq
-        while wr is not None:
-            if len(wr.sges) > max_sge:
-                raise PyverbsRDMAError("Failed to post recv", EINVAL)
-            if not rq.post(wr.wr_id, wr.sges):
-                raise PyverbsRDMAError("Failed to post recv", ENOMEM)
+        while wr is not None:   # rxe checks for room first, then the SGEs
+            error = ENOMEM if rq.full() else EINVAL if len(wr.sges) > max_sge else 0
+            if error:
+                _report(bad_wr, wr)
+                raise PyverbsRDMAError("Failed to post recv", error)
+            rq.post(wr.wr_id, wr.sges)
             wr = wr.next_wr
+
+    def bind_mw(self, mw, mw_bind):
+        """ibv_bind_mw, for type 1 windows: post a BIND_MW WR under the window's next key, which libibverbs
+        makes mw.rkey at once; the NIC checks and binds in order with the QP's other WRs (a refusal
+        completes with MW_BIND_ERR, and mw.rkey is then the caller's to undo, as rxe's provider says)."""
+        info = mw_bind.bind_info
+        if mw.type != IBV_MW_TYPE_1 or info.mw_access_flags & IBV_ACCESS_ZERO_BASED:   # (libibverbs', rxe's checks)
+            raise PyverbsRDMAError("Failed to Bind MW", EINVAL)
+        if info.mr.pd is not mw.pd:
+            raise PyverbsRDMAError("Failed to Bind MW", EPERM)
+        wr = SendWR(wr_id=mw_bind.wr_id, opcode=IBV_WR_BIND_MW, send_flags=mw_bind.send_flags)
+        wr.set_bind_wr(mw, info)
+        try:
+            self.post_send(wr)
+        except PyverbsRDMAError as error:
+            raise PyverbsRDMAError("Failed to Bind MW", error.error_code) from None
+        mw.rkey = wr.rkey
 
     def _release(self):
         self._words[Q_ALIVE] = 0
@@ -350,7 +428,7 @@ class QP(Resource):
 
     def __str__(self):
         f = "{:22}: {:<20}\n"
-        return f.format("QP type", "RC") + f.format("  number", self.qp_num) + \
+        return f.format("QP type", TYPE_NAMES[self.qp_type]) + f.format("  number", self.qp_num) + \
             f.format("  state", STATE_NAMES.get(self.qp_state, "?"))
 
 
@@ -372,4 +450,27 @@ class QPInitAttrEx(Record):
         raise AttributeError(name)
 
 
-QPEx = absent("QPEx", "Extended QPs (ibv_create_qp_ex with send_ops_flags, the wr_* posting API)")
+
+    def check_extensions(self):
+        """rxe's check at ibv_create_qp_ex: a comp_mask bit other than PD, CREATE_FLAGS and SEND_OPS_FLAGS,
+        or a send operation its provider cannot build for this QP type (RXE_SUP_*_QP_SEND_OPS_FLAGS), is
+        EOPNOTSUPP."""
+        if self.comp_mask & ~(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS):
+            raise not_supported(f"Failed to create QP: comp_mask {self.comp_mask:#x} (rxe takes PD, CREATE_FLAGS "
+                                "and SEND_OPS_FLAGS only)")
+        if self.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS and self.send_ops_flags & ~SEND_OPS.get(self.qp_type, 0):
+            raise not_supported(f"Failed to create QP: send_ops_flags {self.send_ops_flags:#x} on a "
+                                f"{TYPE_NAMES.get(self.qp_type, self.qp_type)} QP (rxe builds "
+                                f"{SEND_OPS.get(self.qp_type, 0):#x} only)")
+
+
+# The send operations an extended QP of each type may ask for (send_ops_flags, IBV_QP_EX_WITH_*)
+_UD_OPS = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM
+_UC_OPS = _UD_OPS | IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_BIND_MW \
+    | IBV_QP_EX_WITH_SEND_WITH_INV
+SEND_OPS = {IBV_QPT_UD: _UD_OPS, IBV_QPT_UC: _UC_OPS,
+            IBV_QPT_RC: _UC_OPS | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP
+            | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_FLUSH
+            | IBV_QP_EX_WITH_ATOMIC_WRITE}
+
+from .qpex import DataBuffer, QPEx  # noqa: E402,F401 (pyverbs.qp has them; QPEx extends QP, defined above)

@@ -5,6 +5,8 @@ request when the answer comes back: an ACK completes it; no answer is retried ev
 `retry_cnt` times, then fails with RETRY_EXC_ERR; an RNR NAK is retried after the target's
 min_rnr_timer, `rnr_retry` times (7: forever), then fails with RNR_RETRY_EXC_ERR; a NAK fails it
 with the responder's status. After any error the QP is in ERR and every later WR is flushed.
+Binding a memory window (BIND_MW) and invalidating one (LOCAL_INV) never leave the NIC: it does them
+in turn with the QP's other WRs (local_operation()).
 
 Here the requester runs in the initiating process, straight after post_send(), and reaches the
 target through rdmalab.verbs.soft.responder.respond(): the initiator's CPU does what a NIC's DMA
@@ -33,16 +35,19 @@ from .enums import (
     IBV_WC_WITH_IMM, IBV_WC_WR_FLUSH_ERR,
     IBV_WR_ATOMIC_CMP_AND_SWP as CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD as FETCH_AND_ADD,
     IBV_WR_RDMA_READ as READ, IBV_WR_RDMA_WRITE as WRITE, IBV_WR_RDMA_WRITE_WITH_IMM as WRITE_WITH_IMM,
-    IBV_WR_SEND as SEND, IBV_WR_SEND_WITH_IMM as SEND_WITH_IMM)
+    IBV_WR_SEND as SEND, IBV_WR_SEND_WITH_IMM as SEND_WITH_IMM, IBV_WR_SEND_WITH_INV as SEND_WITH_INV,
+    IBV_WR_BIND_MW as BIND_MW, IBV_WR_LOCAL_INV as LOCAL_INV, IBV_WC_BIND_MW, IBV_WC_LOCAL_INV, IBV_WC_MW_BIND_ERR)
 from .layout import (M_VALID, Q_EXPECTED_PSN, Q_GENERATION, Q_RQ_CONSUMED, Q_RQ_POSTED, Q_STATE, R_NUM_SGE,
                      R_SGES)
-from .mr import REGISTERED
+from .mr import REGISTERED, invalidate
 from .responder import ACK, ATOMICS, CONSUMES_RECEIVE, NEEDS_ACCESS, NO_ANSWER, PSN_MOD, RNR_NAK, packets, respond
 
 WC_OPCODE = {WRITE: IBV_WC_RDMA_WRITE, WRITE_WITH_IMM: IBV_WC_RDMA_WRITE, SEND: IBV_WC_SEND,
              SEND_WITH_IMM: IBV_WC_SEND, READ: IBV_WC_RDMA_READ, CMP_AND_SWP: IBV_WC_COMP_SWAP,
-             FETCH_AND_ADD: IBV_WC_FETCH_ADD}
-CARRIES_DATA = (WRITE, WRITE_WITH_IMM, SEND, SEND_WITH_IMM)
+             FETCH_AND_ADD: IBV_WC_FETCH_ADD, SEND_WITH_INV: IBV_WC_SEND, BIND_MW: IBV_WC_BIND_MW,
+             LOCAL_INV: IBV_WC_LOCAL_INV}
+CARRIES_DATA = (WRITE, WRITE_WITH_IMM, SEND, SEND_WITH_IMM, SEND_WITH_INV)
+LOCAL_OPERATIONS = (BIND_MW, LOCAL_INV)   # done by our own NIC, in order with the QP's other WRs
 WITH_IMM = (WRITE_WITH_IMM, SEND_WITH_IMM)
 ROUTES_KEPT = 64   # request shapes a send queue remembers, as a NIC caches translations
 
@@ -127,6 +132,49 @@ class SendQueue:
             return None   # no such QP (yet): nobody answers
         self.connected, self.connected_to = found, self.dest_qp_num
         return found
+
+
+class UnansweredQueue(SendQueue):
+    """A send queue whose requests nobody answers (UC, UD): no ACK, no NAK, no RNR, no retry. Each WR
+    is carried out when posted and completes at once, successfully unless our own side found it
+    wrong; what became of it at the responder, the requester never learns."""
+
+    def post(self, wr):
+        if self.pending or self.header[Q_STATE] == IBV_QPS_ERR:
+            self.pending.append(Pending(snapshot(wr)))
+            self.progress()
+            return
+        self.send_now(wr)
+
+    def progress(self):
+        """WRs held before RTS go out now; in ERR they are flushed."""
+        while self.pending:
+            wqe = self.pending.popleft().wqe
+            if self.header[Q_STATE] == IBV_QPS_ERR:
+                complete(self, wqe, IBV_WC_WR_FLUSH_ERR)
+            else:
+                self.send_now(wqe)
+
+    def send_now(self, wqe):
+        """UC: SEND and WRITE (with or without immediate) only, READs and atomics need an answer; and the
+        work our own NIC does (binding and invalidating memory windows)."""
+        if wqe.opcode in LOCAL_OPERATIONS:
+            return local_operation(self, wqe)
+        if wqe.opcode not in CARRIES_DATA:
+            return fail(self, wqe, IBV_WC_LOC_QP_OP_ERR)
+        payload = _gather(self, wqe)
+        if type(payload) is int:
+            return fail(self, wqe, payload)
+        length = len(payload)
+        count = packets(length, self.mtu)
+        peer = self.peer()
+        if peer is not None:
+            try:
+                respond(peer, wqe, payload, length, self.psn, count)   # (whatever it answers, nobody hears)
+            except ValueError:   # the peer was a QP of this process, closed since
+                pass
+        self.psn = (self.psn + count) % PSN_MOD
+        return complete(self, wqe, IBV_WC_SUCCESS, length)
 
 
 class Route:
@@ -241,7 +289,7 @@ def attempt(sq, wqe, pending):
     retries_left) for the timer it now waits on."""
     opcode = wqe.opcode
     if opcode not in NEEDS_ACCESS:
-        return fail(sq, wqe, IBV_WC_LOC_QP_OP_ERR)
+        return local_operation(sq, wqe) if opcode in LOCAL_OPERATIONS else fail(sq, wqe, IBV_WC_LOC_QP_OP_ERR)
     sges = wqe.sges
     if opcode in CARRIES_DATA:
         payload = _local(sq, *sges[0]) if len(sges) == 1 and not wqe.send_flags & IBV_SEND_INLINE \
@@ -264,7 +312,8 @@ def attempt(sq, wqe, pending):
             return fail(sq, wqe, IBV_WC_LOC_PROT_ERR)
         if wqe.send_flags & IBV_SEND_SIGNALED or sq.sig_all:
             complete(sq, wqe, IBV_WC_SUCCESS, length)
-        if len(sges) == 1 and length and not wqe.send_flags & IBV_SEND_INLINE and pending is None:
+        if len(sges) == 1 and length and not wqe.send_flags & IBV_SEND_INLINE and pending is None \
+                and opcode != SEND_WITH_INV:   # (each of those invalidates a key: no shortcut for them)
             Route.remember(sq, wqe, peer, generation)
         return None
     if answer == NO_ANSWER:
@@ -272,6 +321,18 @@ def attempt(sq, wqe, pending):
     if answer == RNR_NAK:
         return _wait_for_receive(sq, wqe, pending, data)
     return fail(sq, wqe, answer)   # a NAK: the responder is in ERR already
+
+
+def local_operation(sq, wqe):
+    """BIND_MW binds a memory window (MW_BIND_ERR if a rule forbids it); LOCAL_INV invalidates a type 2
+    window by its key, wr.imm_data (ibv_send_wr's invalidate_rkey shares imm_data's place): anything
+    else is LOC_QP_OP_ERR. Either error moves the QP to ERR, as any failed WR does."""
+    if wqe.opcode == BIND_MW:
+        if not wqe.bind_mw.bind(sq.qp_num, sq.pd, wqe.mw_rkey, wqe.rkey, wqe.bind_info):
+            return fail(sq, wqe, IBV_WC_MW_BIND_ERR)
+    elif not invalidate(wqe.imm_data):
+        return fail(sq, wqe, IBV_WC_LOC_QP_OP_ERR)
+    return complete(sq, wqe, IBV_WC_SUCCESS)
 
 
 def complete(sq, wqe, status, byte_len=0):
@@ -319,7 +380,10 @@ def _local(sq, addr, length, lkey):
 
 
 def _scatter(sq, wqe, data):
-    """Write a READ's bytes or an atomic's old value into the local SGEs; False if they forbid it."""
+    """Write a READ's bytes or an atomic's old value into the local SGEs; False if they forbid it or are
+    too small (an atomic's 8 bytes into fewer: the remote word has changed all the same, as on rxe)."""
+    if sum(sge[1] for sge in wqe.sges) < len(data):
+        return False
     targets = []
     for addr, length, lkey in wqe.sges:
         if not length:

@@ -9,6 +9,11 @@ changes no target byte. It answers as a responder answers on the wire:
 - NAK with a status: invalid request (access flags), remote access (rkey, PD, bounds), remote
   operation (a receive too small); the responder's QP goes to ERR.
 
+An rkey may be a memory window's: mr_segment() finds its binding (mr.Window) under the key as it finds
+an MR, and the checks are the same (plus: a type 2 window serves only the QP it was bound on). A QP on
+a shared receive queue takes the SRQ's next receive into its own queue when a message needs one
+(srq.Ring.take); a SEND_WITH_INV invalidates its key once its data has landed.
+
 `respond()` is the seam between the two halves: the requester (rdmalab.verbs.soft.requester) calls
 it in its own process, reaching the target's QP and memory through shared memory, so the target's
 process runs no code. A link that carries requests as packets would call the same function on the
@@ -17,27 +22,30 @@ receiving host.
 import fcntl
 import threading
 
-from . import cq as cqmod, mr as mrmod, shm
+from . import cq as cqmod, mr as mrmod, shm, srq as srqmod
 from .enums import (
     IBV_ACCESS_LOCAL_WRITE as LOCAL_WRITE, IBV_ACCESS_REMOTE_ATOMIC as REMOTE_ATOMIC,
     IBV_ACCESS_REMOTE_READ as REMOTE_READ, IBV_ACCESS_REMOTE_WRITE as REMOTE_WRITE,
-    IBV_QPS_ERR, IBV_QPS_RTR, IBV_QPS_RTS, IBV_SEND_SOLICITED, IBV_WC_GRH, IBV_WC_LOC_QP_OP_ERR,
+    IBV_QPS_ERR, IBV_QPS_RTR, IBV_QPS_RTS, IBV_QPT_UC, IBV_SEND_SOLICITED, IBV_WC_GRH, IBV_WC_LOC_QP_OP_ERR,
     IBV_WC_RECV, IBV_WC_RECV_RDMA_WITH_IMM, IBV_WC_REM_ACCESS_ERR, IBV_WC_REM_INV_REQ_ERR, IBV_WC_REM_OP_ERR,
     IBV_WC_SUCCESS, IBV_WC_WITH_IMM, IBV_WC_WR_FLUSH_ERR,
     IBV_WR_ATOMIC_CMP_AND_SWP as CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD as FETCH_AND_ADD,
     IBV_WR_RDMA_READ as READ, IBV_WR_RDMA_WRITE as WRITE, IBV_WR_RDMA_WRITE_WITH_IMM as WRITE_WITH_IMM,
-    IBV_WR_SEND as SEND, IBV_WR_SEND_WITH_IMM as SEND_WITH_IMM)
-from .layout import (M_ACCESS, M_ADDR, M_LENGTH, M_PD, M_VALID, Q_ACCESS, Q_ALIVE, Q_EXPECTED_PSN, Q_GENERATION,
+    IBV_WR_SEND as SEND, IBV_WR_SEND_WITH_IMM as SEND_WITH_IMM, IBV_WR_SEND_WITH_INV as SEND_WITH_INV)
+from .layout import (M_ACCESS, M_ADDR, M_LENGTH, M_MR, M_PD, M_QP, M_VALID, Q_ACCESS, Q_ALIVE, Q_EXPECTED_PSN, Q_GENERATION,
                      Q_MAX_DEST_RD_ATOMIC, Q_MIN_RNR_TIMER, Q_PD, Q_RECV_CQ, Q_RQ_CONSUMED, Q_RQ_MAX_SGE, Q_RQ_POLLED, Q_RQ_POSTED,
-                     Q_RQ_SIZE, Q_STATE, R_BYTE_LEN, R_FLAGS, R_IMM, R_NUM_SGE, R_OPCODE, R_SGES, R_STATUS,
-                     R_WR_ID)
+                     Q_RQ_SIZE, Q_STATE, Q_TYPE, R_BYTE_LEN, R_FLAGS, R_IMM, R_NUM_SGE, R_OPCODE, R_SGES, R_SRC_QP,
+                     R_STATUS, R_WR_ID, Q_NUM, Q_SRQ, S_ALIVE)
 
 ACK, NO_ANSWER, RNR_NAK = IBV_WC_SUCCESS, -1, -2   # besides NAKs, which carry their completion status
+# A SEND_WITH_INV's receive: rxe passes the kernel's IB_WC_WITH_INVALIDATE (1 << 2) to user space as it is,
+# where libibverbs reads that bit as IBV_WC_IP_CSUM_OK (IBV_WC_WITH_INV is 1 << 3): soft0 reports what rxe does
+WITH_INVALIDATE = 1 << 2
 PSN_MOD = 1 << 24
 NEEDS_ACCESS = {WRITE: REMOTE_WRITE, WRITE_WITH_IMM: REMOTE_WRITE, READ: REMOTE_READ,
-                CMP_AND_SWP: REMOTE_ATOMIC, FETCH_AND_ADD: REMOTE_ATOMIC, SEND: 0, SEND_WITH_IMM: 0}
+                CMP_AND_SWP: REMOTE_ATOMIC, FETCH_AND_ADD: REMOTE_ATOMIC, SEND: 0, SEND_WITH_IMM: 0, SEND_WITH_INV: 0}
 ATOMICS = (CMP_AND_SWP, FETCH_AND_ADD)
-CONSUMES_RECEIVE = (SEND, SEND_WITH_IMM, WRITE_WITH_IMM)
+CONSUMES_RECEIVE = (SEND, SEND_WITH_IMM, WRITE_WITH_IMM, SEND_WITH_INV)
 # min_rnr_timer encodings (IB spec table 45), in milliseconds
 RNR_TIMER_MS = [655.36, 0.01, 0.02, 0.03, 0.04, 0.06, 0.08, 0.12, 0.16, 0.24, 0.32, 0.48, 0.64, 0.96,
                 1.28, 1.92, 2.56, 3.84, 5.12, 7.68, 10.24, 15.36, 20.48, 30.72, 40.96, 61.44, 81.92,
@@ -78,6 +86,11 @@ def mr_segment(key):
     seg = shm.Segment.attach(mrmod.segment_name(key)) if key else None
     if seg is None or not seg.header[M_VALID]:
         return None
+    if seg.header[M_MR]:   # a memory window's binding: its words, over the bytes of the MR it is bound in
+        mr = mr_segment(seg.header[M_MR])
+        if mr is None:
+            return None
+        seg = mrmod.Window(seg, mr)
     _attached_mrs[key] = seg
     return seg
 
@@ -98,13 +111,22 @@ def region(seg, addr, length, pd, need):
     return offset
 
 
+def remote_region(seg, addr, length, h, need):
+    """region() for a request's rkey at the QP whose header is h: a type 2 memory window serves only the
+    QP it was bound on (M_QP), an MR or a type 1 window any QP of its PD."""
+    offset = region(seg, addr, length, h[Q_PD], need)
+    if offset is not None and seg.header[M_QP] and seg.header[M_QP] != h[Q_NUM]:
+        return None
+    return offset
+
+
 class PeerQP:
     """A QP as a NIC reaches it: its shared header, its receive queue, and the CQ its receives
-    complete on (found when first needed)."""
-    __slots__ = ("header", "rq", "segment", "_cq")
+    complete on and the SRQ it takes them from, if any (found when first needed)."""
+    __slots__ = ("header", "rq", "segment", "_cq", "_srq")
 
     def __init__(self, segment, rq):
-        self.header, self.rq, self.segment, self._cq = segment.header, rq, segment, None
+        self.header, self.rq, self.segment, self._cq, self._srq = segment.header, rq, segment, None, None
 
     def alive(self):
         try:
@@ -118,6 +140,13 @@ class PeerQP:
             self._cq = cqmod.find_segment("cq", self.header[Q_RECV_CQ])
         if self._cq is not None:
             cqmod.announce_to(self._cq, solicited)
+
+    def take_shared_receive(self):
+        """A QP on an SRQ: move the SRQ's next receive into this QP's receive queue; False if none is left."""
+        ring = self._srq
+        if ring is None or ring.header is None or not ring.header[S_ALIVE]:   # (none yet, closed or resized)
+            ring = self._srq = srqmod.find(self.header[Q_SRQ])
+        return ring is not None and ring.take(self.rq)
 
 
 def peer_qp(qp_num):
@@ -161,6 +190,10 @@ class ReceiveQueue:
 
     # ------------------------------------------------------------ the owner's side
 
+    def full(self):
+        h = self.header
+        return h[Q_RQ_POSTED] - h[Q_RQ_POLLED] >= self.size
+
     def post(self, wr_id, sges):
         """Queue one receive; False if the queue is full."""
         h = self.header
@@ -188,9 +221,13 @@ class ReceiveQueue:
         while polled < consumed and len(out) < limit:
             base = polled % size * stride
             out.append(new_wc(w[base + R_WR_ID], w[base + R_STATUS], w[base + R_OPCODE], w[base + R_BYTE_LEN],
-                              qp_num, w[base + R_IMM], w[base + R_FLAGS]))
+                              qp_num, w[base + R_IMM], w[base + R_FLAGS], w[base + R_SRC_QP]))
             polled += 1
         h[Q_RQ_POLLED] = polled
+
+    def waiting(self):
+        """Completed receives not polled yet."""
+        return self.header[Q_RQ_CONSUMED] - self.header[Q_RQ_POLLED]
 
     def flush(self):
         """The QP entered ERR: every receive posted until now completes with WR_FLUSH_ERR (once)."""
@@ -211,34 +248,35 @@ class ReceiveQueue:
     # ------------------------------------------------------------ the responder's side
 
     def scatter(self, n, payload, pd):
-        """Copy `payload` into receive number n's SGEs; False (nothing copied) if they are too small
-        or name memory the receive may not use."""
+        """Copy `payload` into receive number n's SGEs; False if they are too small (nothing copied) or
+        name memory the receive may not use. As rxe's copy_data: an SGE is checked only for the bytes
+        that land in it, when they do, so a zero-length message checks no key, and the SGEs filled
+        before a bad one keep what they got."""
         w, base = self.words, n % self.size * self.stride
-        targets, room = [], 0
-        for i in range(w[base + R_NUM_SGE]):
-            addr, length, lkey = w[base + R_SGES + 3 * i:base + R_SGES + 3 * i + 3]
-            if not length:
-                continue
-            seg = mr_segment(lkey)
-            offset = region(seg, addr, length, pd, LOCAL_WRITE)
-            if offset is None:
-                return False
-            targets.append((seg.bytes, offset, length))
-            room += length
-        if room < len(payload):
+        sges = [w[base + R_SGES + 3 * i:base + R_SGES + 3 * i + 3] for i in range(w[base + R_NUM_SGE])]
+        if sum(length for _, length, _ in sges) < len(payload):
             return False
         done = 0
-        for memory, offset, length in targets:
+        for addr, length, lkey in sges:
             take = min(length, len(payload) - done)
-            memory[offset:offset + take] = payload[done:done + take]
+            if not take:
+                if done == len(payload):
+                    break
+                continue
+            seg = mr_segment(lkey)
+            offset = region(seg, addr, take, pd, LOCAL_WRITE)
+            if offset is None:
+                return False
+            seg.bytes[offset:offset + take] = payload[done:done + take]
             done += take
         return True
 
-    def complete(self, n, status, opcode, byte_len, imm, flags):
+    def complete(self, n, status, opcode, byte_len, imm, flags, src_qp=0):
         """Receive number n completed: its completion, then the count the owner polls up to."""
         w, base = self.words, n % self.size * self.stride
         w[base + R_STATUS], w[base + R_OPCODE], w[base + R_BYTE_LEN], w[base + R_IMM], w[base + R_FLAGS] = \
             status, opcode, byte_len, imm, flags
+        w[base + R_SRC_QP] = src_qp   # (a datagram's sender; 0 on a connection, as rxe reports)
         self.header[Q_RQ_CONSUMED] = n + 1   # publish last: the owner's poll reads up to here
 
 
@@ -251,13 +289,16 @@ def respond(peer, wqe, payload, length, psn, count):
     atomic's old value (else None), NO_ANSWER, RNR_NAK with the timer in ms, or a NAK's status."""
     h = peer.header
     state = h[Q_STATE]
-    if (state != IBV_QPS_RTR and state != IBV_QPS_RTS) or not h[Q_ALIVE] or h[Q_EXPECTED_PSN] != psn:
-        return NO_ANSWER, None   # a QP not ready to receive, or a PSN it does not expect, drops the packet
+    if (state != IBV_QPS_RTR and state != IBV_QPS_RTS) or not h[Q_ALIVE]:
+        return NO_ANSWER, None   # a QP not ready to receive drops the packet
+    if h[Q_EXPECTED_PSN] != psn:
+        if h[Q_TYPE] != IBV_QPT_UC:
+            return NO_ANSWER, None   # RC drops a PSN it does not expect (the requester will retry)
+        h[Q_EXPECTED_PSN] = psn   # UC never retries: a new message is taken from whatever PSN it starts at
     opcode = wqe.opcode
     need = NEEDS_ACCESS[opcode]
     if need and not h[Q_ACCESS] & need or need & (REMOTE_READ | REMOTE_ATOMIC) and not h[Q_MAX_DEST_RD_ATOMIC]:
-        enter(h, IBV_QPS_ERR)   # a request it may not serve, or a READ/atomic with no resources for one
-        return IBV_WC_REM_INV_REQ_ERR, None
+        return _refuse(h, IBV_WC_REM_INV_REQ_ERR)   # a request it may not serve, or a READ/atomic with no resources
     if opcode in CONSUMES_RECEIVE:
         with LOCK:
             return _into_receive(peer, h, wqe, payload, length, count)
@@ -266,34 +307,48 @@ def respond(peer, wqe, payload, length, psn, count):
         h[Q_EXPECTED_PSN] = (psn + count) % PSN_MOD
         return ACK, (b"" if opcode == READ else None)   # a zero-length WRITE or READ names no memory: no key is checked
     seg = _attached_mrs.get(wqe.rkey) or mrmod.SEGMENTS.get(wqe.rkey) or mr_segment(wqe.rkey)
-    offset = region(seg, wqe.remote_addr, reach, h[Q_PD], need)
+    offset = remote_region(seg, wqe.remote_addr, reach, h, need)
     if offset is None:
-        enter(h, IBV_QPS_ERR)
-        return IBV_WC_REM_ACCESS_ERR, None
+        return _refuse(h, IBV_WC_REM_ACCESS_ERR)
     if opcode == WRITE:
         seg.bytes[offset:offset + length] = payload
         seg.ring()
         data = None
     elif opcode == READ:
         data = seg.bytes[offset:offset + length]
+    elif wqe.remote_addr & 7:   # (post_send refuses these; an extended QP's wr_atomic_* sends them)
+        return _refuse(h, IBV_WC_REM_INV_REQ_ERR)   # an atomic needs an aligned word
     else:
         data = atomic(seg, offset, opcode, wqe.compare_add, wqe.swap).to_bytes(8, "little")
     h[Q_EXPECTED_PSN] = (psn + count) % PSN_MOD
     return ACK, data
 
 
+def _refuse(h, status):
+    """A request the responder may not carry out: an RC QP enters ERR and NAKs it with `status`; a UC QP
+    has nobody to tell, so it drops the message and carries on (as rxe does)."""
+    if h[Q_TYPE] == IBV_QPT_UC:
+        return NO_ANSWER, None
+    enter(h, IBV_QPS_ERR)
+    return status, None
+
+
 def _into_receive(peer, h, wqe, payload, length, count):
     """SEND, SEND_WITH_IMM and WRITE_WITH_IMM: each consumes the peer's next posted receive."""
     consumed = h[Q_RQ_CONSUMED]
-    if consumed == h[Q_RQ_POSTED]:
+    if consumed == h[Q_RQ_POSTED] and not (h[Q_SRQ] and peer.take_shared_receive()):
         return RNR_NAK, RNR_TIMER_MS[h[Q_MIN_RNR_TIMER] % 32]
     opcode, rq = wqe.opcode, peer.rq
     solicited = wqe.send_flags & IBV_SEND_SOLICITED
     if opcode == WRITE_WITH_IMM and length:   # (a zero-length one names no memory: only its receive counts)
         seg = mr_segment(wqe.rkey)
-        offset = region(seg, wqe.remote_addr, length, h[Q_PD], REMOTE_WRITE)
+        offset = remote_region(seg, wqe.remote_addr, length, h, REMOTE_WRITE)
         if offset is None:
+            if h[Q_TYPE] == IBV_QPT_UC:
+                return _refuse(h, IBV_WC_REM_ACCESS_ERR)
+            rq.complete(consumed, IBV_WC_REM_ACCESS_ERR, 0, 0, 0, 0)   # rxe had taken the receive: it fails too
             enter(h, IBV_QPS_ERR)
+            peer.announce(solicited)
             return IBV_WC_REM_ACCESS_ERR, None
         seg.bytes[offset:offset + length] = payload
         seg.ring()
@@ -302,6 +357,11 @@ def _into_receive(peer, h, wqe, payload, length, count):
         enter(h, IBV_QPS_ERR)
         peer.announce(solicited)
         return IBV_WC_REM_OP_ERR, None
+    if opcode == SEND_WITH_INV and not mrmod.invalidate(wqe.imm_data):   # (after the data, as rxe)
+        rq.complete(consumed, IBV_WC_REM_INV_REQ_ERR, 0, 0, 0, 0)   # a key it may not invalidate: rxe fails the
+        enter(h, IBV_QPS_ERR)                                        # receive and its QP, yet ACKs the SEND
+        peer.announce(solicited)
+        return ACK, None
     received(peer, wqe, consumed, length, count)
     return ACK, None
 
@@ -310,10 +370,10 @@ def received(peer, wqe, consumed, length, count):
     """The message of `wqe` landed (in memory, or in receive number `consumed`'s buffers): complete
     that receive, expect the next PSN, and tell the CQ."""
     opcode = wqe.opcode
-    with_imm = opcode != SEND
+    with_imm = opcode != SEND   # (a SEND_WITH_INV's "immediate" is the key it invalidated)
     wc_opcode = IBV_WC_RECV_RDMA_WITH_IMM if opcode == WRITE_WITH_IMM else IBV_WC_RECV
-    peer.rq.complete(consumed, IBV_WC_SUCCESS, wc_opcode, length, wqe.imm_data if with_imm else 0,
-                     IBV_WC_GRH | IBV_WC_WITH_IMM if with_imm else IBV_WC_GRH)
+    flags = IBV_WC_GRH | (WITH_INVALIDATE if opcode == SEND_WITH_INV else IBV_WC_WITH_IMM) if with_imm else IBV_WC_GRH
+    peer.rq.complete(consumed, IBV_WC_SUCCESS, wc_opcode, length, wqe.imm_data if with_imm else 0, flags)
     h = peer.header
     h[Q_EXPECTED_PSN] = (h[Q_EXPECTED_PSN] + count) % PSN_MOD
     peer.announce(wqe.send_flags & IBV_SEND_SOLICITED)

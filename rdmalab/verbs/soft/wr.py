@@ -48,6 +48,8 @@ class RecvWR(_WR):
 
 
 class SendWR(_WR):
+    ah, remote_qpn, remote_qkey = None, 0, 0   # a UD send's destination (set_wr_ud)
+
     def __init__(self, wr_id=0, opcode=IBV_WR_SEND, num_sge=0, imm_data=0, sg=None,
                  send_flags=IBV_SEND_SIGNALED, next_wr=None):
         no_data = opcode in (IBV_WR_LOCAL_INV, IBV_WR_BIND_MW, IBV_WR_SEND_WITH_INV)
@@ -59,6 +61,20 @@ class SendWR(_WR):
     def set_wr_rdma(self, rkey, addr):
         """Target of RDMA WRITE/READ: the peer's rkey and an address inside its MR."""
         self.rkey, self.remote_addr = rkey, addr
+
+    def set_wr_ud(self, ah, rqpn, rqkey):
+        """Where a UD send goes: an address handle, the destination QP's number and its Q_Key."""
+        from .addr import AH
+        if not isinstance(ah, AH):
+            raise TypeError(f"Argument 'ah' has incorrect type (expected pyverbs.addr.AH, got {type(ah).__name__})")
+        self.ah, self.remote_qpn, self.remote_qkey = ah, rqpn, rqkey
+
+    def set_bind_wr(self, mw, bind_info):
+        """Make this a BIND_MW WR (type 2 windows): bind `mw` as `bind_info` says, under a new key, wr.rkey:
+        the window's key with its low byte incremented (ibv_inc_rkey). The NIC checks that the window
+        still has the key libibverbs knows (mw.rkey, kept as wr.mw_rkey)."""
+        from .base import inc_rkey
+        self.bind_mw, self.bind_info, self.mw_rkey, self.rkey = mw, bind_info, mw.rkey, inc_rkey(mw.rkey)
 
     def set_wr_atomic(self, rkey, addr, compare_add, swap=0):
         """Target of an atomic: an 8-byte aligned word in the peer's MR."""

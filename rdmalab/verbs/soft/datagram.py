@@ -1,0 +1,92 @@
+"""Unreliable datagrams (UD): what soft0's NIC does with a UD QP's sends, both halves.
+
+A UD QP is not connected. Each send names its destination in the WR (set_wr_ud): an address handle
+(the destination's GID), the destination QP's number and its Q_Key. The message travels as one
+packet, so it may be no longer than the path MTU, and nothing answers it: the sender's completion
+says only that the packet left. At the destination it is delivered only if a UD QP with that number
+is there, ready to receive (RTR or RTS), with that Q_Key, and has a receive posted; otherwise it is
+dropped, and nobody is told. The receive gets the packet's 40-byte Global Routing Header (GRH)
+first, then the payload: its completion's byte_len counts both, and names the sender (src_qp).
+
+As for RC (requester.py, responder.py), the sender's process does the work of both NICs: it finds
+the destination QP in shared memory, consumes its receive and writes into its memory; the
+destination's process runs no code.
+"""
+import itertools
+import struct
+
+from . import requester, responder
+from .addr import IPV4_MAPPED
+from .device import GIDS, PORT_ATTR
+from .enums import (IBV_QPS_ERR, IBV_QPS_RTR, IBV_QPS_RTS, IBV_QPT_UD, IBV_SEND_SOLICITED, IBV_WC_GRH,
+                    IBV_WC_LOC_QP_OP_ERR, IBV_WC_RECV, IBV_WC_SUCCESS, IBV_WC_WITH_IMM, IBV_WR_SEND,
+                    IBV_WR_SEND_WITH_IMM)
+from .layout import Q_ALIVE, Q_PD, Q_QKEY, Q_RQ_CONSUMED, Q_RQ_POSTED, Q_STATE, Q_TYPE
+
+GRH_BYTES = 40
+# RoCE v2 headers after the IP header, counted in its length field: UDP 8, BTH 12, DETH 8, ICRC 4
+UDP, BTH, DETH, IMMDT, ICRC = 8, 12, 8, 4, 4
+TTL = 64   # rxe takes the IP hop limit from the kernel's route, whatever the AH asks: 64
+_ip_ids = itertools.count(1)   # the IPv4 header's identification, one per packet sent
+
+
+class DatagramQueue(requester.UnansweredQueue):
+    """A UD QP's send queue: each WR goes out at once, as one packet, and completes at once."""
+
+    def send_now(self, wqe):
+        """Read our memory, deliver the datagram if the destination takes it, complete."""
+        if wqe.opcode != IBV_WR_SEND and wqe.opcode != IBV_WR_SEND_WITH_IMM:
+            return requester.fail(self, wqe, IBV_WC_LOC_QP_OP_ERR)   # UD only sends (rxe: the QP goes to ERR)
+        payload = requester._gather(self, wqe)
+        if type(payload) is int:
+            return requester.fail(self, wqe, payload)
+        if len(payload) <= 128 << PORT_ATTR["active_mtu"]:   # a longer one would take packets UD has not: lost
+            deliver(self.qp_num, wqe, payload)
+        self.psn = (self.psn + 1) % responder.PSN_MOD
+        return requester.complete(self, wqe, IBV_WC_SUCCESS, len(payload))
+
+
+def deliver(src_qp, wqe, payload):
+    """The destination's NIC: drop the packet unless a UD QP there takes it; else write the GRH and the
+    payload into its next receive and complete it."""
+    ah = wqe.ah
+    if ah.dgid not in GIDS:
+        return   # an address of no NIC on this host
+    peer = responder.peer_qp(wqe.remote_qpn)
+    if peer is None or not peer.alive():
+        return
+    h = peer.header
+    state = h[Q_STATE]
+    if h[Q_TYPE] != IBV_QPT_UD or (state != IBV_QPS_RTR and state != IBV_QPS_RTS) or h[Q_QKEY] != wqe.remote_qkey:
+        return
+    with_imm = wqe.opcode == IBV_WR_SEND_WITH_IMM
+    message = grh(ah, len(payload), with_imm) + bytes(payload)
+    with responder.LOCK:
+        consumed = h[Q_RQ_CONSUMED]
+        if consumed == h[Q_RQ_POSTED] or not h[Q_ALIVE]:
+            return   # no receive posted: the datagram is lost (no RNR for UD)
+        if peer.rq.scatter(consumed, message, h[Q_PD]):
+            peer.rq.complete(consumed, IBV_WC_SUCCESS, IBV_WC_RECV, len(message), wqe.imm_data if with_imm else 0,
+                             IBV_WC_GRH | IBV_WC_WITH_IMM if with_imm else IBV_WC_GRH, src_qp)
+        else:   # the receive is too small, or names memory it may not use. As in rxe, the GRH lands if
+            # it fits, then the receive fails and the QP enters ERR
+            peer.rq.scatter(consumed, message[:GRH_BYTES], h[Q_PD])
+            peer.rq.complete(consumed, IBV_WC_LOC_QP_OP_ERR, 0, 0, 0, 0)
+            responder.enter(h, IBV_QPS_ERR)
+    peer.announce(wqe.send_flags & IBV_SEND_SOLICITED)
+
+
+def grh(ah, length, with_imm):
+    """The 40 bytes a UD receive starts with, as rxe writes them on RoCE v2: the packet's IP header.
+    An IPv4 header is 20 bytes, so it fills the last 20 and the first 20 are zero; an IPv6 header
+    fills all 40. Its length counts what follows it in the packet: UDP, BTH, DETH (and ImmDt)
+    headers, the payload padded to 4 bytes, and the ICRC. rxe hands a packet for its own address
+    straight to its receive path, before the IP stack computes a checksum: it is 0."""
+    after_ip = UDP + BTH + DETH + (IMMDT if with_imm else 0) + length + (-length % 4) + ICRC
+    source, destination = bytes.fromhex(ah.sgid.replace(":", "")), bytes.fromhex(ah.dgid.replace(":", ""))
+    if ah.sgid.startswith(IPV4_MAPPED):
+        ip = struct.pack("!BBHHHBBH4s4s", 0x45, ah.traffic_class, 20 + after_ip, next(_ip_ids) & 0xFFFF, 0x4000,
+                         TTL, 17, 0, source[12:], destination[12:])
+        return bytes(20) + ip
+    version_class = 6 << 28 | ah.traffic_class << 20   # (rxe 6.1 sends no flow label: 0)
+    return struct.pack("!IHBB16s16s", version_class, after_ip, 17, TTL, source, destination)
