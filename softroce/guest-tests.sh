@@ -4,7 +4,10 @@
 #     except those marked host_only (TCP, charts, many-rank scaling: nothing there touches the
 #     device, make test runs them, and under CPU emulation they would take most of CI's budget);
 #  3. the differential check: the conformance suite must have observed the same outcomes on both;
-#  4. rdma-core's own tests on rxe0 and soft0 (softroce/rdma-core-tests.sh): every test that passes on
+#  4. the differential fuzzer (tests/fuzz): 300 generated verbs programs on soft0 and rxe0, whose
+#     traces must agree but for the differences docs/emulated-nic.md lists; a new one is shrunk to a
+#     minimal program, printed to keep as a regression test;
+#  5. rdma-core's own tests on rxe0 and soft0 (softroce/rdma-core-tests.sh): every test that passes on
 #     rxe0 passes on soft0, but for the soft0 gaps listed in tests/rdmacore/soft0-gaps.txt.
 # Tests that only make sense on the emulated NIC (tests/soft) skip on rxe0 and say why; tests/helpers
 # holds the programs some tests start, which pytest does not collect.
@@ -25,7 +28,10 @@ RDMALAB_PROVIDER=pyverbs RDMALAB_TRACE=/tmp/trace-rxe.json python -m pytest -p n
 tests=$?
 python softroce/compare_traces.py /tmp/trace-soft.json /tmp/trace-rxe.json
 differential=$?
+echo "== the differential fuzzer: generated programs on soft0 and rxe0"
+python -m tests.fuzz.differential
+fuzz=$?
 echo "== rdma-core's own tests on rxe0 and soft0"
 sh softroce/rdma-core-tests.sh
 rdmacore=$?
-[ $tests -eq 0 ] && [ $differential -eq 0 ] && [ $rdmacore -eq 0 ]
+[ $tests -eq 0 ] && [ $differential -eq 0 ] && [ $fuzz -eq 0 ] && [ $rdmacore -eq 0 ]

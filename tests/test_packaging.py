@@ -25,8 +25,10 @@ def test_readme_opens_with_the_two_commands():
 
 def test_the_guest_has_every_package_the_tests_and_lessons_need():
     project = tomllib.load(open(os.path.join(ROOT, "pyproject.toml"), "rb"))["project"]
-    # JupyterLab and the browser test's Playwright run on the host only (papermill runs the lessons there)
-    needed = names(project["dependencies"] + project["optional-dependencies"]["test"]) - {"jupyterlab", "playwright"}
+    # JupyterLab and the browser test's Playwright run on the host only (papermill runs the lessons there);
+    # hypothesis generates the fuzzer's programs on the host (tests/fuzz/generate.py), the guest only runs them
+    needed = names(project["dependencies"] + project["optional-dependencies"]["test"]) - {"jupyterlab", "playwright",
+                                                                                         "hypothesis"}
     guest = names(open(os.path.join(ROOT, "softroce", "requirements-guest.txt")).read().splitlines())
     assert needed <= guest, f"add {sorted(needed - guest)} to softroce/requirements-guest.txt"
 
