@@ -17,13 +17,21 @@ M_VALID, M_ACCESS, M_LENGTH, M_ADDR, M_PD = 2, 3, 4, 5, 6
 # bytes it opens, the window's type, and for type 2 the QP it serves (0: any QP of its PD)
 M_MR, M_MW_TYPE, M_QP = 7, 8, 9
 
-# a queue pair (rdmalab-qp-<qpn>): the part of its context a peer's NIC may see
-Q_STATE, Q_ACCESS, Q_PD, Q_EXPECTED_PSN, Q_MIN_RNR_TIMER, Q_RQ_SIZE, Q_RQ_MAX_SGE, \
-    Q_RQ_POSTED, Q_RQ_CONSUMED, Q_RQ_POLLED, Q_ALIVE, Q_RECV_CQ = range(2, 14)
-Q_GENERATION = 16   # bumped whenever what a responder checks changes: state, access flags, alive
-Q_MAX_DEST_RD_ATOMIC = 17   # READs and atomics it may answer at once: with 0 it answers none
-Q_TYPE, Q_QKEY = 18, 19   # RC, UC or UD (a datagram reaches only a UD QP), and a UD QP's Q_Key
-Q_NUM, Q_SRQ = 20, 21   # the QP's own number (a type 2 window checks it), and its SRQ's (0: none)
+# a queue pair (rdmalab-qp-<qpn>): the part of its context a peer's NIC may see. Grouped by who writes
+# them, a 64-byte cache line (8 words) each, as NICs lay out their queues' producer and consumer indices:
+# a word one CPU writes for every message shares no line with words another CPU reads as it polls, or
+# every message would drag the line from one CPU's cache to the other's and back ("false sharing").
+# - set up by create and modify(), read by the peer's NIC for every message
+Q_STATE, Q_ACCESS, Q_PD, Q_MIN_RNR_TIMER, Q_RQ_SIZE, Q_RQ_MAX_SGE = range(2, 8)
+Q_ALIVE, Q_RECV_CQ = 8, 9
+Q_GENERATION = 10   # bumped whenever what a responder checks changes: state, access flags, alive
+Q_MAX_DEST_RD_ATOMIC = 11   # READs and atomics it may answer at once: with 0 it answers none
+Q_TYPE, Q_QKEY = 12, 13   # RC, UC or UD (a datagram reaches only a UD QP), and a UD QP's Q_Key
+Q_NUM, Q_SRQ = 16, 17   # the QP's own number (a type 2 window checks it), and its SRQ's (0: none)
+# - written by the peer's NIC for every message it delivers
+Q_EXPECTED_PSN, Q_RQ_CONSUMED = 24, 25
+# - written by the QP's owner as it posts and polls receives
+Q_RQ_POSTED, Q_RQ_POLLED = 32, 33
 
 # one slot of a receive queue, after the QP's header: the posted WR, then (once consumed) its completion
 R_WR_ID, R_NUM_SGE, R_STATUS, R_OPCODE, R_BYTE_LEN, R_IMM, R_FLAGS, R_SRC_QP = range(8)   # src_qp: a datagram's sender
