@@ -23,6 +23,7 @@ lab's benchmarks measure; anything else takes the general path.
 """
 import copy
 import ctypes
+import struct
 import time
 from collections import deque
 
@@ -49,6 +50,8 @@ WC_OPCODE = {WRITE: IBV_WC_RDMA_WRITE, WRITE_WITH_IMM: IBV_WC_RDMA_WRITE, SEND: 
 CARRIES_DATA = (WRITE, WRITE_WITH_IMM, SEND, SEND_WITH_IMM, SEND_WITH_INV)
 LOCAL_OPERATIONS = (BIND_MW, LOCAL_INV)   # done by our own NIC, in order with the QP's other WRs
 WITH_IMM = (WRITE_WITH_IMM, SEND_WITH_IMM)
+# a receive slot's R_NUM_SGE and first SGE (addr, length, lkey), in one read (the words between skipped)
+RECEIVE_SGE = struct.Struct(f"={R_NUM_SGE * 8}xQ{(R_SGES - R_NUM_SGE - 1) * 8}x3Q")
 ROUTES_KEPT = 64   # request shapes a send queue remembers, as a NIC caches translations
 
 
@@ -201,10 +204,9 @@ class Route:
             route.remote_base, route.remote_length = responder.region_of(seg)
         elif wqe.opcode in CONSUMES_RECEIVE:   # the receive just used: its buffer is likely the next one's
             rq = peer.rq
-            words, base = rq.words, rq.slot(peer.header[Q_RQ_CONSUMED] - 1)
-            if words[base + R_NUM_SGE] != 1:
+            num_sge, _, _, route.receive_key = RECEIVE_SGE.unpack_from(rq.raw, rq.slot(peer.header[Q_RQ_CONSUMED] - 1) * 8)
+            if num_sge != 1:
                 return
-            route.receive_key = words[base + R_SGES + 2]
             seg = responder.mr_segment(route.receive_key)
             route.receive, route.receive_header = seg.bytes, seg.header
             route.receive_base, route.receive_length = responder.region_of(seg)
@@ -258,11 +260,10 @@ class Route:
                 self.remote[offset:offset + length] = self.local[start:start + length]
                 self.remote_segment.ring()
             else:
-                words, base = rq.words, rq.slot(consumed)
-                at, room = words[base + R_SGES] - self.receive_base, words[base + R_SGES + 1]
-                if self.receive is None or words[base + R_NUM_SGE] != 1 or words[base + R_SGES + 2] != self.receive_key \
-                        or not self.receive_header[M_VALID] or length > room or at < 0 \
-                        or at + room > self.receive_length:
+                num_sge, addr, room, key = RECEIVE_SGE.unpack_from(rq.raw, rq.slot(consumed) * 8)
+                at = addr - self.receive_base
+                if self.receive is None or num_sge != 1 or key != self.receive_key or not self.receive_header[M_VALID] \
+                        or length > room or at < 0 or at + room > self.receive_length:
                     return False
                 self.receive[at:at + length] = self.local[start:start + length]
             responder.received(self.peer, wr, consumed, length, count)

@@ -20,6 +20,7 @@ process runs no code. A link that carries requests as packets would call the sam
 receiving host.
 """
 import fcntl
+import struct
 import threading
 
 from . import cq as cqmod, mr as mrmod, shm, srq as srqmod
@@ -55,6 +56,11 @@ LOCAL_QPS = {}        # qp_num -> PeerQP of this process's QPs
 _attached_mrs = {}    # key -> Segment of another process's MR
 _attached_qps = {}    # qp_num -> PeerQP of another process's QP
 LOCK = threading.Lock()   # receive queues and atomics, across this process's threads
+# A receive slot's words, read or written in one call each: a SEND's hot path, fewer Python steps
+SLOT_HEAD = struct.Struct("=2Q")   # R_WR_ID, R_NUM_SGE
+SLOT_ENTRY = struct.Struct("=8Q")  # R_WR_ID ... R_SRC_QP: what a completion reports
+COMPLETION = struct.Struct("=6Q")  # R_STATUS, R_OPCODE, R_BYTE_LEN, R_IMM, R_FLAGS, R_SRC_QP
+SGE = struct.Struct("=3Q")         # addr, length, lkey
 
 
 def enter(header, state):
@@ -176,7 +182,8 @@ class ReceiveQueue:
     def __init__(self, seg, qp_num=0):
         h = seg.header
         self.header, self.size, self.stride = h, int(h[Q_RQ_SIZE]), R_SGES + 3 * int(h[Q_RQ_MAX_SGE])
-        self.words = seg.bytes[:self.size * self.stride * 8].cast("Q")
+        self.raw = seg.bytes[:self.size * self.stride * 8]
+        self.words = self.raw.cast("Q")
         self.qp_num, self.flushed = qp_num, False
 
     @staticmethod
@@ -200,11 +207,12 @@ class ReceiveQueue:
         posted = h[Q_RQ_POSTED]
         if posted - h[Q_RQ_POLLED] >= self.size:
             return False
-        w, base = self.words, posted % self.size * self.stride
-        w[base + R_WR_ID], w[base + R_NUM_SGE] = wr_id, len(sges)
+        raw, at = self.raw, posted % self.size * self.stride * 8
+        SLOT_HEAD.pack_into(raw, at + R_WR_ID * 8, wr_id, len(sges))
+        at += R_SGES * 8
         for addr, length, lkey in sges:
-            w[base + R_SGES], w[base + R_SGES + 1], w[base + R_SGES + 2] = addr, length, lkey
-            base += 3
+            SGE.pack_into(raw, at, addr, length, lkey)
+            at += SGE.size
         h[Q_RQ_POSTED] = posted + 1   # publish last: the peer's NIC consumes up to here
         return True
 
@@ -217,11 +225,10 @@ class ReceiveQueue:
                 return   # nothing arrived and nothing to flush: the common case, kept cheap
             self.flush()
             consumed = h[Q_RQ_CONSUMED]
-        w, size, stride, qp_num, new_wc = self.words, self.size, self.stride, self.qp_num, cqmod.new_wc
+        raw, size, stride, qp_num, new_wc = self.raw, self.size, self.stride * 8, self.qp_num, cqmod.new_wc
         while polled < consumed and len(out) < limit:
-            base = polled % size * stride
-            out.append(new_wc(w[base + R_WR_ID], w[base + R_STATUS], w[base + R_OPCODE], w[base + R_BYTE_LEN],
-                              qp_num, w[base + R_IMM], w[base + R_FLAGS], w[base + R_SRC_QP]))
+            wr_id, _, status, opcode, byte_len, imm, flags, src_qp = SLOT_ENTRY.unpack_from(raw, polled % size * stride)
+            out.append(new_wc(wr_id, status, opcode, byte_len, qp_num, imm, flags, src_qp))
             polled += 1
         h[Q_RQ_POLLED] = polled
 
@@ -244,6 +251,7 @@ class ReceiveQueue:
 
     def release(self):
         self.words.release()
+        self.raw.release()
 
     # ------------------------------------------------------------ the responder's side
 
@@ -273,10 +281,9 @@ class ReceiveQueue:
 
     def complete(self, n, status, opcode, byte_len, imm, flags, src_qp=0):
         """Receive number n completed: its completion, then the count the owner polls up to."""
-        w, base = self.words, n % self.size * self.stride
-        w[base + R_STATUS], w[base + R_OPCODE], w[base + R_BYTE_LEN], w[base + R_IMM], w[base + R_FLAGS] = \
-            status, opcode, byte_len, imm, flags
-        w[base + R_SRC_QP] = src_qp   # (a datagram's sender; 0 on a connection, as rxe reports)
+        # src_qp: a datagram's sender; 0 on a connection, as rxe reports
+        COMPLETION.pack_into(self.raw, (n % self.size * self.stride + R_STATUS) * 8, status, opcode, byte_len, imm,
+                             flags, src_qp)
         self.header[Q_RQ_CONSUMED] = n + 1   # publish last: the owner's poll reads up to here
 
 
