@@ -6,6 +6,7 @@ is far too slow to sit in a timed loop) and times only what perftest times.
 import time
 
 from rdmalab import sockets
+from rdmalab.errors import check
 from rdmalab.bench.catalogue import CQ_MOD, TESTS, TX_DEPTH
 from rdmalab.proc import procstat, waiting
 
@@ -120,7 +121,6 @@ class RdmaSide:
         self.qp.post_recv(self.recv_wr)
 
     def _poll(self, cq, what):
-        from rdmalab.errors import check
         n, wcs = cq.poll(1)
         if n:
             wc = wcs[0]
@@ -224,7 +224,6 @@ class RdmaSide:
 
     def _write_stream(self, iters, size):
         """perftest's write_bw: up to TX_DEPTH writes in flight, one signaled in every cq_mod."""
-        from rdmalab.errors import check
         e = self.v.enums
         cq_mod = min(CQ_MOD, iters)
         quiet = self._wr(e.IBV_WR_RDMA_WRITE, size, False)
