@@ -7,11 +7,17 @@ import ctypes
 
 import pytest
 
+from rdmalab import verbs as v
 from rdmalab.verbs.soft import cq as cqmod, device, enums as e, mr as mrmod, pd as pdmod, qp as qpmod, wr as wrmod
 from rdmalab.verbs.route import routable_gid_index
 from rdmalab.verbs.soft.pyverbs_error import PyverbsUserError
 
 from tests.conformance.conftest import to_init, to_rtr, to_rts
+
+# soft0's own objects throughout, connected with the conformance suite's helpers, which use the active
+# provider's: on a real device (the guest) those are pyverbs', which soft0's QPs cannot take
+pytestmark = pytest.mark.skipif(v.PROVIDER != "soft", reason="soft0's own behaviour where libibverbs crashes or "
+                                "hangs (the shared behaviour is in tests/conformance/test_extended.py)")
 
 ALL = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
 
