@@ -28,10 +28,17 @@ def device():
     d.close()
 
 
+# where rxe0 does not repeat itself: whether the SEND meets its RNR before or after the local error is a
+# race inside rxe (a CI run saw "a send waiting for a receive loses its mr" end both ways)
+RACY_ON_RXE = {"local error while a send waits for a receive"}
+
+
 @pytest.mark.parametrize("name", sorted(EXPECTED["tests"]))
 def test_a_program_observes_what_rxe0_observed(device, name):
     got, expected = device.run(PROGRAMS[name]), EXPECTED["tests"][name]
     marks = [value for what, value in got if what == "known difference"]
+    if got != expected and device.name == "rxe0" and RACY_ON_RXE & set(marks):
+        pytest.skip(f"rxe0 does not repeat itself here ({marks[0]}): a race inside rxe decides the outcome")
     if got != expected and marks and device.name != "rxe0":
         pytest.xfail(f"known difference ({marks[0]}): {KNOWN[marks[0]]}")
     assert got == expected
