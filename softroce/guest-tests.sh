@@ -18,7 +18,7 @@ python -m rdmalab doctor
 # the differential check and rdma-core's tests need the whole suite, so they run without PYTEST_ARGS only
 if [ $# -gt 0 ]; then
   echo "== the tests PYTEST_ARGS select ($*), on rxe0"
-  RDMALAB_PROVIDER=pyverbs python -m pytest -p no:cacheprovider -ra -m "not host_only" tests "$@"
+  RDMALAB_PROVIDER=pyverbs python -m pytest -p no:cacheprovider -ra -m "not host_only" "$@"   # (testpaths: tests/)
   exit
 fi
 echo "== the conformance suite on soft0 (for the differential check)"
