@@ -41,6 +41,28 @@ def test_a_preempted_spin_sleeps_at_once_for_a_while_then_tries_again():
     assert p.calm == waiting.CALM_S[0]
 
 
+def test_yields_that_a_cpu_bound_process_takes_turn_into_sleeping(monkeypatch):
+    """One CPU shared with a CPU-bound process: each yield lets it run a whole slice (about 2 ms) before
+    the peer answers. Once can be a busy peer; twice in a row, the waiter sleeps instead of yielding."""
+    p = waiting.Policy(1)
+    monkeypatch.setattr(waiting, "_policy", p)
+    answered = []
+    def yield_to_a_hog():   # the hog's slice passes, then the peer answers
+        waiting.time.sleep(2 * waiting.SLICE_S)
+        answered.append(True)
+    monkeypatch.setattr(waiting, "yield_cpu", yield_to_a_hog)
+    waiting.until(lambda: bool(answered), 5, "the peer")
+    assert p.busy_waiting(waiting.time.monotonic())          # once: a peer that was busy, keep yielding
+    answered.clear()
+    waiting.until(lambda: bool(answered), 5, "the peer")
+    assert not p.busy_waiting(waiting.time.monotonic())      # twice: sleep from now on, for a while
+    monkeypatch.setattr(waiting, "yield_cpu", lambda: answered.append(True))
+    p.sleep_only_until = 0.0
+    answered.clear()
+    waiting.until(lambda: bool(answered), 5, "the peer")     # a prompt answer: counted from zero again
+    assert p.slow_answers == 0 and p.calm == waiting.CALM_S[0]
+
+
 def test_a_wait_that_never_ends_is_a_timeout_naming_what_it_waited_for():
     with pytest.raises(TimeoutError, match="the peer's flag"):
         waiting.until(lambda: False, 0.05, "the peer's flag")

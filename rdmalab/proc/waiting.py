@@ -9,7 +9,8 @@ it calls `until(ready, ...)`, which tries three things in turn:
    have a CPU each: 4 ranks spinning on 2 CPUs spend their turns spinning while the rank they wait
    for waits for a CPU;
 2. **yield**: `os.sched_yield()` between checks, a bounded number of times. With one CPU, the peer
-   runs at once on ours, and answers in a few microseconds;
+   runs at once on ours, and answers in a few microseconds; but a yield that a CPU-bound process
+   takes keeps us off the CPU for its whole slice, so that too counts as preempted (below);
 3. **sleep**: block in the kernel until woken, or for at most SLEEP_CHUNK_S, then check again.
    soft0 wakes sleepers through a futex in its shared memory (rdmalab.verbs.soft.shm.Bell) when its
    NIC writes into memory or completes a receive that someone sleeps on; a woken sleeper is
@@ -19,8 +20,8 @@ it calls `until(ready, ...)`, which tries three things in turn:
 How long to spin and yield is decided once per process from the CPUs it can really use (its
 affinity and its cgroup's quota, rdmalab.proc.cpus), not os.cpu_count(): a learner on Binder or a
 workshop server gets one CPU or part of one, where two peers that both spin take turns a whole
-scheduler slice (about 4 ms) at a time. And it adapts to a busy machine: a spinner that finds it
-was preempted in mid-spin (a gap in its own clock readings) stops spinning for a while and goes
+scheduler slice (about 4 ms) at a time. And it adapts to a busy machine: a spinner or yielder that
+finds it was preempted (a gap in its own clock readings) stops spinning and yielding for a while and goes
 straight to sleep, because on a machine with CPU-bound work a process that sleeps is woken ahead
 of it, while one that spins waits for its turn. docs/emulated-nic.md explains the policy.
 """
@@ -37,6 +38,7 @@ PEERS_ENV = "RDMALAB_LOCAL_PEERS"   # processes on this host that wait for each 
 YIELDS = 100                 # with fewer than two: about 2 us each when the peer shares our CPU
 SLEEP_CHUNK_S = 0.002        # a sleeper checks at least this often (a lost wake-up costs no more)
 PREEMPTED_S = 200e-6         # a gap this long between two checks of a spin: another process ran
+SLICE_S = 1e-3               # a yield that kept us off the CPU this long: a CPU-bound process took a slice
 CALM_S = (0.5, 8.0)          # after a preempted spin, sleep at once for this long, doubling each time
 FUTEX_SYSCALL = {"x86_64": 202, "amd64": 202, "aarch64": 98, "arm64": 98}.get(platform.machine().lower())
 FUTEX_WAIT, FUTEX_WAKE = 0, 1
@@ -51,7 +53,10 @@ class Policy:
         spin = cpus >= max(2, peers)   # the peer that will answer has a CPU of its own
         self.spin_s = SPIN_S if spin else 0.0
         self.yields = 0 if spin else YIELDS if cpus >= 1 else YIELDS // 10  # under a quota, each spin costs quota
-        self.sleep_only_until, self.calm = 0.0, CALM_S[0]
+        # how long off the CPU means another process had it: a spin is never off it; a yield always is,
+        # for as long as the peer (or a short system task) runs, but a CPU-bound process takes a slice
+        self.preempted_after = PREEMPTED_S if spin else SLICE_S
+        self.sleep_only_until, self.calm, self.slow_answers = 0.0, CALM_S[0], 0
 
     def busy_waiting(self, now):
         """Spin and yield now? Not for a while after a spin was preempted."""
@@ -61,8 +66,15 @@ class Policy:
         self.sleep_only_until = now + self.calm
         self.calm = min(self.calm * 2, CALM_S[1])
 
+    def answered_late(self, now):
+        """A yield was answered, but only after a slice off the CPU. Once is a peer that was busy (setting
+        up, say); twice in a row is a CPU-bound process taking every yield: sleep instead."""
+        self.slow_answers += 1
+        if self.slow_answers >= 2:
+            self.preempted(now)
+
     def undisturbed(self):
-        self.calm = CALM_S[0]
+        self.calm, self.slow_answers = CALM_S[0], 0
 
     def __repr__(self):
         return (f"Policy(cpus={self.cpus:g}, peers={self.peers}, spin {self.spin_s * 1e6:.0f} us, "
@@ -95,17 +107,21 @@ def until(ready, timeout, what="the peer", bell=None, alive=None, busy=True):
     clock = time.monotonic
     last = clock()
     if busy and p.busy_waiting(last):
-        if p.yields:   # one CPU (or less): the peer can only answer once we let it run
-            for _ in range(p.yields):
+        # yield first (one CPU or less: the peer can only answer once we let it run), then spin. Either way
+        # a gap in our own clock means another process had the CPU for a while: when a yield hands the CPU
+        # to a CPU-bound process it keeps it for a whole slice (about 2 ms), so go to sleep, where the
+        # peer's write wakes us ahead of it
+        yields, stop = p.yields, last + p.spin_s
+        while yields or last < stop:
+            if yields:
                 yield_cpu()
-                if ready():
-                    return
-        stop = last + p.spin_s
-        while last < stop:
+                yields -= 1
             if ready():
+                if p.yields and clock() - last > p.preempted_after:   # answered, but after another process's slice
+                    return p.answered_late(clock())
                 return p.undisturbed()
             now = clock()
-            if now - last > PREEMPTED_S:
+            if now - last > p.preempted_after:
                 p.preempted(now)
                 break
             last = now
