@@ -27,10 +27,10 @@ import struct
 import time
 from collections import deque
 
-from . import responder
+from . import cq as cqmod, responder
 from .device import GIDS
 from .enums import (
-    IBV_ACCESS_LOCAL_WRITE as LOCAL_WRITE, IBV_QPS_ERR, IBV_SEND_INLINE, IBV_SEND_SIGNALED,
+    IBV_ACCESS_LOCAL_WRITE as LOCAL_WRITE, IBV_QPS_ERR, IBV_SEND_INLINE, IBV_SEND_SIGNALED, IBV_SEND_SOLICITED,
     IBV_WC_COMP_SWAP, IBV_WC_FETCH_ADD, IBV_WC_LOC_PROT_ERR, IBV_WC_LOC_QP_OP_ERR, IBV_WC_RDMA_READ,
     IBV_WC_RDMA_WRITE, IBV_WC_RETRY_EXC_ERR, IBV_WC_RNR_RETRY_EXC_ERR, IBV_WC_SEND, IBV_WC_SUCCESS,
     IBV_WC_WITH_IMM, IBV_WC_WR_FLUSH_ERR,
@@ -38,10 +38,11 @@ from .enums import (
     IBV_WR_RDMA_READ as READ, IBV_WR_RDMA_WRITE as WRITE, IBV_WR_RDMA_WRITE_WITH_IMM as WRITE_WITH_IMM,
     IBV_WR_SEND as SEND, IBV_WR_SEND_WITH_IMM as SEND_WITH_IMM, IBV_WR_SEND_WITH_INV as SEND_WITH_INV,
     IBV_WR_BIND_MW as BIND_MW, IBV_WR_LOCAL_INV as LOCAL_INV, IBV_WC_BIND_MW, IBV_WC_LOCAL_INV, IBV_WC_MW_BIND_ERR)
-from .layout import (M_VALID, Q_EXPECTED_PSN, Q_GENERATION, Q_RQ_CONSUMED, Q_RQ_POSTED, Q_STATE, R_NUM_SGE,
-                     R_SGES)
+from .layout import (C_ARMED, M_VALID, Q_EXPECTED_PSN, Q_GENERATION, Q_RQ_CONSUMED, Q_RQ_POSTED, Q_STATE,
+                     R_NUM_SGE, R_SGES, R_STATUS, W_BELL, W_SLEEPERS)
 from .mr import REGISTERED, invalidate
-from .responder import ACK, ATOMICS, CONSUMES_RECEIVE, NEEDS_ACCESS, NO_ANSWER, PSN_MOD, RNR_NAK, packets, respond
+from .responder import (ACK, ATOMICS, COMPLETION, CONSUMES_RECEIVE, NEEDS_ACCESS, NO_ANSWER, PSN_MOD, RNR_NAK, packets,
+                        respond)
 
 WC_OPCODE = {WRITE: IBV_WC_RDMA_WRITE, WRITE_WITH_IMM: IBV_WC_RDMA_WRITE, SEND: IBV_WC_SEND,
              SEND_WITH_IMM: IBV_WC_SEND, READ: IBV_WC_RDMA_READ, CMP_AND_SWP: IBV_WC_COMP_SWAP,
@@ -188,7 +189,8 @@ class Route:
     False, having done nothing, whenever anything else may have changed: attempt() then decides."""
     __slots__ = ("opcode", "peer", "header", "generation", "lkey", "local", "local_base", "local_length",
                  "remote", "remote_base", "remote_length", "remote_header", "remote_segment",
-                 "receive_key", "receive", "receive_base", "receive_length", "receive_header")
+                 "receive_key", "receive", "receive_base", "receive_length", "receive_header",
+                 "rq_raw", "rq_size", "rq_stride", "wc_opcode", "wc_flags", "cq", "cq_header")
 
     @classmethod
     def remember(cls, sq, wqe, peer, generation):
@@ -202,14 +204,20 @@ class Route:
             h = seg.header
             route.remote_segment, route.remote_header, route.remote = seg, h, seg.bytes
             route.remote_base, route.remote_length = responder.region_of(seg)
-        elif wqe.opcode in CONSUMES_RECEIVE:   # the receive just used: its buffer is likely the next one's
-            rq = peer.rq
-            num_sge, _, _, route.receive_key = RECEIVE_SGE.unpack_from(rq.raw, rq.slot(peer.header[Q_RQ_CONSUMED] - 1) * 8)
-            if num_sge != 1:
+        if wqe.opcode in CONSUMES_RECEIVE:
+            # what responder.received() looks up for every message: the receive queue, the completion, the CQ
+            rq, route.cq = peer.rq, peer.cq_segment()
+            if route.cq is None:
                 return
-            seg = responder.mr_segment(route.receive_key)
-            route.receive, route.receive_header = seg.bytes, seg.header
-            route.receive_base, route.receive_length = responder.region_of(seg)
+            route.rq_raw, route.rq_size, route.rq_stride, route.cq_header = rq.raw, rq.size, rq.stride * 8, route.cq.header
+            route.wc_opcode, route.wc_flags = responder.receive_completion(wqe.opcode)
+            if not NEEDS_ACCESS[wqe.opcode]:   # a SEND: the receive just used, whose buffer is likely the next one's
+                num_sge, _, _, route.receive_key = RECEIVE_SGE.unpack_from(rq.raw, rq.slot(peer.header[Q_RQ_CONSUMED] - 1) * 8)
+                if num_sge != 1:
+                    return
+                seg = responder.mr_segment(route.receive_key)
+                route.receive, route.receive_header = seg.bytes, seg.header
+                route.receive_base, route.receive_length = responder.region_of(seg)
         if len(sq.routes) >= ROUTES_KEPT:
             sq.routes.clear()
         sq.routes[wqe.opcode, lkey, wqe.rkey] = route
@@ -224,7 +232,7 @@ class Route:
             if start < 0 or start + length > self.local_length:
                 return False
             reach = 8 if opcode in ATOMICS else length
-            count = packets(reach, sq.mtu)
+            count = 1 if reach <= sq.mtu else packets(reach, sq.mtu)
             if self.remote is not None:
                 offset = wr.remote_addr - self.remote_base
                 if not self.remote_header[M_VALID] or offset < 0 or offset + reach > self.remote_length:
@@ -239,34 +247,44 @@ class Route:
                     return False
                 old = responder.atomic(self.remote_segment, offset, opcode, wr.compare_add, wr.swap)
                 self.local[start:start + 8] = old.to_bytes(8, "little")
-            elif not self._into_receive(wr, start, length, offset if self.remote is not None else 0, count):
+            elif not self._into_receive(wr, start, length, offset if self.remote is not None else 0):
                 return False
         except ValueError:   # a QP or MR of this process, closed since
             return False
-        sq.psn = (sq.psn + count) % PSN_MOD
-        if opcode not in CONSUMES_RECEIVE:   # (a receive's completion advanced it already)
-            peer[Q_EXPECTED_PSN] = sq.psn
+        sq.psn = peer[Q_EXPECTED_PSN] = (sq.psn + count) % PSN_MOD   # (the peer expected sq.psn: see above)
         if wr.send_flags & IBV_SEND_SIGNALED or sq.sig_all:
             complete(sq, wr, IBV_WC_SUCCESS, length)
         return True
 
-    def _into_receive(self, wr, start, length, offset, count):
-        peer, rq = self.header, self.peer.rq
+    def _into_receive(self, wr, start, length, offset):
+        """A message that takes a receive: responder.received()'s work, with what it looks up remembered
+        (carry() then advances the PSN the peer expects)."""
+        peer, raw = self.header, self.rq_raw
         with responder.LOCK:
             consumed = peer[Q_RQ_CONSUMED]
             if consumed == peer[Q_RQ_POSTED]:
                 return False   # no receive posted: attempt() gets the RNR NAK
+            slot = consumed % self.rq_size * self.rq_stride
             if self.opcode == WRITE_WITH_IMM:
                 self.remote[offset:offset + length] = self.local[start:start + length]
                 self.remote_segment.ring()
             else:
-                num_sge, addr, room, key = RECEIVE_SGE.unpack_from(rq.raw, rq.slot(consumed) * 8)
+                num_sge, addr, room, key = RECEIVE_SGE.unpack_from(raw, slot)
                 at = addr - self.receive_base
-                if self.receive is None or num_sge != 1 or key != self.receive_key or not self.receive_header[M_VALID] \
-                        or length > room or at < 0 or at + room > self.receive_length:
+                if num_sge != 1 or key != self.receive_key or length > room or at < 0 \
+                        or at + room > self.receive_length or not self.receive_header[M_VALID]:
                     return False
                 self.receive[at:at + length] = self.local[start:start + length]
-            responder.received(self.peer, wr, consumed, length, count)
+            COMPLETION.pack_into(raw, slot + R_STATUS * 8, IBV_WC_SUCCESS, self.wc_opcode, length,
+                                 wr.imm_data if self.opcode != SEND else 0, self.wc_flags, 0)
+            peer[Q_RQ_CONSUMED] = consumed + 1   # publish last: the owner's poll reads up to here
+        cq = self.cq_header   # cq.announce_to(), with Segment.ring() inlined: the CQ's bell, or its event if armed
+        if cq[C_ARMED]:
+            cqmod.announce_to(self.cq, wr.send_flags & IBV_SEND_SOLICITED)
+        else:
+            cq[W_BELL] = (cq[W_BELL] + 1) & 0x7FFFFFFF
+            if cq[W_SLEEPERS]:
+                self.cq.bell.wake()
         return True
 
 

@@ -140,12 +140,17 @@ class PeerQP:
         except (TypeError, ValueError):   # its owner closed it (this process's views released)
             return False
 
-    def announce(self, solicited):
-        """A receive completed: wake the CQ's poller, raise an event if it is armed."""
+    def cq_segment(self):
+        """The segment of the CQ this QP's receives complete on (None if it is gone)."""
         if self._cq is None:
             self._cq = cqmod.find_segment("cq", self.header[Q_RECV_CQ])
-        if self._cq is not None:
-            cqmod.announce_to(self._cq, solicited)
+        return self._cq
+
+    def announce(self, solicited):
+        """A receive completed: wake the CQ's poller, raise an event if it is armed."""
+        cq = self._cq or self.cq_segment()
+        if cq is not None:
+            cqmod.announce_to(cq, solicited)
 
     def take_shared_receive(self):
         """A QP on an SRQ: move the SRQ's next receive into this QP's receive queue; False if none is left."""
@@ -373,14 +378,22 @@ def _into_receive(peer, h, wqe, payload, length, count):
     return ACK, None
 
 
+def receive_completion(opcode):
+    """The opcode and flags of the receive completion a message of `opcode` makes. All but a plain SEND
+    carry a 32-bit value in imm_data: the immediate, or for SEND_WITH_INV the key it invalidated."""
+    if opcode == SEND:
+        return IBV_WC_RECV, IBV_WC_GRH
+    if opcode == WRITE_WITH_IMM:
+        return IBV_WC_RECV_RDMA_WITH_IMM, IBV_WC_GRH | IBV_WC_WITH_IMM
+    return IBV_WC_RECV, IBV_WC_GRH | (WITH_INVALIDATE if opcode == SEND_WITH_INV else IBV_WC_WITH_IMM)
+
+
 def received(peer, wqe, consumed, length, count):
     """The message of `wqe` landed (in memory, or in receive number `consumed`'s buffers): complete
     that receive, expect the next PSN, and tell the CQ."""
     opcode = wqe.opcode
-    with_imm = opcode != SEND   # (a SEND_WITH_INV's "immediate" is the key it invalidated)
-    wc_opcode = IBV_WC_RECV_RDMA_WITH_IMM if opcode == WRITE_WITH_IMM else IBV_WC_RECV
-    flags = IBV_WC_GRH | (WITH_INVALIDATE if opcode == SEND_WITH_INV else IBV_WC_WITH_IMM) if with_imm else IBV_WC_GRH
-    peer.rq.complete(consumed, IBV_WC_SUCCESS, wc_opcode, length, wqe.imm_data if with_imm else 0, flags)
+    wc_opcode, flags = receive_completion(opcode)
+    peer.rq.complete(consumed, IBV_WC_SUCCESS, wc_opcode, length, wqe.imm_data if opcode != SEND else 0, flags)
     h = peer.header
     h[Q_EXPECTED_PSN] = (h[Q_EXPECTED_PSN] + count) % PSN_MOD
     peer.announce(wqe.send_flags & IBV_SEND_SOLICITED)
