@@ -379,3 +379,43 @@ def test_posting_small_queue(ctx, pd):
         f = feedback("posting.small-queue", wrong, ctx, pd)
         assert f.status == "wrong" and says in f.message, (wrong, f.message)
     assert feedback("posting.small-queue", not_written, ctx, pd).status == "not yet"
+
+
+def test_on_the_wire_packets_reference_matches_what_rxe_sent():
+    from rdmalab.lessons import packets
+    ex = exercises.REGISTRY["on-the-wire.packets"]
+    assert feedback("on-the-wire.packets", ex.reference()).passed
+    sent = [(c.packet.info.name.rsplit(" ", 1)[-1].lower(), len(c.packet.payload)) for c in packets.capture()[:10]]
+    assert ex.reference()(10240, 1024) == sent
+
+
+def test_on_the_wire_packets_typical_wrong_answers_are_named():
+    def floor_division(length, mtu):      # forgets the partial last packet
+        n = max(1, length // mtu)
+        return [("only", length)] if n == 1 else [("first", mtu)] + [("middle", mtu)] * (n - 2) + [("last", mtu)]
+
+    def no_packet_for_nothing(length, mtu):   # a zero-length WRITE still sends one packet
+        if length == 0:
+            return []
+        return exercises.REGISTRY["on-the-wire.packets"].reference()(length, mtu)
+
+    def all_middle(length, mtu):
+        n = max(1, -(-length // mtu))
+        return [("middle", min(mtu, length - i * mtu)) for i in range(n)]
+
+    def last_full(length, mtu):
+        n = max(1, -(-length // mtu))
+        return [("only", length)] if n == 1 else [("first", mtu)] + [("middle", mtu)] * (n - 2) + [("last", mtu)]
+
+    for wrong, says in ((floor_division, "10000 bytes at MTU 4096 takes 3 packets; you predicted 2"),
+                        (no_packet_for_nothing, "0 bytes at MTU 1024 takes 1 packet; you predicted 0"),
+                        (all_middle, "packet 1 of 10 is 'first', not 'middle'"),
+                        (last_full, "packet 3 carries 1808 bytes, not 4096"),
+                        (lambda length, mtu: length, "return a list of (kind, payload bytes) pairs")):
+        f = feedback("on-the-wire.packets", wrong)
+        assert f.status == "wrong" and says in f.message, (wrong, f.message)
+        assert "ceil(n / mtu)" in f.hint
+
+    def skeleton(length, mtu):
+        raise NotImplementedError
+    assert feedback("on-the-wire.packets", skeleton).status == "not yet"

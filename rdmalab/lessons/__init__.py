@@ -14,6 +14,8 @@ nothing else of rdmalab imports lessons (but the `rdmalab class report` command,
     classroom.py   the instructor's opt-in view: answers and exercises recorded in a class directory
     scaling.py     scaling-out: the model judged on unseen sizes, 4-rank times, the cluster charts and explorer
     target.py      one-sided's second process (RemoteBuffer); dashboard.py, plots.py: charts and widgets
+    packets.py     on-the-wire: a capture of rxe (captures/) decoded as Wireshark shows it, a ladder diagram,
+                   the bytes a message puts on the wire
 
 The names notebooks use are here too: `from rdmalab import lessons; lessons.quiz()`,
 `from rdmalab.lessons import Pair, QPLab`. (`lessons.quiz` is the function: for the module's other

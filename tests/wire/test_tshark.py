@@ -12,13 +12,14 @@ import functools
 import random
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 
 from rdmalab.verbs.soft.wire import (
     AETH, OPCODES, RETH, Flow, Op, Packet, PcapWriter, decode_ipv4, encode_ipv4, message_opcodes,
     parse_ipv4_udp, read_pcap, segments)
+
+from rdmalab.lessons.packets import RXE_CAPTURE   # captured by test_rxe_interop.py; lesson 08 reads it
 
 from .test_codec import sample
 
@@ -27,7 +28,6 @@ pytestmark = [pytest.mark.host_only, pytest.mark.skipif(
     "(apt-get install tshark, with wireshark-common/install-setuid preseeded to false)")]
 
 FLOW = Flow("10.0.0.1", "10.0.0.2", sport=49153)
-RXE_CAPTURE = Path(__file__).with_name("rxe-interop.pcap")
 FIELDS = ["frame.protocols", "_ws.malformed", "_ws.expert.severity", "ip.checksum.status", "udp.checksum.status",
           "infiniband.bth.opcode", "infiniband.bth.se", "infiniband.bth.m", "infiniband.bth.padcnt",
           "infiniband.bth.tver", "infiniband.bth.p_key", "infiniband.bth.destqp", "infiniband.bth.a",
@@ -175,8 +175,6 @@ def test_short_sends(tmp_path):
         check(row, pkt, frame)
 
 
-@pytest.mark.skipif(not RXE_CAPTURE.exists(), reason=f"no {RXE_CAPTURE.name}: test_rxe_interop.py writes one "
-                    "in the Soft-RoCE guest, /tmp/rdmalab-wire-interop.pcap")
 def test_a_real_rxe_exchange(tmp_path):
     """The capture of test_rxe_interop.py in the Soft-RoCE guest (rxe1 10.20.0.1 <-> the codec's
     peer 10.20.0.2): every frame dissected as InfiniBand, no malformed packet, no expert item, and

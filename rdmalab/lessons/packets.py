@@ -1,0 +1,164 @@
+"""The on-the-wire lesson's packets: captures read back with soft0's RoCEv2 codec (rdmalab.verbs.soft.wire),
+shown as Wireshark shows them, and the bytes a message puts on an Ethernet link.
+
+    capture()          the packets of a pcap file: the one shipped with the lab (RXE_CAPTURE, a real
+                       Linux Soft-RoCE device talking to the codec), or one of your own
+    table(packets)     Wireshark's packet list: No., Time, Source, Destination, Length, Info
+    fields(packet)     one packet's headers, field by field, as Wireshark's detail pane lists them
+    ladder(packets)    a ladder diagram: the two hosts as lines, each packet an arrow between them
+    on_the_wire(...)   how many packets and bytes a message of some size takes at a path MTU
+"""
+import html
+import os
+from dataclasses import dataclass
+
+from rdmalab.verbs.soft.wire import Flow, Packet, decode_ipv4, message_opcodes, read_pcap, segments
+from rdmalab.verbs.soft.wire.encap import ROCEV2_PORT, ipv4_udp
+from rdmalab.verbs.soft.wire.headers import AETH, RETH, AtomicETH
+
+CAPTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "captures")
+# Captured in the lab's Soft-RoCE guest (tests/wire/test_rxe_interop.py): rxe1, Linux's rdma_rxe, at 10.20.0.1,
+# and soft0's packet codec at 10.20.0.2, on the two ends of a veth pair; path MTU 1024.
+RXE_CAPTURE = os.path.join(CAPTURES, "rxe-interop.pcap")
+ETHERNET_HEADER, ETHERNET_FCS, ETHERNET_PREAMBLE_AND_GAP = 14, 4, 20   # bytes around every IP packet
+
+
+@dataclass
+class Captured:
+    """One captured packet: its number in the file (from 1), time (s since the first), the IPv4/UDP flow
+    it travelled on, the decoded RoCEv2 packet, and its length as captured (the IP packet)."""
+    number: int
+    time: float
+    flow: Flow
+    packet: Packet
+    length: int
+
+    def __str__(self):
+        return f"{self.number:3d} {self.time:9.6f} {self.flow.src} -> {self.flow.dst} {self.length:5d} {self.packet}"
+
+
+def capture(path=RXE_CAPTURE):
+    """Every packet of a pcap of RoCEv2 traffic (IPv4, UDP port 4791), decoded and ICRC-checked. A packet the
+    codec cannot read raises its WireError, naming what is wrong (a capture taken on the sending host may
+    hold UDP checksums its network card was left to fill in: they are not checked here)."""
+    _, records = read_pcap(path)
+    out, start = [], records[0][0] if records else 0.0
+    for number, (ts, frame) in enumerate(records, 1):
+        flow, pkt = decode_ipv4(frame, checksums=False)
+        out.append(Captured(number, ts - start, flow, pkt, len(frame)))
+    return out
+
+
+class Table:
+    """Rows shown as an HTML table in a notebook, as aligned text elsewhere."""
+
+    def __init__(self, header, rows):
+        self.header, self.rows = header, rows
+
+    def __str__(self):
+        widths = [max(len(str(x)) for x in column) for column in zip(self.header, *self.rows)]
+        return "\n".join("  ".join(str(x).ljust(w) for x, w in zip(row, widths)).rstrip() for row in [self.header, *self.rows])
+
+    __repr__ = __str__
+
+    def _repr_html_(self):
+        head = "".join(f"<th style='text-align:left'>{html.escape(str(h))}</th>" for h in self.header)
+        body = "".join("<tr>" + "".join(f"<td style='text-align:left;font-family:monospace'>{html.escape(str(x))}</td>"
+                                        for x in row) + "</tr>" for row in self.rows)
+        return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def table(packets):
+    """Wireshark's packet list of `packets` (from capture())."""
+    return Table(["No.", "Time", "Source", "Destination", "Length", "Info"],
+                 [[c.number, f"{c.time:.6f}", c.flow.src, c.flow.dst, c.length, _info(c.packet)] for c in packets])
+
+
+def _info(pkt):
+    """The Info column: the opcode, the QP, the PSN, and what the extension headers say in a few words."""
+    parts = [pkt.info.name, f"QP=0x{pkt.destqp:06x}", f"PSN={pkt.psn}"]
+    if pkt.a:
+        parts.append("AckReq")
+    for header in pkt.headers():
+        parts.append(header.describe())
+    if pkt.info.payload:
+        parts.append(f"{len(pkt.payload)} bytes")
+    return " ".join(parts)
+
+
+def fields(pkt):
+    """Every field of one packet's headers, as (header, field, value) rows: read them next to Wireshark's
+    detail pane (tshark -V)."""
+    rows = [("BTH", "opcode", f"0x{pkt.opcode:02x}  ({pkt.info.name})"),
+            ("BTH", "solicited event", int(pkt.se)), ("BTH", "pad count", pkt.padcnt),
+            ("BTH", "partition key", f"0x{pkt.p_key:04x}"), ("BTH", "destination QP", f"0x{pkt.destqp:06x}"),
+            ("BTH", "AckReq", int(pkt.a)), ("BTH", "PSN", pkt.psn)]
+    for header in pkt.headers():
+        name = type(header).__name__
+        if isinstance(header, RETH):
+            rows += [(name, "virtual address", f"0x{header.va:016x}"), (name, "remote key", f"0x{header.r_key:08x}"),
+                     (name, "DMA length", header.dmalen)]
+        elif isinstance(header, AETH):
+            rows += [(name, "syndrome", f"0x{header.syndrome:02x}  ({header.describe().rsplit(' MSN', 1)[0]})"),
+                     (name, "message sequence number", header.msn)]
+        elif isinstance(header, AtomicETH):
+            rows += [(name, "virtual address", f"0x{header.va:016x}"), (name, "remote key", f"0x{header.r_key:08x}"),
+                     (name, "swap or add data", header.swapdt), (name, "compare data", header.cmpdt)]
+        else:
+            rows.append((name, "", header.describe()))
+    if pkt.info.payload:
+        rows.append(("payload", "bytes", len(pkt.payload)))
+    rows.append(("ICRC", "", f"0x{pkt.icrc:08x}" if pkt.icrc is not None else "-"))
+    return Table(["header", "field", "value"], rows)
+
+
+def ladder(packets, ax=None, title="Packets between the two hosts"):
+    """A ladder diagram: each host a vertical line, time downwards (in packet order, evenly spaced), each
+    packet an arrow from sender to receiver, labelled with its opcode and PSN. Returns the Axes."""
+    import matplotlib.pyplot as plt
+    hosts = []
+    for c in packets:
+        for h in (c.flow.src, c.flow.dst):
+            if h not in hosts:
+                hosts.append(h)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7.5, 0.32 * len(packets) + 1.2))
+    x = {h: i for i, h in enumerate(hosts[:2])}
+    for i, c in enumerate(packets):
+        a, b = x.get(c.flow.src, 0), x.get(c.flow.dst, 1)
+        answer = c.packet.aeth.describe() if c.packet.aeth is not None else None
+        colour = "#0969da" if answer is None else "#1a7f37" if answer.startswith("ACK") else "#cf222e"
+        ax.annotate("", (b, -i - 0.6), (a, -i), arrowprops=dict(arrowstyle="->", color=colour, lw=1.2))
+        label = f"{c.packet.info.name.removeprefix('RC ')}  PSN {c.packet.psn}"
+        if answer is not None:
+            label += f"  ({answer.split(' MSN')[0]})"
+        ax.text(0.5, -i - 0.3, label, ha="center", va="bottom", fontsize=7, color=colour,
+                bbox=dict(facecolor="white", edgecolor="none", pad=0.5))
+    for h, i in x.items():
+        ax.axvline(i, color="grey", lw=2)
+        ax.text(i, 0.6, h, ha="center", fontsize=9, weight="bold")
+    ax.set_xlim(-0.25, 1.25)
+    ax.set_ylim(-len(packets) - 0.2, 1.0)
+    ax.axis("off")
+    ax.set_title(title, fontsize=10)
+    return ax
+
+
+def on_the_wire(kind, length, mtu, ethernet=True):
+    """(packets, bytes) a message of `length` bytes takes at path MTU `mtu`: kind is "RDMA_WRITE", "SEND"
+    or "RDMA_READ_RESPONSE". The bytes are those of the real packets, built with the codec: IPv4, UDP, BTH,
+    the extension headers each packet carries, payload, pad and ICRC; with ethernet=True also each frame's
+    Ethernet header and checksum (preamble and inter-frame gap, 20 bytes a frame more, are left out)."""
+    ops, flow, total = message_opcodes(kind, length, mtu), Flow("10.0.0.1", "10.0.0.2", sport=49152), 0
+    for op, (_, size) in zip(ops, segments(length, mtu)):
+        headers = {"reth": RETH(0, 0, length)} if op.name.endswith(("WRITE_FIRST", "WRITE_ONLY")) else {}
+        if op.name.startswith("RC_RDMA_READ_RESPONSE") and not op.name.endswith("MIDDLE"):
+            headers["aeth"] = AETH.ack(0)
+        pkt = Packet(op, destqp=1, psn=0, payload=bytes(size), **headers)
+        total += len(ipv4_udp(flow, pkt.encode(flow)))
+    if ethernet:
+        total += len(ops) * (ETHERNET_HEADER + ETHERNET_FCS)
+    return len(ops), total
+
+
+__all__ = ["RXE_CAPTURE", "Captured", "capture", "table", "fields", "ladder", "on_the_wire", "ROCEV2_PORT"]
