@@ -117,9 +117,9 @@ def _package(directory):
 
 
 RDMA_TOOL = """#!/bin/sh
-# iproute2's `rdma link show -j`, as it would list soft0 (a port, no netdev); anything else: the real tool
+# iproute2's `rdma link show -j`, as it would list soft0 (port 1, its netdev); anything else: the real tool
 if [ "$*" = "link show -j" ]; then
-  echo '[{"ifindex":0,"ifname":"soft0","port":1,"state":"ACTIVE","physical_state":"LINK_UP"}]'
+  echo '[{"ifindex":0,"ifname":"soft0","port":1,"state":"ACTIVE","physical_state":"LINK_UP"%s}]'
   exit 0
 fi
 PATH=${PATH#*:} exec rdma "$@"
@@ -127,17 +127,84 @@ PATH=${PATH#*:} exec rdma "$@"
 
 
 def _rdma_tool_lists_soft0():
-    """rdma-core's RDMATestCase asks `rdma link show -j` for the device's netdev. soft0 is no kernel
-    device, so the real tool does not list it (and fails where the kernel has no RDMA): a stand-in
-    first on PATH answers that one question for soft0, which has no netdev (so no IP, and the
-    rdma_cm tests skip, saying so)."""
+    """rdma-core's RDMATestCase asks `rdma link show -j` for the device's netdev, then `ip -j addr show`
+    for its address, which its rdma_cm tests connect to. soft0 is no kernel device, so the real tool
+    does not list it (and fails where the kernel has no RDMA): a stand-in first on PATH answers that one
+    question for soft0, whose netdev is the loopback interface `lo` (rdmalab.verbs.soft.cmid). Without
+    iproute2's `ip` the tests could not read lo's address, so then it lists no netdev (and the rdma_cm
+    tests skip, saying the device has no net interface)."""
+    import atexit
+    import shutil
     import tempfile
     directory = tempfile.mkdtemp(prefix="rdmalab-rdma-tool-")
+    atexit.register(shutil.rmtree, directory, True)
     path = os.path.join(directory, "rdma")
     with open(path, "w") as tool:
-        tool.write(RDMA_TOOL)
+        tool.write(RDMA_TOOL % (',"netdev":"lo"' if shutil.which("ip") else ""))
     os.chmod(path, 0o755)
     os.environ["PATH"] = directory + os.pathsep + os.environ.get("PATH", "")
+
+
+def sysfs_entries():
+    """What /sys/class/infiniband/soft0 would hold if soft0 were a kernel device, as rxe's entry shows
+    its device (path under soft0/ -> contents), from soft0's own attributes."""
+    from rdmalab.verbs.soft import device
+    guid = f"{device.NODE_GUID:016x}"
+    entries = {"node_type": "1: CA", "node_guid": ":".join(guid[i:i + 4] for i in range(0, 16, 4)),
+               "sys_image_guid": ":".join(guid[i:i + 4] for i in range(0, 16, 4)),
+               "fw_ver": device.DEVICE_ATTR["fw_version"], "node_desc": f"{device.DEVICE_NAME} (rdmalab)",
+               "ports/1/state": "4: ACTIVE", "ports/1/phys_state": "5: LinkUp", "ports/1/link_layer": "Ethernet",
+               "ports/1/lid": "0x0", "ports/1/sm_lid": "0x0", "ports/1/lid_mask_count": "0", "ports/1/sm_sl": "0",
+               "ports/1/cap_mask": f"{device.PORT_ATTR['port_cap_flags']:#010x}", "ports/1/pkeys/0": "0xffff"}
+    for index, gid in enumerate(device.GIDS):
+        entries[f"ports/1/gids/{index}"] = gid
+        entries[f"ports/1/gid_attrs/types/{index}"] = "RoCE v2"
+        entries[f"ports/1/gid_attrs/ndevs/{index}"] = "lo"
+    return entries
+
+
+def _sysfs_shows_soft0():
+    """rdma-core's test_get_pkey_index reads the device's P_Key table in sysfs, where the kernel shows each
+    RDMA device. soft0 is no kernel device, so in a mount namespace of this process's own (the host's /sys
+    untouched) an overlay adds /sys/class/infiniband/soft0 (sysfs_entries()) to /sys/class. Needs root and
+    overlayfs; otherwise that test fails as before, and this says why."""
+    import atexit
+    import ctypes
+    import shutil
+    import subprocess
+    import tempfile
+    if os.geteuid() != 0:
+        return "not root: a mount namespace needs CAP_SYS_ADMIN"
+    lower = tempfile.mkdtemp(prefix="rdmalab-sysfs-")
+    atexit.register(shutil.rmtree, lower, True)
+    for path, text in sysfs_entries().items():
+        os.makedirs(os.path.dirname(os.path.join(lower, "infiniband", "soft0", path)), exist_ok=True)
+        with open(os.path.join(lower, "infiniband", "soft0", path), "w") as out:
+            out.write(text + "\n")
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(0x00020000) != 0:   # CLONE_NEWNS: mounts from here on are this process's (and its children's)
+        return f"unshare(CLONE_NEWNS): {os.strerror(ctypes.get_errno())}"
+    def mount(*args):
+        try:
+            done = subprocess.run(["mount", *args], capture_output=True, text=True)
+        except OSError as error:   # (no util-linux mount)
+            return str(error)
+        return (done.stderr.strip() or f"exit status {done.returncode}") if done.returncode else None
+    failed = mount("--make-rprivate", "/")
+    if failed:
+        return f"mount --make-rprivate /: {failed}"
+    failed = mount("-t", "overlay", "overlay", "-o", f"lowerdir={lower}:/sys/class", "/sys/class")
+    if failed and os.path.isdir("/sys/class/infiniband"):
+        # no overlayfs (the Soft-RoCE guest's kernel has only the modules it needs), but a kernel RDMA
+        # device: a tmpfs over /sys/class/infiniband holds soft0's entry and links to the devices' own
+        devices = {name: os.path.realpath(os.path.join("/sys/class/infiniband", name))
+                   for name in os.listdir("/sys/class/infiniband")}
+        failed = mount("-t", "tmpfs", "tmpfs", "/sys/class/infiniband")
+        if not failed:
+            for name, target in devices.items():
+                os.symlink(target, os.path.join("/sys/class/infiniband", name))
+            shutil.copytree(os.path.join(lower, "infiniband", "soft0"), "/sys/class/infiniband/soft0")
+    return f"no overlayfs to add it to /sys/class ({failed})" if failed else None
 
 
 def run_unittest(argv, install_soft):
@@ -150,6 +217,10 @@ def run_unittest(argv, install_soft):
     if options.provider == "soft":
         install_soft()
         _rdma_tool_lists_soft0()
+        why_not = _sysfs_shows_soft0()
+        if why_not:
+            print(f"rdmalab.verbs.run: no /sys/class/infiniband/soft0 for the tests that read it ({why_not})",
+                  file=sys.stderr)
     sys.path.insert(0, directory)
     # rdma-core's args_parser takes --dev --port --gid -v --list-tests ... and leaves the rest in sys.argv
     sys.argv = [os.path.join(directory, "run_tests.py")] + rest
@@ -201,6 +272,9 @@ def run_unittest(argv, install_soft):
         if timeout:
             signal.alarm(0)
             signal.signal(signal.SIGALRM, previous)
+        if options.provider == "soft":   # the tests' processes end in os._exit (multiprocessing) or are
+            from rdmalab.verbs.soft import shm   # killed: what they held is reaped now, not at the next start
+            shm.reap_orphans()
     for test, reason in result.errors:   # setUpClass/module fixtures fail outside any test
         if test.id() not in result.results:
             result.results[test.id()] = {"outcome": "error", "reason": reason.strip().splitlines()[-1], "seconds": 0}

@@ -1,16 +1,801 @@
-"""pyverbs.cmid: the RDMA connection manager (librdmacm). soft0 has no IP address of its own (no netdev),
-so rdma-core's CM tests skip before they get here; a CM id raises EOPNOTSUPP (Soft-RoCE has rdma_cm)."""
-from .base import Record, absent
+"""pyverbs.cmid: the RDMA connection manager (librdmacm) of soft0.
+
+rdma_cm names a peer by IP address and port, as a socket does, and sets up the QPs for you: it
+finds the device that owns the address, exchanges QP numbers and PSNs with the peer in CM messages
+(REQ, REP, RTU; REJ to refuse; DREQ to disconnect; SIDR REQ/REP for UD), moves the QPs through
+INIT, RTR and RTS, and reports each step as an event on an event channel.
+
+soft0's network device is the loopback interface: its address is 127.0.0.1 (GID 1 is
+::ffff:127.0.0.1) and every 127.x.y.z address routes to it. An address of no interface of soft0 does
+not resolve: binding to it fails (EADDRNOTAVAIL), resolving it ends in RDMA_CM_EVENT_ADDR_ERROR.
+
+The CM messages travel over a Unix socket per listening port, `rdmalab-cm-<uid>-<port space>-<port>`
+in the shared-memory directory (mode 0600: only your user can connect). Each message is one JSON
+object, readable with any socket tool. A CM id's events come when its owner waits for one
+(CMEvent(channel), or a synchronous id's calls): the waiting process reads the messages that
+arrived, does what the kernel's CM would do (answer a REP with an RTU, move the QP), and queues the
+event. A peer that dies closes its socket: a connection in progress then ends with
+RDMA_CM_EVENT_UNREACHABLE, an established one with RDMA_CM_EVENT_DISCONNECTED; nothing waits forever
+for a dead process.
+"""
+import collections
+import errno
+import ipaddress
+import json
+import os
+import random
+import select
+import socket
+import time
+
+from . import datagram, shm
+from .addr import AHAttr, GID, GlobalRoute
+from .base import Resource, not_supported
+from .cq import CQ, CompChannel
+from .device import GIDS, PORT_ATTR, Context
+from .enums import (IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_REMOTE_READ, IBV_ACCESS_REMOTE_WRITE,
+                    IBV_QP_ACCESS_FLAGS, IBV_QP_AV, IBV_QP_DEST_QPN, IBV_QP_MAX_DEST_RD_ATOMIC,
+                    IBV_QP_MAX_QP_RD_ATOMIC, IBV_QP_MIN_RNR_TIMER, IBV_QP_PATH_MTU, IBV_QP_PKEY_INDEX, IBV_QP_PORT,
+                    IBV_QP_QKEY, IBV_QP_RETRY_CNT, IBV_QP_RNR_RETRY, IBV_QP_RQ_PSN, IBV_QP_SQ_PSN, IBV_QP_STATE,
+                    IBV_QP_TIMEOUT, IBV_QPS_ERR, IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS, IBV_QPT_RC, IBV_QPT_UD,
+                    IBV_SEND_SIGNALED, IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE, IBV_WR_SEND)
+from .librdmacm_enums import (RAI_PASSIVE, RDMA_OPTION_ID_ACK_TIMEOUT, rdma_cm_event_type as EV,
+                              rdma_cm_mc_join_flags, rdma_port_space)
+from .mr import MR
+from .pd import PD
+from .pyverbs_error import PyverbsRDMAError, PyverbsUserError
+from .qp import QP, QPAttr, QPInitAttr
+from .wr import SGE, RecvWR, SendWR
+
+RDMA_UDP_QKEY = 0x01234567      # the Q_Key rdma_cm gives UD QPs and multicast groups of the UDP port space
+SGID_INDEX = 1                  # soft0's GID for 127.0.0.1 (::ffff:127.0.0.1)
+ACK_TIMEOUT = 14                # an RC QP's ACK timeout unless set_option(ACK_TIMEOUT) says otherwise
+HOP_LIMIT = 64
+REJ_NO_LISTENER = 8             # the IB CM's reject reason when nobody listens there (invalid service ID)
+REJ_CONSUMER = 28               # ... when the peer called reject()
+PORT_SPACE_NAMES = {rdma_port_space.RDMA_PS_TCP: "tcp", rdma_port_space.RDMA_PS_UDP: "udp",
+                    rdma_port_space.RDMA_PS_IPOIB: "ipoib", rdma_port_space.RDMA_PS_IB: "ib"}
+QP_TYPE_OF = {rdma_port_space.RDMA_PS_TCP: IBV_QPT_RC, rdma_port_space.RDMA_PS_IB: IBV_QPT_RC,
+              rdma_port_space.RDMA_PS_UDP: IBV_QPT_UD, rdma_port_space.RDMA_PS_IPOIB: IBV_QPT_UD}
 
 
-class ConnParam(Record):
-    _fields = dict(resources=1, depth=1, flow_control=0, retry=5, rnr_retry=5, srq=0, qp_num=0,
-                   private_data=None)
+def _error(what, code):
+    return PyverbsRDMAError(what, code)
 
 
-AddrInfo = absent("AddrInfo", "rdma_cm address resolution (rdma_getaddrinfo)", base=object)
-CMEventChannel = absent("CMEventChannel", "rdma_cm event channels")
-CMEvent = absent("CMEvent", "rdma_cm events", base=object)
-CMID = absent("CMID", "rdma_cm ids")
-JoinMCAttrEx = absent("JoinMCAttrEx", "rdma_cm multicast", base=object)
-UDParam = absent("UDParam", "rdma_cm UD parameters", base=object)
+# ---------------------------------------------------------------- addresses
+
+def _ip(text):
+    return ipaddress.ip_address(text.split("%")[0])
+
+
+def ours(ip):
+    """Whether `ip` is an address of soft0's netdev, the loopback interface (127.0.0.0/8)."""
+    return ip.version == 4 and ip.is_loopback
+
+
+def multicast_gid(ip):
+    """The GID of multicast group `ip` on RoCE: an IPv4 group mapped as ::ffff:a.b.c.d, as rdma_cm maps it."""
+    raw = ipaddress.IPv6Address(f"::ffff:{ip}").packed if ip.version == 4 else ip.packed
+    return GID(":".join(raw[i:i + 2].hex() for i in range(0, 16, 2)))
+
+
+def _resolve(host, service):
+    """(ip address, port) of a host name or numeric address and a service name or port number."""
+    port = 0
+    if service is not None:
+        service = service.decode() if isinstance(service, bytes) else str(service)
+        port = int(service) if service.isdigit() else socket.getservbyname(service)
+    if host is None:
+        return ipaddress.ip_address("0.0.0.0"), port
+    host = host.decode() if isinstance(host, bytes) else host
+    try:
+        return _ip(host), port
+    except ValueError:
+        pass
+    try:
+        found = socket.getaddrinfo(host, None, socket.AF_INET, socket.SOCK_STREAM)
+    except socket.gaierror:
+        raise _error(f"Failed to get Address Info: no address for {host!r}", errno.EADDRNOTAVAIL) from None
+    return _ip(found[0][4][0]), port
+
+
+class AddrInfo(Resource):
+    """rdma_getaddrinfo's answer: a source and/or destination address (ip, port) for a port space.
+    With flags=RAI_PASSIVE it is the address to listen on (src, src_service)."""
+
+    def __init__(self, src=None, dst=None, src_service=None, dst_service=None, port_space=0, flags=0):
+        super().__init__()
+        self.port_space, self.flags = port_space or rdma_port_space.RDMA_PS_TCP, flags
+        self.src_addr = self.dst_addr = None
+        if flags & RAI_PASSIVE:
+            self.src_addr = _resolve(src, src_service)
+            return
+        if src is not None:
+            self.src_addr = _resolve(src, src_service)
+        if dst is not None or dst_service is not None:
+            self.dst_addr = _resolve(dst if dst is not None else "127.0.0.1", dst_service)
+
+
+# ---------------------------------------------------------------- parameters
+
+class ConnParam:
+    """rdma_conn_param: what a side asks of a connection (READ/atomic depths, retries, a QP number
+    when the QP is not the CM id's own, and private data for the peer)."""
+
+    def __init__(self, resources=1, depth=1, flow_control=0, retry=5, rnr_retry=5, srq=0, qp_num=0, data_len=0):
+        self.responder_resources, self.initiator_depth, self.flow_control = resources, depth, flow_control
+        self.retry_count, self.rnr_retry_count, self.srq, self.qp_num = retry, rnr_retry, srq, qp_num
+        self.data_len, self._private = data_len, b""
+
+    @property
+    def qpn(self):
+        return self.qp_num
+
+    @qpn.setter
+    def qpn(self, value):
+        self.qp_num = value
+
+    @property
+    def private_data(self):
+        return self._private
+
+    def set_private_data(self, data):
+        self._private = bytes(data[:self.data_len])
+
+
+class JoinMCAttrEx:
+    """rdma_cm_join_mc_attr_ex: the group (an AddrInfo's source address) and the join flags."""
+
+    def __init__(self, addr, comp_mask=0, join_flags=0):
+        if addr is None:
+            raise PyverbsUserError("JoinMCAttrEx needs the group's AddrInfo")
+        self.addr, self.comp_mask, self.join_flags = addr, comp_mask, join_flags
+
+
+class UDParam:
+    """rdma_ud_param of an ESTABLISHED (UD) or MULTICAST_JOIN event: where to send datagrams."""
+
+    def __init__(self, cm_event):
+        if cm_event is None or cm_event.ud is None:
+            raise PyverbsUserError("UDParam needs an ESTABLISHED or MULTICAST_JOIN event of a UD CM id")
+        self.qp_num, self.qkey, self._dgid = cm_event.ud["qp_num"], cm_event.ud["qkey"], cm_event.ud["gid"]
+
+    @property
+    def ah_attr(self):
+        return AHAttr(is_global=1, port_num=1, gr=GlobalRoute(dgid=GID(self._dgid), sgid_index=SGID_INDEX,
+                                                             hop_limit=HOP_LIMIT))
+
+
+# ---------------------------------------------------------------- events
+
+Event = collections.namedtuple("Event", "event_type cmid private_data status ud request")
+
+
+class CMEventChannel(Resource):
+    """Where a CM id's events queue until CMEvent(channel) takes them. Waiting for one reads the CM
+    messages that reached this channel's ids (the Unix sockets of their listeners and connections)."""
+
+    def __init__(self):
+        super().__init__()
+        self.events = collections.deque()
+        self.ids = []
+
+    def post(self, cmid, event_type, private_data=b"", status=0, ud=None, request=None):
+        self.events.append(Event(event_type, cmid, private_data, status, ud, request))
+
+    def next_event(self):
+        """The next event, waiting for one as long as it takes (rdma_get_cm_event blocks too). A signal
+        still interrupts the wait (KeyboardInterrupt, the test runner's alarm)."""
+        self.check_open()
+        while not self.events:
+            sockets = {sock: cmid for cmid in self.ids for sock in cmid.sockets()}
+            if not sockets:   # nothing can come: wait as rdma_get_cm_event would (interruptibly)
+                time.sleep(0.1)
+                continue
+            readable, _, _ = select.select(list(sockets), [], [], 1.0)
+            for sock in readable:
+                sockets[sock].on_readable(sock)
+        return self.events.popleft()
+
+    def _release(self):
+        for cmid in list(self.ids):
+            cmid.close()
+        self.events.clear()
+
+
+class CMEvent:
+    """The next event of a channel (rdma_get_cm_event): event_type, private_data, and for a
+    CONNECT_REQUEST the request a new CMID(creator=event, listen_id=...) takes on."""
+
+    def __init__(self, channel):
+        if not isinstance(channel, CMEventChannel):
+            raise PyverbsUserError(f"Expected CMEventChannel, got {type(channel)}")
+        event = channel.next_event()
+        self.event_type, self.private_data, self.status = event.event_type, event.private_data, event.status
+        self.ud, self.request, self._acked = event.ud, event.request, False
+
+    def event_str(self):
+        return EV(self.event_type).name
+
+    def ack_cm_event(self):
+        self._acked = True
+
+    def close(self):
+        self._acked = True
+
+
+# ---------------------------------------------------------------- the CM id
+
+def _listener_path(port_space, port):
+    return os.path.join(shm.directory(), f"{shm.PREFIX}cm-{os.geteuid()}-{PORT_SPACE_NAMES[port_space]}-{port}")
+
+
+def _send(sock, **message):
+    try:
+        sock.send(json.dumps(message).encode())
+    except OSError:
+        pass   # the peer is gone: what it should have got no longer matters
+
+
+# How much private data each CM message carries: the IB CM's fixed sizes, less rdma_cm's own header in a
+# REQ (36 bytes). The receiver's event has all of it, zero-padded ("due to transport padding, the
+# private_data_len may be larger than what was sent", rdma_get_cm_event(3)); more is EINVAL.
+PRIVATE_DATA_BYTES = dict(REQ=56, REP=196, REJ=148, SIDR_REQ=180, SIDR_REP=136)
+
+
+def _private_data(kind, data):
+    """`data` as hex for a message of `kind`; EINVAL when it does not fit."""
+    if len(data) > PRIVATE_DATA_BYTES[kind]:
+        raise _error(f"{len(data)} bytes of private data: a {kind} carries {PRIVATE_DATA_BYTES[kind]} at most",
+                     errno.EINVAL)
+    return bytes(data).hex()
+
+
+def _padded(message):
+    """A received message's private data, as long as its kind carries."""
+    return bytes.fromhex(message["private_data"]).ljust(PRIVATE_DATA_BYTES[message["msg"]], b"\0")
+
+
+def _receive(sock):
+    try:
+        data = sock.recv(65536)
+    except OSError:
+        data = b""
+    return json.loads(data) if data else None
+
+
+class CMID(Resource):
+    """rdma_cm_id. CMID(creator=CMEventChannel(), port_space=...) is asynchronous: each step's outcome
+    is an event on the channel. CMID(creator=AddrInfo(...), qp_init_attr=...) is synchronous
+    (rdma_create_ep): every call waits for its outcome. CMID(creator=event, listen_id=id) takes on a
+    CONNECT_REQUEST."""
+
+    def __init__(self, creator=None, qp_init_attr=None, pd=None, port_space=rdma_port_space.RDMA_PS_TCP,
+                 listen_id=None):
+        super().__init__()
+        self.ctx, self.pd, self.qp, self.event_channel = pd.ctx if pd is not None else None, pd, None, None
+        self.port_space, self.local, self.remote = port_space, None, None
+        self.state = "idle"
+        self._listener = self._listener_path = self._conn = None
+        self._own_cqs = []              # CQs and channels create_qp made (closed with the QP)
+        self._peer = {}                 # what the peer said: qpn, psn, depths, retries, private data
+        self._param = ConnParam()
+        self._psn = random.getrandbits(24)
+        self._timeout = None
+        self._groups = {}               # multicast group GID -> attachment
+        self._qp_init_attr = qp_init_attr
+        self._sync = self._passive = self._own_device = False
+        if creator is None:
+            return
+        if isinstance(creator, CMEventChannel):
+            self._use_channel(creator, sync=False)
+        elif isinstance(creator, AddrInfo):
+            self._create_ep(creator, qp_init_attr)
+        elif isinstance(creator, CMEvent):
+            if listen_id is None:
+                raise PyverbsUserError("listen ID not provided")
+            self._take_request(listen_id, creator.request)
+        else:
+            raise PyverbsUserError(f"Cannot create CM ID from {type(creator).__name__}")
+
+    def _use_channel(self, channel, sync):
+        self.event_channel, self._sync = channel, sync
+        channel.ids.append(self)
+
+    # ------------------------------------------------------------ what the event channel needs
+
+    def sockets(self):
+        return [s for s in (self._listener, self._conn) if s is not None and self.state != "bound"]
+
+    def on_readable(self, sock):
+        """A CM message (or a new connection, or the peer's end) arrived for this id: act on it as the
+        kernel's CM does, and queue the event."""
+        if sock is self._listener:
+            conn, _ = sock.accept()
+            conn.settimeout(10)   # the connecting side sends its REQ right after it connects
+            request = _receive(conn)
+            conn.settimeout(None)
+            if request is None:
+                conn.close()
+            else:
+                self.event_channel.post(self, EV.RDMA_CM_EVENT_CONNECT_REQUEST, _padded(request),
+                                        request=(conn, request))
+            return
+        message = _receive(sock)
+        kind = message["msg"] if message else "EOF"
+        post = self.event_channel.post
+        if kind == "REP" and self.state == "connecting":
+            self._peer.update(message)
+            if self.qp is not None:   # librdmacm moves its own QP (INIT again: now the access is known), answers
+                self._move_qp(IBV_QPS_INIT)
+                self._move_qp(IBV_QPS_RTR)
+                self._move_qp(IBV_QPS_RTS)
+                _send(sock, msg="RTU")
+                self.state = "connected"
+                post(self, EV.RDMA_CM_EVENT_ESTABLISHED, _padded(message))
+            else:                     # the program moves its own QP, then calls establish()
+                self.state = "responded"
+                post(self, EV.RDMA_CM_EVENT_CONNECT_RESPONSE, _padded(message))
+        elif kind == "SIDR_REP" and self.state == "connecting":
+            self._close_conn()
+            self.state = "connected"
+            post(self, EV.RDMA_CM_EVENT_ESTABLISHED, _padded(message),
+                 ud=dict(qp_num=message["qpn"], qkey=message["qkey"], gid=message["gid"]))
+        elif kind == "RTU" and self.state == "accepting":
+            self.state = "connected"
+            post(self, EV.RDMA_CM_EVENT_ESTABLISHED)
+        elif kind == "REJ":
+            self._close_conn()
+            self.state = "rejected"
+            post(self, EV.RDMA_CM_EVENT_REJECTED, _padded(message), REJ_CONSUMER)
+        elif kind == "DREQ" or kind == "EOF":
+            self._close_conn()
+            if self.state == "connected":
+                self.state = "disconnected"
+                post(self, EV.RDMA_CM_EVENT_DISCONNECTED)
+            elif self.state in ("connecting", "accepting", "responded"):
+                self.state = "unreachable"
+                post(self, EV.RDMA_CM_EVENT_UNREACHABLE, status=-errno.ETIMEDOUT)
+
+    def _wait(self, expected):
+        """A synchronous id's call waits for its outcome: the expected event, or an error (ucma_complete)."""
+        event = self.event_channel.next_event()
+        if event.event_type != expected:
+            code = errno.ECONNREFUSED if event.event_type == EV.RDMA_CM_EVENT_REJECTED else \
+                abs(event.status) or errno.EINVAL
+            raise _error(f"rdma_cm: expected {EV(expected).name}, got {EV(event.event_type).name}", code)
+        return event
+
+    # ------------------------------------------------------------ addresses and routes
+
+    @property
+    def context(self):
+        return self.ctx
+
+    @property
+    def dev_name(self):
+        return "soft0"
+
+    @property
+    def port_num(self):
+        return 1
+
+    @property
+    def qpn(self):
+        return self.qp.qp_num if self.qp is not None else None
+
+    def _open_device(self):
+        """The device the address belongs to, and a PD on it (librdmacm's default PD for the device)."""
+        if self.ctx is None:
+            self.ctx, self._own_device = Context(name="soft0"), True
+        if self.pd is None:
+            self.pd = PD(self.ctx)
+
+    def bind_addr(self, lai):
+        """Take a local address (an AddrInfo's source): one of soft0's, or the wildcard. A port other than
+        0 is reserved here (EADDRINUSE when another id of this user has it); 0 picks a free one."""
+        self.check_open()
+        ip, port = lai.src_addr if lai.src_addr is not None else (ipaddress.ip_address("0.0.0.0"), 0)
+        if not (ours(ip) or ip == ipaddress.ip_address("0.0.0.0")):
+            raise _error(f"Failed to Bind ID: {ip} is no address of soft0 (its netdev is lo: 127.0.0.0/8)",
+                         errno.EADDRNOTAVAIL)
+        if self.state != "idle":
+            raise _error("Failed to Bind ID: it is bound already", errno.EINVAL)
+        if port:
+            self._reserve(port)
+        self.local, self.state = (ip, port or random.randint(32768, 60999)), "bound"
+        self._open_device()
+
+    def _reserve(self, port):
+        path = _listener_path(self.port_space, port)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            sock.bind(path)
+        except OSError as error:
+            if error.errno != errno.EADDRINUSE or not shm.stale_socket(path):
+                sock.close()
+                raise _error(f"Failed to Bind ID: port {port} is taken", errno.EADDRINUSE) from None
+            os.unlink(path)
+            sock.bind(path)
+        os.chmod(path, 0o600)
+        sock.listen(16)   # (a socket that refuses connections is a leftover, to be reaped: shm.stale_socket)
+        self._listener, self._listener_path = sock, path
+
+    def resolve_addr(self, rai, timeout_ms=2000):
+        """Find the device for the destination (and bind to the source if given): ADDR_RESOLVED for one of
+        soft0's addresses or a multicast group; ADDR_ERROR (EHOSTUNREACH) for any other."""
+        self.check_open()
+        if self.state == "idle":
+            self.bind_addr(rai)
+        if rai.dst_addr is None:
+            raise _error("Failed to Resolve Address: no destination", errno.EINVAL)
+        ip, _ = rai.dst_addr
+        self.remote = rai.dst_addr
+        if ours(ip) or ip.is_multicast:
+            self.state = "addr_resolved"
+            self.event_channel.post(self, EV.RDMA_CM_EVENT_ADDR_RESOLVED)
+        else:
+            self.event_channel.post(self, EV.RDMA_CM_EVENT_ADDR_ERROR, status=-errno.EHOSTUNREACH)
+        if self._sync:
+            self._wait(EV.RDMA_CM_EVENT_ADDR_RESOLVED)
+
+    def resolve_route(self, timeout_ms=2000):
+        self.check_open()
+        if self.state != "addr_resolved":
+            raise _error("Failed to Resolve Route: resolve the address first", errno.EINVAL)
+        self.state = "route_resolved"
+        self.event_channel.post(self, EV.RDMA_CM_EVENT_ROUTE_RESOLVED)
+        if self._sync:
+            self._wait(EV.RDMA_CM_EVENT_ROUTE_RESOLVED)
+        self._open_device()
+
+    def set_option(self, level, optname, optval, optlen):
+        if optname != RDMA_OPTION_ID_ACK_TIMEOUT:
+            raise PyverbsUserError("Currently only RDMA_OPTION_ID_ACK_TIMEOUT is supported in Pyverbs.")
+        self._timeout = optval & 0xFF
+
+    # ------------------------------------------------------------ synchronous ids (rdma_create_ep)
+
+    def _create_ep(self, ai, qp_init_attr):
+        self.port_space = ai.port_space
+        self._use_channel(CMEventChannel(), sync=True)
+        if ai.flags & RAI_PASSIVE:
+            self.bind_addr(ai)
+            return
+        self.resolve_addr(ai)
+        self.resolve_route()
+        if qp_init_attr is not None:
+            self.create_qp(qp_init_attr)
+
+    def get_request(self):
+        """A synchronous listener: wait for the next connection request and return its new CM id (with a
+        QP, when the listener was made with qp_init_attr)."""
+        event = self._wait(EV.RDMA_CM_EVENT_CONNECT_REQUEST)
+        child = CMID()
+        child._take_request(self, event.request)
+        self.ctx, self.pd = child.ctx, child.pd
+        if self._qp_init_attr is not None:
+            child.create_qp(self._qp_init_attr)
+        return child
+
+    def _take_request(self, listen_id, request):
+        conn, message = request
+        self.port_space, self.local, self.state = listen_id.port_space, listen_id.local, "requested"
+        self._passive = True
+        self._use_channel(listen_id.event_channel if not listen_id._sync else CMEventChannel(), listen_id._sync)
+        self._conn, self._peer = conn, dict(message)
+        if listen_id.ctx is None:
+            listen_id._open_device()
+        self.ctx, self.pd = listen_id.ctx, listen_id.pd
+
+    # ------------------------------------------------------------ connecting
+
+    def listen(self, backlog=0):
+        self.check_open()
+        if self.state == "idle":
+            self.bind_addr(AddrInfo(flags=RAI_PASSIVE))
+        if self._listener is None:
+            self._reserve(self.local[1])
+        self.state = "listening"
+
+    def connect(self, param=None):
+        """Send a REQ (SIDR REQ for UD) to whoever listens at the resolved destination. Its answer is an
+        event: ESTABLISHED (or CONNECT_RESPONSE when the QP is not the id's own), or REJECTED."""
+        self.check_open()
+        if self.state != "route_resolved":
+            raise _error("Failed to Connect: resolve the route first", errno.EINVAL)
+        self._param = param if param is not None else ConnParam(retry=7, rnr_retry=7)
+        qpn = self.qp.qp_num if self.qp is not None else self._param.qp_num
+        kind = "SIDR_REQ" if self._is_ud() else "REQ"
+        private = _private_data(kind, self._param.private_data)
+        path = _listener_path(self.port_space, self.remote[1])
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            if os.lstat(path).st_uid != os.geteuid():   # a listener of this user's soft0 only: (ignore
+                raise FileNotFoundError(path)             # another user's socket planted under our name)
+            sock.connect(path)
+        except OSError:   # nobody listens there: the peer's CM rejects (invalid service ID)
+            sock.close()
+            self.state = "rejected"
+            self.event_channel.post(self, EV.RDMA_CM_EVENT_REJECTED, status=REJ_NO_LISTENER)
+        else:
+            self._conn, self.state = sock, "connecting"
+            p = self._param
+            _send(sock, msg=kind, qpn=qpn, psn=self._psn, gid=GIDS[SGID_INDEX], responder_resources=p.responder_resources,
+                  initiator_depth=p.initiator_depth, retry=p.retry_count, rnr_retry=p.rnr_retry_count,
+                  private_data=private)
+        if self._sync:
+            self._wait(EV.RDMA_CM_EVENT_ESTABLISHED)
+
+    def accept(self, param=None):
+        """Answer a connection request: for RC move the id's QP to RTS and send a REP (the peer's RTU brings
+        ESTABLISHED); for UD send a SIDR REP with the QP number and Q_Key."""
+        self.check_open()
+        if self.state != "requested":
+            raise _error("Failed to Accept Connection: no request to accept", errno.EINVAL)
+        self._param = param if param is not None else ConnParam(retry=7, rnr_retry=7)
+        qpn = self.qp.qp_num if self.qp is not None else self._param.qp_num
+        private = _private_data("SIDR_REP" if self._is_ud() else "REP", self._param.private_data)
+        if self._is_ud():
+            _send(self._conn, msg="SIDR_REP", qpn=qpn, qkey=RDMA_UDP_QKEY, gid=GIDS[SGID_INDEX], private_data=private)
+            self._close_conn()
+            self.state = "connected"
+            return
+        if self.qp is not None:
+            self._move_qp(IBV_QPS_INIT)
+            self._move_qp(IBV_QPS_RTR)
+            self._move_qp(IBV_QPS_RTS)
+        p = self._param
+        _send(self._conn, msg="REP", qpn=qpn, psn=self._psn, responder_resources=p.responder_resources,
+              initiator_depth=p.initiator_depth, rnr_retry=p.rnr_retry_count, private_data=private)
+        self.state = "accepting"
+        if self._sync:
+            self._wait(EV.RDMA_CM_EVENT_ESTABLISHED)
+
+    def reject(self, private_data=None):
+        self.check_open()
+        if self.state != "requested":
+            raise _error("Failed to Reject Connection: no request to reject", errno.EINVAL)
+        _send(self._conn, msg="REJ", private_data=_private_data("REJ", private_data or b""))
+        self._close_conn()
+        self.state = "rejected"
+
+    def establish(self):
+        """The active side of a connection whose QP is not the id's own: after CONNECT_RESPONSE and moving
+        the QP to RTS (init_qp_attr), tell the peer (RTU): it gets ESTABLISHED."""
+        self.check_open()
+        if self.state != "responded" or self.qp is not None:
+            raise _error("Failed to Complete an active connection request", errno.EINVAL)
+        _send(self._conn, msg="RTU")
+        self.state = "connected"
+
+    def disconnect(self):
+        """Move the QP to ERR and tell the peer (DREQ): it gets DISCONNECTED."""
+        self.check_open()
+        if self.state not in ("connected", "disconnected"):
+            raise _error("Failed to Disconnect: not connected", errno.EINVAL)
+        if self.qp is not None:
+            self._move_qp(IBV_QPS_ERR)
+        if self._conn is not None:
+            _send(self._conn, msg="DREQ")
+            self._close_conn()
+        self.state = "disconnected"
+
+    def _close_conn(self):
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def _is_ud(self):
+        return QP_TYPE_OF[self.port_space] == IBV_QPT_UD
+
+    # ------------------------------------------------------------ the QP
+
+    def create_qp(self, qp_init):
+        """A QP for this id (rdma_create_qp), with send and receive CQs of its own unless qp_init names
+        them. An RC QP goes to INIT; a UD QP to RTS, with rdma_cm's Q_Key."""
+        self.check_open()
+        if self.pd is None:
+            raise _error("Failed to Create QP: bind or resolve the id first", errno.EINVAL)
+        scq, rcq = qp_init.send_cq, qp_init.recv_cq
+        if scq is None or rcq is None:
+            scq = rcq = self._new_cq(max(qp_init.cap.max_send_wr + qp_init.cap.max_recv_wr, 1))
+        init = QPInitAttr(qp_type=qp_init.qp_type, qp_context=qp_init.qp_context, scq=scq, rcq=rcq,
+                          srq=qp_init.srq, cap=qp_init.cap, sq_sig_all=qp_init.sq_sig_all)
+        self.qp = QP(self.pd, init)
+        self._move_qp(IBV_QPS_INIT)
+        if self.qp.qp_type == IBV_QPT_UD:
+            self._move_qp(IBV_QPS_RTR)
+            self._move_qp(IBV_QPS_RTS)
+            for gid in self._groups:
+                self._groups[gid] = self._groups[gid] or datagram.attach(self.qp, gid)
+
+    def _new_cq(self, size):
+        channel = CompChannel(self.ctx)
+        cq = CQ(self.ctx, size, None, channel, 0)
+        self._own_cqs += [cq, channel]
+        return cq
+
+    def _move_qp(self, state):
+        attr, mask = self.init_qp_attr(state)
+        self.qp.modify(attr, mask)
+
+    def query_qp(self, attr_mask):
+        if self.qp is None:
+            raise _error("Failed to query QP: the CM id has none", errno.EINVAL)
+        return self.qp.query(attr_mask)
+
+    def init_qp_attr(self, qp_state):
+        """The attributes (and their mask) rdma_cm would give a QP moving to `qp_state` on this connection:
+        what a program needs to move a QP of its own (rdma_init_qp_attr)."""
+        self.check_open()
+        attr, peer, p = QPAttr(qp_state=qp_state), self._peer, self._param
+        if qp_state == IBV_QPS_ERR:
+            return attr, IBV_QP_STATE
+        if self._is_ud():
+            attr.pkey_index, attr.port_num, attr.qkey, attr.sq_psn = 0, 1, RDMA_UDP_QKEY, 0
+            return attr, {IBV_QPS_INIT: IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY,
+                          IBV_QPS_RTR: IBV_QP_STATE, IBV_QPS_RTS: IBV_QP_STATE | IBV_QP_SQ_PSN}[qp_state]
+        known = "qpn" in peer
+        # READ/atomic depths: what this side offers, no more than the other side asks for
+        theirs_depth = peer.get("initiator_depth", p.initiator_depth)
+        theirs_resources = peer.get("responder_resources", p.responder_resources)
+        responder = min(p.responder_resources, theirs_depth)
+        initiator = min(p.initiator_depth, theirs_resources)
+        if qp_state == IBV_QPS_INIT:
+            attr.pkey_index, attr.port_num = 0, 1
+            attr.qp_access_flags = (IBV_ACCESS_REMOTE_WRITE | (IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC
+                                                               if responder else 0)) if known else 0
+            return attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS
+        if not known:
+            raise _error("Failed to get QP attributes: the peer is not known yet", errno.EINVAL)
+        if qp_state == IBV_QPS_RTR:
+            attr.path_mtu, attr.dest_qp_num, attr.rq_psn = PORT_ATTR["active_mtu"], peer["qpn"], peer["psn"]
+            attr.max_dest_rd_atomic, attr.min_rnr_timer = responder, 0
+            attr.ah_attr = AHAttr(is_global=1, port_num=1, gr=GlobalRoute(
+                dgid=GID(peer.get("gid", GIDS[SGID_INDEX])), sgid_index=SGID_INDEX, hop_limit=HOP_LIMIT))
+            return attr, (IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN
+                          | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER)
+        if qp_state == IBV_QPS_RTS:
+            # as the IB CM: both sides retry as the REQ asked; each side retries RNR NAKs as often as its
+            # peer, the receiver, asked (the REQ's count for the passive side, the REP's for the active)
+            attr.sq_psn, attr.max_rd_atomic = self._psn, initiator
+            attr.timeout = self._timeout if self._timeout is not None else ACK_TIMEOUT
+            attr.retry_cnt = peer["retry"] if self._passive else p.retry_count
+            attr.rnr_retry = peer["rnr_retry"]
+            return attr, (IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY
+                          | IBV_QP_MAX_QP_RD_ATOMIC)
+        raise _error(f"Failed to get QP attributes for state {qp_state}", errno.EINVAL)
+
+    def set_local_ece(self, ece):
+        raise not_supported("ECE (rdma_set_local_ece)")
+
+    def get_remote_ece(self):
+        """The peer's ECE options: soft0, as rxe, has none to offer, so they are zero."""
+        from .qp import ECE
+        if self.qp is not None:
+            raise _error("Failed to get remote ECE: the CM id has its own QP", errno.EINVAL)
+        return ECE()
+
+    # ------------------------------------------------------------ multicast
+
+    def join_multicast(self, addr=None, mc_attr=None, context=0):
+        """Join a multicast group (an AddrInfo's source address): the id's UD QP is attached to it, and the
+        MULTICAST_JOIN event says how to send to the group (QP number 0xFFFFFF, Q_Key, its GID)."""
+        self.check_open()
+        if addr is None and mc_attr is None:
+            raise PyverbsUserError("Join to multicast must have AddrInfo or JoinMCAttrEx arguments")
+        group = (mc_attr.addr if mc_attr is not None else addr).src_addr
+        if group is None or not group[0].is_multicast or self.state not in ("bound", "addr_resolved"):
+            raise _error("Failed to Join multicast: bind and resolve the id, then join a multicast address",
+                         errno.EINVAL)
+        gid = str(multicast_gid(group[0]))
+        send_only = mc_attr is not None and \
+            mc_attr.join_flags == rdma_cm_mc_join_flags.RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER   # (not attached)
+        if gid not in self._groups:
+            self._groups[gid] = datagram.attach(self.qp, gid) if self.qp is not None and not send_only else None
+        self.event_channel.post(self, EV.RDMA_CM_EVENT_MULTICAST_JOIN,
+                                ud=dict(qp_num=datagram.MULTICAST_QPN, qkey=RDMA_UDP_QKEY, gid=gid))
+        if self._sync:
+            self._wait(EV.RDMA_CM_EVENT_MULTICAST_JOIN)
+
+    def leave_multicast(self, addr):
+        self.check_open()
+        gid = str(multicast_gid(addr.src_addr[0])) if addr.src_addr is not None else None
+        if gid not in self._groups:
+            raise _error("Failed to leave multicast: not a member of that group", errno.EADDRNOTAVAIL)
+        attachment = self._groups.pop(gid)
+        if attachment is not None:
+            attachment.close()
+
+    # ------------------------------------------------------------ data path (librdmacm's rdma_verbs.h)
+
+    def reg_msgs(self, size):
+        return MR(self.pd, size, IBV_ACCESS_LOCAL_WRITE)
+
+    def reg_read(self, size=0):
+        return MR(self.pd, size, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ)
+
+    def reg_write(self, size=0):
+        return MR(self.pd, size, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE)
+
+    def _qp(self):
+        if self.qp is None:
+            raise _error("The CM id has no QP (create_qp)", errno.EINVAL)
+        return self.qp
+
+    def post_recv(self, mr, length=None):
+        self._qp().post_recv(RecvWR(0, 1, [SGE(mr.buf, length or mr.length, mr.lkey)]))
+
+    def post_send(self, mr, flags=IBV_SEND_SIGNALED, length=None):
+        self._qp().post_send(SendWR(0, IBV_WR_SEND, 1, sg=[SGE(mr.buf, length or mr.length, mr.lkey)],
+                                    send_flags=flags))
+
+    def _post_rdma(self, opcode, mr, length, remote_addr, rkey, flags):
+        wr = SendWR(0, opcode, 1, sg=[SGE(mr.buf, length, mr.lkey)], send_flags=flags)
+        wr.set_wr_rdma(rkey, remote_addr)
+        self._qp().post_send(wr)
+
+    def post_read(self, mr, length, remote_addr, rkey, flags=0):
+        self._post_rdma(IBV_WR_RDMA_READ, mr, length, remote_addr, rkey, flags)
+
+    def post_write(self, mr, length, remote_addr, rkey, flags=0):
+        self._post_rdma(IBV_WR_RDMA_WRITE, mr, length, remote_addr, rkey, flags)
+
+    def post_ud_send(self, mr, ah, rqpn=0, flags=IBV_SEND_SIGNALED, length=None):
+        wr = SendWR(0, IBV_WR_SEND, 1, sg=[SGE(mr.buf, length or mr.length, mr.lkey)], send_flags=flags)
+        wr.set_wr_ud(ah, rqpn, RDMA_UDP_QKEY)
+        self._qp().post_send(wr)
+
+    def get_recv_comp(self):
+        return self._completion(self._qp()._recv_cq)
+
+    def get_send_comp(self):
+        return self._completion(self._qp()._send_cq)
+
+    @staticmethod
+    def _completion(cq):
+        """Wait for the CQ's next completion as rdma_get_*_comp does: poll; arm; poll again; sleep on the
+        completion channel until the event."""
+        while True:
+            n, wcs = cq.poll()
+            if n:
+                return wcs[0]
+            if cq.channel is None:
+                time.sleep(0.001)
+                continue
+            cq.req_notify()
+            n, wcs = cq.poll()
+            if n:
+                return wcs[0]
+            cq.channel.get_cq_event(cq)
+            cq.ack_events(1)
+
+    # ------------------------------------------------------------ teardown
+
+    def _release(self):
+        for attachment in self._groups.values():
+            if attachment is not None:
+                attachment.close()
+        self._groups.clear()
+        self._close_conn()
+        if self._listener is not None:
+            self._listener.close()
+            if self._listener_path:
+                try:
+                    os.unlink(self._listener_path)
+                except FileNotFoundError:
+                    pass
+            self._listener = None
+        for thing in [self.qp] + self._own_cqs:
+            if thing is not None:
+                thing.close()
+        self.qp, self._own_cqs = None, []
+        if self._own_device:   # (closing it closes what was made on its PD too, MRs of reg_msgs() included)
+            self.ctx.close()
+        if self.event_channel is not None and self in self.event_channel.ids:
+            self.event_channel.ids.remove(self)
+            if self._sync:
+                self.event_channel.close()
+

@@ -11,11 +11,18 @@ first, then the payload: its completion's byte_len counts both, and names the se
 As for RC (requester.py, responder.py), the sender's process does the work of both NICs: it finds
 the destination QP in shared memory, consumes its receive and writes into its memory; the
 destination's process runs no code.
+
+Multicast: a send to QP number 0xFFFFFF goes to the group its destination GID names, that is to
+every UD QP attached to that group (ibv_attach_mcast; rdma_cm's join_multicast attaches the CM id's
+QP), the sender's own included, as rxe delivers it. An attachment is a small shared segment named by
+the group and the QP, `rdmalab-mcast-<gid>-<qpn>`: the sender's NIC lists them, detaching (or the
+death of its owner) removes it.
 """
 import itertools
+import os
 import struct
 
-from . import requester, responder
+from . import requester, responder, shm
 from .addr import IPV4_MAPPED
 from .device import GIDS, PORT_ATTR
 from .enums import (IBV_QPS_ERR, IBV_QPS_RTR, IBV_QPS_RTS, IBV_QPT_UD, IBV_SEND_SOLICITED, IBV_WC_GRH,
@@ -46,13 +53,44 @@ class DatagramQueue(requester.UnansweredQueue):
         return requester.complete(self, wqe, IBV_WC_SUCCESS, len(payload))
 
 
+MULTICAST_QPN = 0xFFFFFF
+
+
+def _group_prefix(gid):
+    return f"mcast-{str(gid).replace(':', '')}-"
+
+
+def attach(qp, gid):
+    """ibv_attach_mcast: datagrams sent to group `gid` (QP number 0xFFFFFF) reach `qp` too. Returns the
+    attachment, whose close() detaches (ibv_detach_mcast); None if attached already (it is one
+    attachment, as in rxe)."""
+    try:
+        return shm.Segment.create(_group_prefix(gid) + f"{qp.qp_num:06x}", 0)
+    except FileExistsError:
+        return None
+
+
+def members(gid):
+    """The QP numbers attached to multicast group `gid` on this host, by their attachments' names."""
+    prefix = shm.PREFIX + _group_prefix(gid)
+    names = [entry.name[len(prefix):] for entry in os.scandir(shm.directory()) if entry.name.startswith(prefix)]
+    return [int(name, 16) for name in names if len(name) == 6 and all(c in "0123456789abcdef" for c in name)]
+
+
 def deliver(src_qp, wqe, payload):
     """The destination's NIC: drop the packet unless a UD QP there takes it; else write the GRH and the
-    payload into its next receive and complete it."""
+    payload into its next receive and complete it. A multicast send goes to each QP of its group."""
     ah = wqe.ah
-    if ah.dgid not in GIDS:
-        return   # an address of no NIC on this host
-    peer = responder.peer_qp(wqe.remote_qpn)
+    if wqe.remote_qpn == MULTICAST_QPN:
+        for qpn in members(ah.dgid):
+            _deliver_to(qpn, src_qp, wqe, payload)
+    elif ah.dgid in GIDS:   # (else an address of no NIC on this host)
+        _deliver_to(wqe.remote_qpn, src_qp, wqe, payload)
+
+
+def _deliver_to(qpn, src_qp, wqe, payload):
+    ah = wqe.ah
+    peer = responder.peer_qp(qpn)
     if peer is None or not peer.alive():
         return
     h = peer.header

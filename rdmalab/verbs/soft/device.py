@@ -63,8 +63,8 @@ DEVICE_ATTR = dict(
     max_qp=65536, max_qp_wr=16384, device_cap_flags=CAP_FLAGS, max_sge=32, max_sge_rd=32, max_cq=65536,
     max_cqe=32767, max_mr=65536, max_pd=65536, max_qp_rd_atom=128, max_ee_rd_atom=0,
     max_res_rd_atom=258048, max_qp_init_rd_atom=128, max_ee_init_rd_atom=0, atomic_caps=IBV_ATOMIC_HCA,
-    max_ee=0, max_rdd=0, max_mw=0x7FFFF, max_raw_ipv6_qp=0, max_raw_ethy_qp=0, max_mcast_grp=0,
-    max_mcast_qp_attach=0, max_total_mcast_qp_attach=0, max_ah=65536, max_fmr=0, max_map_per_fmr=0,
+    max_ee=0, max_rdd=0, max_mw=0x7FFFF, max_raw_ipv6_qp=0, max_raw_ethy_qp=0, max_mcast_grp=8192,
+    max_mcast_qp_attach=56, max_total_mcast_qp_attach=0x70000, max_ah=65536, max_fmr=0, max_map_per_fmr=0,
     max_srq=917503, max_srq_wr=1 << 20, max_srq_sge=27, max_pkeys=1, local_ca_ack_delay=15, phys_port_cnt=1)
 
 PORT_ATTR = dict(

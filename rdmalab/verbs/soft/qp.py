@@ -415,6 +415,12 @@ class QP(Resource):
             raise PyverbsRDMAError("Failed to Bind MW", error.error_code) from None
         mw.rkey = wr.rkey
 
+    def query_ece(self):
+        raise not_supported("ECE (ibv_query_ece)")
+
+    def set_ece(self, ece):
+        raise not_supported("ECE (ibv_set_ece)")
+
     def _release(self):
         self._words[Q_ALIVE] = 0
         responder.enter(self._words, self._words[Q_STATE])
@@ -430,6 +436,12 @@ class QP(Resource):
         f = "{:22}: {:<20}\n"
         return f.format("QP type", TYPE_NAMES[self.qp_type]) + f.format("  number", self.qp_num) + \
             f.format("  state", STATE_NAMES.get(self.qp_state, "?"))
+
+
+class ECE(Record):
+    """ibv_ece: Enhanced Connection Establishment options. rxe (and soft0) has none: query_ece() and
+    set_ece() are EOPNOTSUPP."""
+    _fields = dict(vendor_id=0, options=0, comp_mask=0)
 
 
 class QPInitAttrEx(Record):

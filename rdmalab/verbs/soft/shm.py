@@ -212,11 +212,37 @@ def _segments():
         yield entry, int(head[W_OWNER_PID]) if len(head) == 2 and head[W_MAGIC] == MAGIC else None
 
 
+def stale_socket(path):
+    """Whether the Unix socket at `path` (an rdma_cm listener's, rdmalab.verbs.soft.cmid) is a leftover of
+    a process that is gone: connecting to it is refused."""
+    import socket
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    probe.setblocking(False)   # (a live listener with a full backlog answers EAGAIN: not stale, no wait)
+    try:
+        probe.connect(path)
+    except ConnectionRefusedError:
+        return True
+    except OSError:
+        return False
+    finally:
+        probe.close()
+    return False
+
+
+def _stale_listener(entry):
+    try:
+        return entry.name.startswith(f"{PREFIX}cm-{os.geteuid()}-") and stat.S_ISSOCK(
+            entry.stat(follow_symlinks=False).st_mode) and stale_socket(entry.path)
+    except OSError:
+        return False
+
+
 def reap_orphans():
-    """Remove segments whose owner process is gone (killed before it could clean up). Returns their names."""
+    """Remove segments whose owner process is gone (killed before it could clean up), and rdma_cm
+    listeners' sockets nobody listens on any more. Returns their names."""
     reaped = []
     for entry, owner in _segments():
-        if owner is not None and not pid_alive(owner):
+        if owner is not None and not pid_alive(owner) or owner is None and _stale_listener(entry):
             try:
                 os.unlink(entry.path)
                 reaped.append(entry.name)
