@@ -1,5 +1,5 @@
 """The `rdmalab` command: `rdmalab doctor [--json]`, `rdmalab bench TEST|compare [...]`, `rdmalab allreduce`,
-`rdmalab class report DIR`."""
+`rdmalab class report DIR`, `rdmalab capture -o FILE.pcap -- CMD`."""
 import argparse
 import signal
 import sys
@@ -49,6 +49,13 @@ def parser():
     ar.add_argument("--json", action="store_true", help="print the results as JSON")
     ar.add_argument("--oversubscribe", action="store_true",
                     help="start more than 8 ranks per usable CPU anyway (they take minutes to start, then take turns)")
+    cap = commands.add_parser("capture", help="run a program with soft0 on the wire, and capture its packets",
+                              description="Run CMD with soft0's udp link (RoCEv2 over UDP port 4791 between NIC "
+                                          "processes) and write every packet its NICs send and receive to a pcap "
+                                          "file, which Wireshark and tshark dissect as RoCEv2 "
+                                          "(tshark -r FILE -d udp.port==4791,infiniband).")
+    cap.add_argument("-o", "--output", required=True, metavar="FILE.pcap", help="the pcap file to write")
+    cap.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]", help="the program to run")
     cls = commands.add_parser("class", help="the instructor's view of a class (workshop/README.md)")
     cls_commands = cls.add_subparsers(dest="class_command", required=True, metavar="ACTION")
     rep = cls_commands.add_parser("report", help="who answered what, who is stuck on which exercise",
@@ -150,6 +157,9 @@ def main(argv=None):
             return _allreduce(args)
         if args.command == "class":
             return _class(args)
+        if args.command == "capture":
+            from rdmalab.verbs.soft.link.capture import run as capture
+            return capture(args.output, args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd)
         return _bench(args)
     except (ProviderError, BenchError, ValueError, RuntimeError) as error:
         print(f"rdmalab: {error}", file=sys.stderr)

@@ -119,6 +119,19 @@ def next_steps(report):
     return steps
 
 
+def soft_link():
+    """soft0's link: shared memory, or the udp link with its host, and the host NIC's port counters if it runs."""
+    from rdmalab.verbs.soft import link
+    try:
+        name, host = link.name(), link.host()
+    except ValueError as error:
+        return {"link": None, "error": str(error)}
+    if name != "udp":
+        return {"link": name}
+    from rdmalab.verbs.soft.link.doorbell import nic_counters
+    return {"link": name, "host": host, "counters": nic_counters(host)}
+
+
 def collect():
     """The doctor's findings as a plain dict (what --json prints)."""
     report = {"rdmalab": _version(), "python": platform.python_version(),
@@ -129,6 +142,7 @@ def collect():
     if verbs.PROVIDER == "soft":   # the emulated NIC's "host memory": how much it may register
         fs = os.statvfs(shm.directory())
         report["soft_memory"] = {"directory": shm.directory(), "free_bytes": fs.f_bavail * fs.f_frsize}
+        report["soft_link"] = soft_link()
     report["devices"], report["device_error"] = describe_devices(verbs)
     try:
         route = verbs.choose_route()
@@ -172,6 +186,22 @@ class Report:
         if "soft_memory" in d:
             yield "soft0 memory", (f"{d['soft_memory']['directory']}, {d['soft_memory']['free_bytes'] >> 20} MiB free "
                                    f"for registered memory and queues")
+        if "soft_link" in d:
+            yield "soft0 link", self._link_row(d["soft_link"])
+
+    @staticmethod
+    def _link_row(link):
+        if link.get("error"):
+            return link["error"]
+        if link["link"] != "udp":
+            return "shared memory (RDMALAB_SOFT_LINK=udp carries RC as RoCEv2 packets between NIC processes)"
+        c = link.get("counters")
+        if c is None:
+            return f"udp, host {link['host']}: its NIC is not running (the first QP starts it)"
+        return (f"udp, host {link['host']}: sent {c['sent_pkts']} packets ({c['sent_bytes']} B), received "
+                f"{c['rcvd_pkts']} ({c['rcvd_bytes']} B), retransmitted {c['retransmitted_pkts']}, NAKs sent "
+                f"{c['nak_sent']}, RNR NAKs sent {c['send_rnr_err']} / received {c['rcvd_rnr_err']}, duplicate "
+                f"requests {c['duplicate_request']}")
 
     def __str__(self):
         rows = list(self._rows())

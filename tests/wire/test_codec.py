@@ -295,3 +295,42 @@ def test_header_field_ranges_are_checked():
     with pytest.raises(WireError, match="truncated packet: AtomicETH needs 28 bytes"):
         AtomicETH.unpack(bytes(27))
     assert headers.NAK_NAMES[2] == "Remote Access Error"
+
+
+def test_encode_fast_gives_the_bytes_packet_encode_gives():
+    from rdmalab.verbs.soft.wire.packet import encode_fast
+    from rdmalab.verbs.soft.wire.headers import IETH
+    flow = Flow("127.0.0.1", "127.0.0.2", sport=4791)
+    rng = random.Random(15)
+    for _ in range(300):
+        op = rng.choice([Op.RC_SEND_FIRST, Op.RC_SEND_MIDDLE, Op.RC_SEND_LAST, Op.RC_SEND_ONLY,
+                         Op.RC_SEND_LAST_WITH_IMMEDIATE, Op.RC_SEND_ONLY_WITH_INVALIDATE, Op.RC_RDMA_WRITE_FIRST,
+                         Op.RC_RDMA_WRITE_MIDDLE, Op.RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE, Op.RC_RDMA_WRITE_LAST])
+        payload = rng.randbytes(rng.randrange(0, 1030))
+        fields = {}
+        if op in (Op.RC_RDMA_WRITE_FIRST, Op.RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE):
+            fields["reth"] = RETH(rng.getrandbits(64), rng.getrandbits(32), rng.getrandbits(32))
+        if op in (Op.RC_SEND_LAST_WITH_IMMEDIATE, Op.RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE):
+            fields["immdt"] = ImmDt(rng.getrandbits(32))
+        if op == Op.RC_SEND_ONLY_WITH_INVALIDATE:
+            fields["ieth"] = IETH(rng.getrandbits(32))
+        pkt = Packet(op, rng.getrandbits(24), rng.getrandbits(24), payload=payload, a=rng.random() < 0.5,
+                     se=rng.random() < 0.5, **fields)
+        headers = b"".join(h.pack() for h in pkt.headers())
+        assert encode_fast(flow, op, pkt.destqp, pkt.psn, payload, headers, pkt.a, pkt.se) == pkt.encode(flow)
+
+
+
+def test_the_ipv4_identification_a_udp_socket_hides_is_found_from_the_icrc():
+    from rdmalab.verbs.soft.wire.icrc import ip_id_for
+    from rdmalab.verbs.soft.wire.packet import _flow_headers
+    rng = random.Random(17)
+    for ip_id in [0, 1, 255, 256, 0x1234, 0xFFFF] + [rng.getrandbits(16) for _ in range(20)]:
+        sent = Flow("10.20.0.1", "10.20.0.2", sport=rng.randrange(49152, 65536), ip_id=ip_id)
+        pkt = Packet(Op.RC_RDMA_WRITE_ONLY, 0x123, 5, reth=RETH(1, 2, 3), payload=rng.randbytes(rng.randrange(200)))
+        data = pkt.encode(sent)
+        seen = Flow(sent.src, sent.dst, sport=sent.sport)   # what a UDP socket shows: no Identification
+        assert ip_id_for(data, *_flow_headers(seen, len(data))) == ip_id
+        damaged = data[:14] + bytes([data[14] ^ 0x40]) + data[15:]
+        found = ip_id_for(damaged, *_flow_headers(seen, len(damaged)))
+        assert found is None or found != ip_id   # (a damaged packet may match another Identification, rarely)

@@ -13,12 +13,15 @@ from .enums import (IBV_ATOMIC_HCA, IBV_DEVICE_MEM_WINDOW, IBV_DEVICE_MEM_WINDOW
                                IBV_LINK_LAYER_ETHERNET, IBV_MTU_1024, IBV_MTU_4096,
                                IBV_NODE_CA, IBV_PORT_ACTIVE, IBV_TRANSPORT_IB)
 from .pyverbs_error import PyverbsRDMAError, PyverbsUserError
+from . import link as _link
 
 DEVICE_NAME = "soft0"
 NODE_GUID = 0x0002C9FFFE5AB000
 GIDS = ["fe80:0000:0000:0000:0202:c9ff:fe5a:b000",   # 0: link-local (reaches this host only)
         "0000:0000:0000:0000:0000:ffff:7f00:0001"]   # 1: ::ffff:127.0.0.1, IPv4-mapped RoCE v2
 GID_TABLE_LEN = 1024
+if _link.name() == "udp":   # on the wire link, GID 1 is this host's own address (RDMALAB_SOFT_HOST)
+    GIDS[1] = _link.gid_of(_link.host())
 EINVAL, ENOENT, ENODATA = 22, 2, 61
 
 

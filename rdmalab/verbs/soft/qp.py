@@ -12,7 +12,7 @@ with errno 22 and changes nothing.
 """
 import random
 
-from . import datagram, requester, responder, shm
+from . import datagram, link, requester, responder, shm
 from .addr import AHAttr
 from .base import Record, Resource, not_supported
 from .cq import CQ
@@ -190,6 +190,10 @@ class QP(Resource):
         self._rq = responder.ReceiveQueue(self._segment, self.qp_num)
         queue = {IBV_QPT_RC: requester.SendQueue, IBV_QPT_UC: requester.UnansweredQueue,   # (UC: no ACKs)
                  IBV_QPT_UD: datagram.DatagramQueue}[self.qp_type]
+        self._wire = self.qp_type == IBV_QPT_RC and link.name() == "udp"
+        if self._wire:   # RC on the udp link: the host's NIC process carries it as RoCEv2 packets
+            from .link.doorbell import WireSendQueue
+            queue = WireSendQueue
         self._send = queue(w, self.qp_num, creator, scq, init_attr.sq_sig_all)
         if self.qp_type == IBV_QPT_UD:   # each send names its destination
             self._send_error = self._datagram_error
@@ -244,6 +248,8 @@ class QP(Resource):
         responder.enter(self._words, target)   # peers' cached routes to this QP are dropped
         self._send.routes.clear()              # and so are ours: the destination or MTU may change
         self._cached_state = target
+        if self._wire:
+            self._send.modified(target, self._kept["max_rd_atomic"])   # the NIC learns where the QP sends
         if target == ERR:
             self._send.progress()  # flush the send queue
             if not self._rq.flushed:
@@ -425,6 +431,8 @@ class QP(Resource):
         self._words[Q_ALIVE] = 0
         responder.enter(self._words, self._words[Q_STATE])
         self._send.reset()
+        if self._wire:
+            self._send.close()
         responder.LOCAL_QPS.pop(self.qp_num, None)
         self._recv_cq.forget_receives(self._rq)
         self._send_cq.wait_for_timer(self._send, False)

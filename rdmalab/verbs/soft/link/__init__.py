@@ -1,0 +1,62 @@
+"""soft0's links: how a request reaches the target's NIC.
+
+- `shm` (the default): the initiator's process carries every request through shared memory
+  (requester.py calls responder.respond() on the target QP's segment). Nothing goes on a wire.
+- `udp` (RDMALAB_SOFT_LINK=udp): every RC request travels as RoCEv2 packets over UDP port 4791,
+  between NICs that run as processes of their own, one per host and user (nic.py). The program
+  still posts and polls as before (doorbell.py is its side), and the target's process runs no code.
+
+A host is an IPv4 address of this machine: any 127.0.0.x, or a network namespace's address. A
+process's host is RDMALAB_SOFT_HOST (default 127.0.0.1); on the udp link soft0's RoCE v2 GID
+(GID index 1) is that address, IPv4-mapped (::ffff:127.0.0.2), and a QP whose destination GID is
+an IPv4-mapped address sends its packets there.
+
+Faults on the udp link, read by the NIC when it starts: RDMALAB_SOFT_LOSS, RDMALAB_SOFT_DUP and
+RDMALAB_SOFT_REORDER (rates, 0..1, of the packets it sends), RDMALAB_SOFT_SEED (so a run repeats).
+RDMALAB_SOFT_CAPTURE=FILE.pcap makes each NIC write the packets it sends and receives.
+"""
+import ipaddress
+import os
+
+LINKS = ("shm", "udp")
+
+
+def name():
+    """The link this process uses: 'shm' or 'udp' (RDMALAB_SOFT_LINK)."""
+    chosen = os.environ.get("RDMALAB_SOFT_LINK", "shm") or "shm"
+    if chosen not in LINKS:
+        raise ValueError(f"RDMALAB_SOFT_LINK={chosen!r}: soft0's link is 'shm' (shared memory, the default) "
+                         f"or 'udp' (RoCEv2 packets between NIC processes)")
+    return chosen
+
+
+def host():
+    """This process's host address (RDMALAB_SOFT_HOST, default 127.0.0.1), checked."""
+    text = os.environ.get("RDMALAB_SOFT_HOST", "127.0.0.1") or "127.0.0.1"
+    try:
+        return str(ipaddress.IPv4Address(text))
+    except ValueError:
+        raise ValueError(f"RDMALAB_SOFT_HOST={text!r} is not an IPv4 address: give this host's address, "
+                         f"e.g. 127.0.0.2") from None
+
+
+def gid_of(address):
+    """The IPv4-mapped GID of an address, as soft0 writes GIDs: '0000:...:ffff:7f00:0002'."""
+    mapped = ipaddress.IPv6Address(f"::ffff:{address}").exploded
+    return mapped
+
+
+def address_of(gid):
+    """The IPv4 address an IPv4-mapped GID names, or None for any other GID."""
+    try:
+        mapped = ipaddress.IPv6Address(str(gid)).ipv4_mapped
+    except ValueError:
+        return None
+    return str(mapped) if mapped is not None else None
+
+
+def counters(host_address=None):
+    """The port counters of this user's NIC for a host (default: this process's), as a dict, like
+    Linux's /sys/class/infiniband/<dev>/ports/1/hw_counters; None when no NIC runs there."""
+    from .doorbell import nic_counters
+    return nic_counters(host_address)

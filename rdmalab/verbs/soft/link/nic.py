@@ -1,0 +1,471 @@
+"""soft0's NIC as a process of its own, on the udp link: one per host address and user.
+
+    python -m rdmalab.verbs.soft.link.nic --host 127.0.0.2
+
+A NIC is hardware of its own, so on the udp link soft0's NIC is a process of its own. The first
+program of a user that needs it on a host starts it (doorbell.py); it ends when its last program
+has exited or died. It owns:
+- the host's RoCEv2 port: a UDP socket bound to HOST:4791, and to nothing else;
+- its doorbell: a Unix datagram socket in the abstract namespace, `@rdmalab-nic-<uid>-<host>`
+  (abstract: no file to leave behind; the name is also the lock that makes the NIC one of a kind;
+  the kernel tells it who rings, and it serves only its own user's processes).
+Programs ring the doorbell with their work requests (after checking them locally, as libibverbs
+and the driver do); the NIC carries them out as RoCEv2 packets (transport.py), reading and writing
+the programs' registered memory through its shared-memory segments as a NIC reads and writes host
+memory by DMA, pushing receive completions into the receive queues in shared memory, and sending
+send completions back to the program over the doorbell.
+
+Faults (RDMALAB_SOFT_LOSS, _DUP, _REORDER, _SEED) apply to the packets it sends. With
+RDMALAB_SOFT_CAPTURE=FILE.pcap it writes every packet it sends and receives to FILE.<host>.pcap.
+"""
+import argparse
+import os
+import pickle
+import random
+import select
+import socket
+import struct
+import sys
+import time
+import traceback
+
+from .. import cq as cqmod, responder as verbs_responder
+from ..enums import IBV_QPS_ERR, IBV_QPS_RESET, IBV_QPS_RTR, IBV_QPS_RTS, IBV_WC_WR_FLUSH_ERR
+from ..layout import M_ACCESS, M_ADDR, M_LENGTH, M_PD, M_VALID, Q_PD, Q_STATE, W_OWNER_PID
+from ..wire import BadICRC, Flow, Packet, PcapWriter, WireError, encap
+from ..wire.packet import sender_ip_id
+from ..wire.opcodes import Op
+from . import transport
+from rdmalab.proc.procstat import pid_alive
+
+PORT = encap.ROCEV2_PORT
+BUFFER_BYTES = 4 << 20
+CLIENT_CHECK_S = 0.25   # how often it looks for programs that died
+ALONE_S = 5.0           # a NIC nobody used this long after it started ends
+UCRED = struct.Struct("3i")   # what SCM_CREDENTIALS says about the sender: pid, uid, gid
+RESPONSES = {Op.RC_ACKNOWLEDGE, Op.RC_ATOMIC_ACKNOWLEDGE, Op.RC_RDMA_READ_RESPONSE_FIRST,
+             Op.RC_RDMA_READ_RESPONSE_MIDDLE, Op.RC_RDMA_READ_RESPONSE_LAST, Op.RC_RDMA_READ_RESPONSE_ONLY}
+# Port counters, named as Linux's rxe names its hw_counters where it has one
+COUNTERS = ("sent_pkts", "rcvd_pkts", "sent_bytes", "rcvd_bytes", "retransmitted_pkts", "ack_timeouts",
+            "duplicate_request", "out_of_seq_request", "rcvd_seq_err", "rcvd_rnr_err", "send_rnr_err", "nak_sent", "retry_exceeded_err",
+            "retry_rnr_exceeded_err", "dropped_malformed", "dropped_bad_icrc", "dropped_unknown_qp",
+            "dropped_wrong_peer", "dropped_out_of_window", "dropped_qp_not_ready", "dropped_duplicate_unanswerable",
+            "send_err", "fault_lost", "fault_duplicated", "fault_reordered", "internal_error")
+
+
+def doorbell_name(host, uid=None):
+    """The NIC's doorbell address (abstract Unix socket) for a host and user."""
+    return f"\0rdmalab-nic-{os.geteuid() if uid is None else uid}-{host}".encode()
+
+
+def capture_path(base, host):
+    """Where the NIC of `host` writes its capture when RDMALAB_SOFT_CAPTURE=base."""
+    root, ext = os.path.splitext(base)
+    return f"{root}.{host}{ext or '.pcap'}"
+
+
+class Faults:
+    """Loss, duplication and reordering of the packets a NIC sends, at seeded random rates."""
+
+    def __init__(self, environ):
+        self.loss = _rate(environ, "RDMALAB_SOFT_LOSS")
+        self.dup = _rate(environ, "RDMALAB_SOFT_DUP")
+        self.reorder = _rate(environ, "RDMALAB_SOFT_REORDER")
+        self.rng = random.Random(environ.get("RDMALAB_SOFT_SEED", "0"))
+        self.held = None   # a packet kept back, to go out after the next one
+
+    def any(self):
+        return self.loss or self.dup or self.reorder
+
+    def apply(self, datagram, nic):
+        """The datagrams to put on the wire now, in order, for one the NIC sends (each as it is given:
+        here, a (bytes, destination) pair)."""
+        rng = self.rng
+        if self.loss and rng.random() < self.loss:
+            nic.count("fault_lost")
+            return self.release()
+        out = [datagram]
+        if self.dup and rng.random() < self.dup:
+            nic.count("fault_duplicated")
+            out.append(datagram)
+        if self.reorder and self.held is None and rng.random() < self.reorder:
+            nic.count("fault_reordered")
+            self.held = out
+            return []
+        return out + self.release()
+
+    def release(self):
+        held, self.held = self.held or [], None
+        return held
+
+
+def _rate(environ, name):
+    text = environ.get(name, "0") or "0"
+    try:
+        rate = float(text)
+    except ValueError:
+        rate = -1
+    if not 0 <= rate <= 1:
+        raise SystemExit(f"error: {name}={text!r} is not a rate between 0 and 1 (e.g. 0.01 for 1%)")
+    return rate
+
+
+class Connection:
+    """One RC QP of this host, as its NIC knows it: where it sends, and both halves of its transport."""
+
+    def __init__(self, nic, qpn, owner, client):
+        self.nic, self.qpn, self.owner, self.client = nic, qpn, owner, client
+        self.dest_qpn, self.dest_ip, self.mtu, self.sig_all, self.send_cq = 0, None, 1024, 0, 0
+        self.known_state = IBV_QPS_RESET
+        self.flow = None
+        self.retired, self.reported = 0, 0   # the last WR done, and the last the program was told of
+        self.requester, self.responder = transport.Requester(self), transport.Responder(self)
+
+    def modify(self, info):
+        state, previous = info["state"], self.known_state
+        self.sig_all, self.send_cq = info["sig_all"], info["send_cq"]
+        if state == IBV_QPS_RESET:
+            self.requester, self.responder = transport.Requester(self), transport.Responder(self)
+        elif state == IBV_QPS_RTR and previous != IBV_QPS_RTR:
+            self.dest_qpn, self.dest_ip, self.mtu = info["dest_qpn"], info["dest_ip"], info["mtu"]
+            self.flow = Flow(self.nic.host, self.dest_ip, PORT) if self.dest_ip else None
+            self.responder.reset()
+        elif state == IBV_QPS_RTS and previous == IBV_QPS_RTR:
+            self.requester.configure(info["psn"], info["timeout"], info["retry_cnt"], info["rnr_retry"],
+                                     info["max_rd_atomic"])
+        elif state == IBV_QPS_ERR:
+            self.requester.fail_all(IBV_WC_WR_FLUSH_ERR)
+        self.known_state = state
+
+    def describe(self):
+        r, p = self.requester, self.responder.partial
+        return dict(dest=(self.dest_ip, self.dest_qpn), mtu=self.mtu, next_psn=r.psn, resend_from=r.next, acked=r.acked,
+                    error=r.error, retries_left=r.retries_left, deadline=r.deadline,
+                    wqes=[(w.seq, w.opcode, w.first, w.count, w.got, w.done, w.status) for w in r.wqes],
+                    receiving=(p.first, p.count) if p else None, msn=self.responder.msn)
+
+    def peer(self):
+        """The QP's shared segment, as soft0's responder reaches it (None once it is gone)."""
+        return verbs_responder.peer_qp(self.qpn)
+
+    def state(self):
+        peer = self.peer()
+        return peer.header[Q_STATE] if peer is not None else IBV_QPS_ERR
+
+    def enter_error(self):
+        peer = self.peer()
+        if peer is not None and peer.header[Q_STATE] != IBV_QPS_ERR:
+            verbs_responder.enter(peer.header, IBV_QPS_ERR)
+
+    def local_memory(self, addr, length, lkey, need):
+        """The program's registered memory an SGE names (a writable view), if the key is valid in the
+        QP's PD, grants `need` and holds [addr, addr+length); else None."""
+        seg, peer = verbs_responder.mr_segment(lkey), self.peer()
+        if seg is None or peer is None:
+            return None
+        h = seg.header
+        offset = addr - h[M_ADDR]
+        if not h[M_VALID] or h[M_PD] != peer.header[Q_PD] or h[M_ACCESS] & need != need or offset < 0 \
+                or offset + length > h[M_LENGTH]:
+            return None
+        return seg.bytes[offset:offset + length]
+
+    def completion(self, wr_id, status, opcode, byte_len, flags):
+        """A send completion for the program: queued in the order completions happen, across its QPs."""
+        self.nic.outbox.setdefault(self.client, []).append((self.qpn, self.retired, (wr_id, status, opcode, byte_len,
+                                                                                    flags), self.send_cq))
+        self.reported = self.retired
+
+
+class NIC:
+    def __init__(self, host, doorbell, environ=os.environ):
+        self.host, self.uid = host, os.geteuid()
+        self.faults = Faults(environ)
+        self.counters = dict.fromkeys(COUNTERS, 0)
+        self.conns, self.clients = {}, {}   # qpn -> Connection; pid -> doorbell address
+        self.flows = {}                     # (source address, port) -> Flow of packets from there
+        self.outbox = {}                    # program's address -> [(qpn, retired, completion, send CQ)] to send
+        self.started = time.monotonic()
+        self.had_clients = False
+        self.doorbell = doorbell
+        self.udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        encap.dont_fragment(self.udp)   # unconnected, DF: Linux sends IPv4 ID 0, which the ICRC covers
+        for option in (socket.SO_RCVBUF, socket.SO_SNDBUF):
+            self.udp.setsockopt(socket.SOL_SOCKET, option, BUFFER_BYTES)
+        self.udp.bind((host, PORT))
+        self.doorbell.setblocking(False)
+        self.udp.setblocking(False)
+        capture = environ.get("RDMALAB_SOFT_CAPTURE")
+        self.pcap = PcapWriter(capture_path(capture, host)) if capture else None
+
+    def count(self, name, n=1):
+        self.counters[name] += n
+
+    # ------------------------------------------------------------ the loop
+
+    def serve(self):
+        next_check = time.monotonic() + CLIENT_CHECK_S
+        while True:
+            now = time.monotonic()
+            deadlines = [next_check] + [t for t in (c.requester.next_deadline() for c in self.conns.values()) if t]
+            if self.faults.held:
+                deadlines.append(now + 0.001)
+            wait = max(0.0, min(deadlines) - now)
+            ready, _, _ = select.select([self.doorbell, self.udp], [], [], wait)
+            if self.doorbell in ready:
+                self.take_doorbells()
+            if self.udp in ready:
+                self.take_packets()
+            now = time.monotonic()
+            for conn in list(self.conns.values()):
+                self.guarded(self.work, conn, now)
+            if self.faults.held and not ready:
+                self.put_on_wire(self.faults.release())
+            self.guarded(self.report)
+            if now >= next_check:
+                next_check = now + CLIENT_CHECK_S
+                if not self.check_clients(now):
+                    return
+
+    def guarded(self, function, *args):
+        """Run one step; a bug in it is counted and reported, and never ends the NIC."""
+        try:
+            return function(*args)
+        except Exception:   # noqa: BLE001 (a NIC must not die of one bad packet or request)
+            self.count("internal_error")
+            traceback.print_exc(file=sys.stderr)
+            return None
+
+    def work(self, conn, now):
+        requester = conn.requester
+        if requester.wqes and not requester.error and conn.state() == IBV_QPS_ERR:
+            requester.fail_all(IBV_WC_WR_FLUSH_ERR)   # the QP entered ERR (its responder NAKed, or the program)
+        requester.timer(self, now)
+        requester.pump(self, now)
+
+    def check_clients(self, now):
+        """Forget the programs that are gone, and their QPs. False when nobody is left."""
+        gone = [pid for pid in self.clients if not pid_alive(pid)]
+        for pid in gone:
+            del self.clients[pid]
+            for qpn in [q for q, c in self.conns.items() if c.owner == pid]:
+                del self.conns[qpn]
+        if gone:
+            self.guarded(_forget_segments_of_the_dead)
+        if self.clients:
+            return True
+        return not self.had_clients and now - self.started < ALONE_S
+
+    # ------------------------------------------------------------ the doorbell
+
+    def take_doorbells(self):
+        for _ in range(256):
+            try:
+                data, ancillary, _, address = self.doorbell.recvmsg(1 << 16, socket.CMSG_SPACE(UCRED.size))
+            except (BlockingIOError, InterruptedError):
+                return
+            pid = uid = None
+            for level, kind, value in ancillary:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS and len(value) >= UCRED.size:
+                    pid, uid, _ = UCRED.unpack_from(value)
+            if uid != self.uid or not address:
+                continue   # only its own user's programs ring this NIC
+            try:
+                message = pickle.loads(data)
+            except Exception:   # noqa: BLE001
+                continue
+            self.guarded(self.doorbell_message, message, pid, address)
+
+    def doorbell_message(self, message, pid, address):
+        kind = message[0]
+        if kind == "hello":
+            self.clients[pid] = address
+            self.had_clients = True
+            self.tell(address, ("hello", self.host, os.getpid()))
+        elif kind == "counters":
+            self.tell(address, ("counters", dict(self.counters)))
+        elif kind == "describe":   # what the NIC holds for each QP, for a learner (and a test) to read
+            self.tell(address, ("describe", {qpn: conn.describe() for qpn, conn in self.conns.items()}))
+        elif kind == "modify":
+            _, qpn, info = message
+            conn = self.conns.get(qpn)
+            if conn is None or conn.owner != pid:
+                conn = self.conns[qpn] = Connection(self, qpn, pid, address)
+            conn.modify(info)
+        elif kind == "post":
+            conn = self.conns.get(message[1])
+            wqe = transport.WQE(*message[2:])
+            if conn is None:   # a QP the NIC never heard of: flush it, so the program is not left waiting
+                self.tell(address, ("wc", [(message[1], wqe.seq, (wqe.wr_id, IBV_WC_WR_FLUSH_ERR, 0, 0, 0))]))
+                return
+            conn.requester.post(wqe)
+            conn.requester.pump(self, time.monotonic())   # at once: WRs go out in the order they were rung
+        elif kind == "destroy":
+            conn = self.conns.get(message[1])
+            if conn is not None and conn.owner == pid:
+                del self.conns[message[1]]
+
+    def tell(self, address, message):
+        try:
+            self.doorbell.sendto(pickle.dumps(message), address)
+            return True
+        except BlockingIOError:
+            return False   # the program's queue is full: try again later
+        except OSError:
+            return True    # the program is gone
+
+    def report(self):
+        """Send each program its QPs' completions, in the order they happened, and which WRs are done
+        (unsignaled ones included: their slots in the send queue are free again); wake the CQs."""
+        for conn in self.conns.values():
+            if conn.retired != conn.reported:   # WRs done without a completion to show for it
+                self.outbox.setdefault(conn.client, []).append((conn.qpn, conn.retired, None, 0))
+                conn.reported = conn.retired
+        for client, items in list(self.outbox.items()):
+            while items:
+                batch = items[:400]
+                if not self.tell(client, ("wc", [item[:3] for item in batch])):
+                    break   # its queue is full: the rest goes next time round
+                del items[:len(batch)]
+                for cq in {item[3] for item in batch if item[2] is not None}:
+                    seg = cqmod.find_segment("cq", cq)
+                    if seg is not None:
+                        cqmod.announce_to(seg)
+            if not items:
+                del self.outbox[client]
+
+    # ------------------------------------------------------------ the wire
+
+    def send(self, pkt, conn, retransmit=False):
+        """Put one packet of `conn` on the wire (through the faults, if any)."""
+        if conn.flow is None:
+            return   # a destination GID that names no IPv4 host: the packet goes nowhere
+        datagram = pkt.encode(conn.flow)
+        self.count("sent_pkts")
+        self.count("sent_bytes", len(datagram))
+        if retransmit:
+            self.count("retransmitted_pkts")
+        out = (datagram, conn.dest_ip)
+        if self.pcap is not None:
+            self.pcap.write(encap.ipv4_udp(conn.flow, datagram))
+        self.put_on_wire(self.faults.apply(out, self) if self.faults.any() else [out])
+
+    def put_on_wire(self, datagrams):
+        """Send (datagram, destination address) pairs from the host's port 4791."""
+        for datagram, dest in datagrams:
+            try:
+                self.udp.sendto(datagram, (dest, PORT))
+            except OSError:   # a full socket buffer (the packet is lost, as on a congested link), or ICMP news
+                self.count("send_err")
+
+    def take_packets(self):
+        for _ in range(512):
+            try:
+                data, (src, sport) = self.udp.recvfrom(1 << 16)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:   # an ICMP error from an earlier send (port unreachable): nothing to read
+                continue
+            self.guarded(self.receive, data, src, sport)
+
+    def receive(self, data, src, sport):
+        self.count("rcvd_pkts")
+        self.count("rcvd_bytes", len(data))
+        flow = self.flows.get((src, sport))
+        if flow is None:
+            flow = self.flows[src, sport] = Flow(src, self.host, sport)
+            if len(self.flows) > 4096:
+                self.flows.clear()
+        if self.pcap is not None and src != self.host:   # (from itself: captured already, as sent)
+            try:
+                self.pcap.write(encap.ipv4_udp(flow, data))
+            except WireError:
+                pass
+        try:
+            try:
+                pkt = Packet.decode(data, flow)
+            except BadICRC:   # right, perhaps, for the IPv4 Identification its sender's kernel gave it (rxe's do)
+                if sender_ip_id(data, flow) is None:
+                    return self.count("dropped_bad_icrc")
+                pkt = Packet.decode(data)
+        except WireError:
+            return self.count("dropped_malformed")
+        conn = self.conns.get(pkt.destqp)
+        if conn is None:
+            return self.count("dropped_unknown_qp")
+        if src != conn.dest_ip:   # (any source port: rxe picks one per QP)
+            return self.count("dropped_wrong_peer")
+        if pkt.opcode in transport.REQUESTS:
+            conn.responder.request(pkt, self)
+        elif pkt.opcode in RESPONSES:
+            conn.requester.answer(pkt, self, time.monotonic())
+        else:
+            self.count("dropped_malformed")   # not an RC opcode: this NIC carries RC only
+
+    def close(self):
+        if self.pcap is not None:
+            self.pcap.close()
+        self.doorbell.close()
+        self.udp.close()
+
+
+def _forget_segments_of_the_dead():
+    """Let go of segments whose owner died (the next soft0 process to start removes their files)."""
+    for qpn, peer in list(verbs_responder._attached_qps.items()):
+        if not pid_alive(int(peer.segment.header[W_OWNER_PID])):
+            del verbs_responder._attached_qps[qpn]
+            peer.rq.release()
+            peer.segment.close()
+    for key, seg in list(verbs_responder._attached_mrs.items()):   # (an MR's segment, or a window's binding)
+        header = seg.header
+        if header is not None and not pid_alive(int(header[W_OWNER_PID])):
+            del verbs_responder._attached_mrs[key]
+            if hasattr(seg, "close"):
+                seg.close()
+    for name, seg in list(cqmod._attached.items()):
+        if seg.header is not None and not pid_alive(int(seg.header[W_OWNER_PID])):
+            del cqmod._attached[name]
+            seg.close()
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host", required=True, help="this host's IPv4 address, e.g. 127.0.0.2")
+    args = parser.parse_args(argv)
+    doorbell = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    doorbell.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+    try:
+        doorbell.bind(doorbell_name(args.host))
+    except OSError:   # the name is taken: this user's NIC for this host runs already (two programs started one)
+        print("ready", flush=True)
+        return 0
+    try:
+        nic = NIC(args.host, doorbell)
+    except OSError as error:
+        print(f"error: {_explain(error, args.host)}", flush=True)
+        return 1
+    except SystemExit as error:
+        print(error, flush=True)
+        return 1
+    print("ready", flush=True)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)   # the program that started it reads no more
+    try:
+        nic.serve()
+    finally:
+        nic.close()
+    return 0
+
+
+def _explain(error, host):
+    if error.errno == 98:
+        return (f"UDP port {PORT} on {host} is taken (another user's soft0 NIC, or a Soft-RoCE device): "
+                f"choose another host address with RDMALAB_SOFT_HOST (any 127.0.0.x)")
+    if error.errno == 99:
+        return (f"{host} is not an address of this host (or network namespace): RDMALAB_SOFT_HOST takes an "
+                f"address the machine has, such as 127.0.0.2")
+    return f"{error} (host {host})"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

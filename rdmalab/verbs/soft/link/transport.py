@@ -1,0 +1,592 @@
+"""RC's reliable transport, as the NIC process runs it for one queue pair: both halves, in packets.
+
+The requester (`Requester`) turns work requests into packets: a message longer than the path MTU
+goes out as FIRST, MIDDLE..., LAST packets, each with the next PSN; a READ request reserves one PSN
+per response packet it asks for. It keeps up to WINDOW packets unacknowledged and asks for an ACK
+(AckReq) on a message's last packet, and every ACK_EVERY packets inside a long one, as rxe does.
+An answer moves it on:
+- ACK (psn P): every packet up to P arrived; WRITEs and SENDs that end there are complete;
+- READ responses and atomic ACKs carry the data: they complete READs and atomics;
+- NAK "PSN sequence error" (psn P): a packet before P was lost: go back and send again from P
+  ("go-back-N"), as the ACK timeout does when nothing at all comes back;
+- RNR NAK: no receive was posted: wait the responder's min_rnr_timer, then send the message again;
+- any other NAK: the work request fails with its status, and the QP enters ERR.
+Retries are counted: retry_cnt for timeouts and sequence errors (7: forever, as rxe does) then
+RETRY_EXC_ERR; rnr_retry for RNR NAKs (7: forever) then RNR_RETRY_EXC_ERR.
+
+The responder (`Responder`) takes a request's packets in PSN order, keeps a message until its last
+packet, then hands it to soft0's own responder (rdmalab.verbs.soft.responder.respond) on the local
+QP, so every check (state, PSN, access flags, keys, receive queue) is the one the shared-memory link
+makes, and nothing is written before the message is complete and accepted. It answers:
+- a packet after the PSN it expects: one NAK "PSN sequence error" naming the PSN it wants;
+- a packet before it (a duplicate, sent again because an ACK was lost): an ACK again, never a second
+  execution; a READ or atomic is answered from the responder resources it kept (rxe's cache of
+  replies), so a duplicated FETCH_AND_ADD adds once;
+- a PSN far ahead of any window: dropped and counted.
+"""
+from collections import deque
+
+from .. import responder as verbs_responder
+from ..enums import (
+    IBV_ACCESS_LOCAL_WRITE as LOCAL_WRITE, IBV_QPS_ERR, IBV_QPS_RTR, IBV_QPS_RTS, IBV_SEND_SIGNALED,
+    IBV_SEND_SOLICITED, IBV_WC_LOC_PROT_ERR, IBV_WC_REM_ACCESS_ERR, IBV_WC_REM_INV_REQ_ERR,
+    IBV_WC_REM_OP_ERR, IBV_WC_RETRY_EXC_ERR, IBV_WC_RNR_RETRY_EXC_ERR, IBV_WC_SUCCESS, IBV_WC_WITH_IMM,
+    IBV_WC_WR_FLUSH_ERR,
+    IBV_WR_ATOMIC_CMP_AND_SWP as CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD as FETCH_AND_ADD,
+    IBV_WR_RDMA_READ as READ, IBV_WR_RDMA_WRITE as WRITE, IBV_WR_RDMA_WRITE_WITH_IMM as WRITE_WITH_IMM,
+    IBV_WR_SEND as SEND, IBV_WR_SEND_WITH_IMM as SEND_WITH_IMM, IBV_WR_SEND_WITH_INV as SEND_WITH_INV)
+from ..layout import Q_EXPECTED_PSN, Q_MIN_RNR_TIMER, Q_STATE
+from ..requester import WC_OPCODE, WITH_IMM
+from ..responder import ACK, NO_ANSWER, RNR_NAK, RNR_TIMER_MS, packets
+from ..wire import AETH, RETH, AtomicAckETH, AtomicETH, ImmDt, Op, Packet
+from ..wire.packet import encode_fast
+from ..wire.headers import (ACK as AETH_ACK, IETH, NAK as AETH_NAK, NAK_INVALID_REQUEST, NAK_PSN_SEQUENCE_ERROR,
+                            NAK_REMOTE_ACCESS_ERROR, NAK_REMOTE_OPERATIONAL_ERROR, RNR_NAK as AETH_RNR_NAK)
+from ..wire.segment import psn_add, psn_diff
+
+WINDOW = 128          # packets a requester may have unacknowledged
+ACK_EVERY = 32        # inside a long message, ask for an ACK this often (rxe: RXE_MAX_UNACKED_PSNS)
+FAR_AHEAD = 1 << 16   # a request PSN further ahead than this is out of any window: dropped
+KEPT_REPLIES = 16     # READ and atomic replies a responder keeps for duplicates (its "resources")
+NAK_STATUS = {NAK_INVALID_REQUEST: IBV_WC_REM_INV_REQ_ERR, NAK_REMOTE_ACCESS_ERROR: IBV_WC_REM_ACCESS_ERR,
+              NAK_REMOTE_OPERATIONAL_ERROR: IBV_WC_REM_OP_ERR}
+NAK_CODE = {status: code for code, status in NAK_STATUS.items()}
+ATOMICS = (CMP_AND_SWP, FETCH_AND_ADD)
+KIND = {WRITE: "RDMA_WRITE", WRITE_WITH_IMM: "RDMA_WRITE", SEND: "SEND", SEND_WITH_IMM: "SEND", SEND_WITH_INV: "SEND"}
+
+
+class WQE:
+    """A send work request as the NIC holds it, with the PSNs it was given."""
+    __slots__ = ("seq", "wr_id", "opcode", "flags", "sges", "remote_addr", "rkey", "imm", "compare_add", "swap",
+                 "inline", "status", "length", "first", "count", "data", "got", "done", "rnr_left")
+
+    def __init__(self, seq, wr_id, opcode, flags, sges, remote_addr, rkey, imm, compare_add, swap, inline, status):
+        self.seq, self.wr_id, self.opcode, self.flags, self.sges = seq, wr_id, opcode, flags, sges
+        self.remote_addr, self.rkey, self.imm, self.compare_add, self.swap = remote_addr, rkey, imm, compare_add, swap
+        self.inline, self.status = inline, status
+        self.length = len(inline) if inline is not None else sum(sge[1] for sge in sges)
+        self.first = self.count = 0
+        self.data, self.got, self.done, self.rnr_left = None, 0, False, None
+
+    @property
+    def last(self):
+        return psn_add(self.first, self.count - 1)
+
+    def holds(self, psn):
+        return 0 <= psn_diff(psn, self.first) < self.count
+
+
+def packet_opcode(operation, index, count):
+    """The opcode of packet `index` of a message of `count` packets (message_opcodes(), one at a time)."""
+    position = 3 if count == 1 else 0 if index == 0 else 2 if index == count - 1 else 1
+    return _OPCODE_AT[operation][position]
+
+
+class DataPacket:
+    """A WRITE's or SEND's packet, ready to encode: wire.packet.encode_fast() makes the bytes
+    Packet(...).encode() would, in a third of the time."""
+    __slots__ = ("opcode", "destqp", "psn", "payload", "headers", "a", "se")
+
+    def __init__(self, opcode, destqp, psn, payload, headers, a, se):
+        self.opcode, self.destqp, self.psn, self.payload, self.headers, self.a, self.se = \
+            opcode, destqp, psn, payload, headers, a, se
+
+    def encode(self, flow):
+        return encode_fast(flow, self.opcode, self.destqp, self.psn, self.payload, self.headers, self.a, self.se)
+
+
+class Requester:
+    """The sending half of one RC QP (see the module's docstring)."""
+
+    def __init__(self, conn):
+        self.conn = conn
+        self.wqes = deque()          # posted, not yet completed, in order
+        self.psn = self.next = 0     # the PSN the next new WQE takes; the next packet to (re)send
+        self.acked = None            # the last PSN acknowledged
+        self.timeout = self.retry_cnt = self.rnr_retry = 0
+        self.retries_left, self.deadline, self.rnr_until = 0, None, 0.0
+        self.since_ack_req = 0
+        self.highest_sent = None     # the furthest PSN sent: sending one before it again is a retransmission
+        self.max_rd_atomic = 1       # READs and atomics it may have unanswered at once
+        self.error = False
+
+    def configure(self, psn, timeout, retry_cnt, rnr_retry, max_rd_atomic=1):
+        self.max_rd_atomic = max(max_rd_atomic, 1)
+        self.psn = self.next = psn
+        self.acked = psn_add(psn, -1)
+        self.timeout, self.retry_cnt, self.rnr_retry = timeout, retry_cnt, rnr_retry
+        self.retries_left = retry_cnt
+
+    # ------------------------------------------------------------ from the program
+
+    def post(self, wqe):
+        """A WQE rung at the doorbell: give it its PSNs (or, in ERR, flush it)."""
+        if self.error or self.conn.state() == IBV_QPS_ERR:
+            self.fail_all(IBV_WC_WR_FLUSH_ERR, [wqe])
+            return
+        wqe.first = self.psn
+        wqe.count = packets(8 if wqe.opcode in ATOMICS else wqe.length, self.conn.mtu) if not wqe.status else 0
+        self.psn = psn_add(self.psn, wqe.count)
+        self.wqes.append(wqe)
+        self.complete_ready()
+
+    # ------------------------------------------------------------ sending
+
+    def pump(self, nic, now):
+        """Send what the window allows, from self.next on."""
+        if self.error or now < self.rnr_until:
+            return
+        reading = 0   # READs and atomics before this WQE still waiting for their answer
+        for wqe in self.wqes:
+            if wqe.status:   # a local error: nothing after it goes out; at its turn the QP enters ERR
+                return
+            if wqe.opcode == READ or wqe.opcode in ATOMICS:
+                if reading >= self.max_rd_atomic and wqe.holds(self.next):
+                    return   # as many as the responder keeps answers for are out: wait (rxe does)
+                reading += not wqe.done
+            while wqe.holds(self.next):
+                if psn_diff(self.next, psn_add(self.acked, 1)) >= WINDOW:
+                    return
+                if not self.send_packet(nic, wqe, psn_diff(self.next, wqe.first)):
+                    return
+                if self.deadline is None and self.timeout:
+                    self.deadline = now + 4.096e-6 * (1 << self.timeout)
+        return
+
+    def send_packet(self, nic, wqe, index):
+        """Packet number `index` of `wqe` (a READ's request for the rest of its data from there)."""
+        conn, mtu, op = self.conn, self.conn.mtu, wqe.opcode
+        psn = psn_add(wqe.first, index)
+        if op == READ:
+            offset = index * mtu
+            pkt = Packet(Op.RC_RDMA_READ_REQUEST, conn.dest_qpn, psn, a=True,
+                         reth=RETH(wqe.remote_addr + offset, wqe.rkey, wqe.length - offset))
+            self.next = psn_add(wqe.first, wqe.count)
+        elif op in ATOMICS:
+            swap, cmp = (wqe.compare_add, 0) if op == FETCH_AND_ADD else (wqe.swap, wqe.compare_add)
+            pkt = Packet(Op.RC_FETCH_ADD if op == FETCH_AND_ADD else Op.RC_COMPARE_SWAP, conn.dest_qpn, psn, a=True,
+                         atomiceth=AtomicETH(wqe.remote_addr, wqe.rkey, swap, cmp))
+            self.next = psn_add(psn, 1)
+        else:
+            data = self.gather(wqe)
+            if data is None:
+                self.finish(wqe, IBV_WC_LOC_PROT_ERR)   # its memory went away after it was posted
+                return False
+            last = index == wqe.count - 1
+            headers = []   # (packed: this is the data path, encoded without building a Packet)
+            if index == 0 and op in (WRITE, WRITE_WITH_IMM):
+                headers.append(RETH(wqe.remote_addr, wqe.rkey, wqe.length).pack())
+            if last and op in WITH_IMM:
+                headers.append(ImmDt(wqe.imm).pack())
+            if last and op == SEND_WITH_INV:
+                headers.append(IETH(wqe.imm).pack())
+            self.since_ack_req += 1
+            ack_req = last or self.since_ack_req >= ACK_EVERY
+            if ack_req:
+                self.since_ack_req = 0
+            pkt = DataPacket(packet_opcode(op, index, wqe.count), conn.dest_qpn, psn,
+                             data[index * mtu:(index + 1) * mtu], b"".join(headers), ack_req,
+                             bool(last and wqe.flags & IBV_SEND_SOLICITED))
+            self.next = psn_add(psn, 1)
+        again = self.highest_sent is not None and psn_diff(psn, self.highest_sent) <= 0
+        if not again:
+            self.highest_sent = psn
+        nic.send(pkt, conn, retransmit=again)
+        return True
+
+    def gather(self, wqe):
+        """The bytes a WRITE or SEND carries, read from the program's registered memory (once)."""
+        if wqe.data is None:
+            if wqe.inline is not None:
+                wqe.data = wqe.inline
+            else:
+                pieces = []
+                for addr, length, lkey in wqe.sges:
+                    if not length:
+                        continue
+                    view = self.conn.local_memory(addr, length, lkey, 0)
+                    if view is None:
+                        return None
+                    pieces.append(view)
+                wqe.data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+        return wqe.data
+
+    # ------------------------------------------------------------ answers
+
+    def answer(self, pkt, nic, now):
+        """An ACK, NAK, READ response or atomic ACK for this QP."""
+        if self.error:
+            return
+        op = pkt.opcode
+        if op == Op.RC_ACKNOWLEDGE:
+            kind, value = pkt.aeth.kind, pkt.aeth.value
+            if kind == AETH_ACK:
+                self.ack(pkt.psn, now)
+            elif kind == AETH_RNR_NAK:
+                nic.count("rcvd_rnr_err")
+                self.ack(psn_add(pkt.psn, -1), now)
+                self.rnr(pkt.psn, value, now)
+            elif kind == AETH_NAK:
+                self.ack(psn_add(pkt.psn, -1), now)
+                if value == NAK_PSN_SEQUENCE_ERROR:
+                    nic.count("rcvd_seq_err")
+                    if now >= self.rnr_until:   # (while it waits out an RNR NAK, it resends from there anyway)
+                        self.go_back(pkt.psn, now, nic)
+                else:
+                    wqe = self.find(pkt.psn)
+                    if wqe is not None:
+                        self.finish(wqe, NAK_STATUS.get(value, IBV_WC_REM_OP_ERR))
+        elif op == Op.RC_ATOMIC_ACKNOWLEDGE:
+            wqe = self.find(pkt.psn)
+            if wqe is None or wqe.opcode not in ATOMICS or wqe.done:
+                return   # a duplicate answer
+            self.ack(psn_add(pkt.psn, -1), now)
+            old = pkt.atomicacketh.origremdt.to_bytes(8, "little")
+            self.progress(now)
+            self.finish(wqe, IBV_WC_SUCCESS if self.scatter(wqe, 0, old) else IBV_WC_LOC_PROT_ERR)
+        else:   # a READ response
+            wqe = self.find(pkt.psn)
+            if wqe is None or wqe.opcode != READ or wqe.done:
+                return
+            expected = psn_add(wqe.first, wqe.got)
+            if pkt.psn != expected:
+                if psn_diff(pkt.psn, expected) > 0:   # one was lost: ask again from the missing one
+                    nic.count("rcvd_seq_err")
+                    self.go_back(expected, now, nic)
+                return
+            if pkt.aeth is not None:
+                self.ack(psn_add(pkt.psn, -1), now)
+            self.progress(now)
+            if not self.scatter(wqe, wqe.got * self.conn.mtu, pkt.payload):
+                self.finish(wqe, IBV_WC_LOC_PROT_ERR)
+                return
+            wqe.got += 1
+            if wqe.got == wqe.count:
+                self.finish(wqe, IBV_WC_SUCCESS)
+        self.complete_ready()
+
+    def ack(self, psn, now):
+        """Everything up to `psn` arrived: WRITEs and SENDs that end there are done."""
+        if self.acked is None or psn_diff(psn, self.acked) <= 0 or psn_diff(psn, self.psn) >= 0:
+            return   # old news (or a PSN never sent)
+        for wqe in self.wqes:
+            if wqe.done or wqe.status:
+                continue
+            if psn_diff(wqe.last, psn) > 0:
+                break
+            if wqe.opcode == READ or wqe.opcode in ATOMICS:   # done only by its answer
+                if psn_diff(wqe.last, psn) < 0:   # acknowledged past it: its answer was lost, ask again
+                    psn = psn_add(wqe.first, wqe.got - 1)
+                    self.next = psn_add(wqe.first, wqe.got)
+                break
+            wqe.done = True
+        if psn_diff(psn, self.acked) > 0:
+            self.acked = psn
+        self.progress(now)
+        self.complete_ready()
+
+    def progress(self, now):
+        """An answer moved things on: the retry count starts again, and so does the ACK timer."""
+        self.retries_left = self.retry_cnt
+        self.deadline = now + 4.096e-6 * (1 << self.timeout) if self.timeout and self.outstanding() else None
+
+    def outstanding(self):
+        return any(not w.done and not w.status for w in self.wqes)
+
+    def go_back(self, psn, now, nic):
+        """Send again from `psn` (go-back-N), if the retry count allows; else RETRY_EXC_ERR."""
+        if self.retry_cnt != 7:
+            if self.retries_left == 0:
+                nic.count("retry_exceeded_err")
+                head = next((w for w in self.wqes if not w.done), None)
+                if head is not None:
+                    self.finish(head, IBV_WC_RETRY_EXC_ERR)
+                return
+            self.retries_left -= 1
+        wqe = self.find(psn)
+        if wqe is not None and wqe.opcode == READ:   # a READ is asked again from the first response missing
+            psn = psn_add(wqe.first, wqe.got)
+        self.next = psn
+        self.since_ack_req = 0
+        self.deadline = now + 4.096e-6 * (1 << self.timeout) if self.timeout else None
+
+    def rnr(self, psn, timer, now):
+        wqe = self.find(psn)
+        if wqe is None:
+            return
+        if wqe.rnr_left is None:
+            wqe.rnr_left = self.rnr_retry
+        if wqe.rnr_left == 0:
+            self.conn.nic.count("retry_rnr_exceeded_err")
+            self.finish(wqe, IBV_WC_RNR_RETRY_EXC_ERR)
+            return
+        if wqe.rnr_left != 7:
+            wqe.rnr_left -= 1
+        self.next = wqe.first
+        self.rnr_until = now + RNR_TIMER_MS[timer % 32] / 1000.0
+        self.deadline = None
+
+    def timer(self, nic, now):
+        """The ACK timeout: nothing came back for a while. Go back to the oldest unacknowledged packet."""
+        if self.deadline is not None and now >= self.deadline and not self.error:
+            if not self.outstanding():
+                self.deadline = None
+                return
+            nic.count("ack_timeouts")
+            head = next(w for w in self.wqes if not w.done and not w.status)
+            start = psn_add(head.first, head.got) if head.opcode == READ else \
+                psn_add(self.acked, 1) if head.holds(psn_add(self.acked, 1)) else head.first
+            self.go_back(start, now, nic)
+
+    def next_deadline(self):
+        times = [t for t in (self.deadline, self.rnr_until if self.rnr_until else None) if t]
+        return min(times) if times else None
+
+    def find(self, psn):
+        for wqe in self.wqes:
+            if wqe.count and wqe.holds(psn):
+                return wqe
+        return None
+
+    # ------------------------------------------------------------ completions
+
+    def scatter(self, wqe, offset, data):
+        """Put a READ's bytes (from `offset` in the message) or an atomic's old value into the local SGEs;
+        False, having written nothing, if they cannot take them (too small, or forbidden)."""
+        if sum(sge[1] for sge in wqe.sges) < offset + len(data):
+            return False
+        at, done = 0, 0
+        end = offset + len(data)
+        for addr, length, lkey in wqe.sges:
+            lo, hi = max(offset, at), min(end, at + length)
+            if lo < hi:
+                view = self.conn.local_memory(addr + lo - at, hi - lo, lkey, LOCAL_WRITE)
+                if view is None:
+                    return False
+                view[:] = data[lo - offset:hi - offset]
+                done += hi - lo
+            at += length
+        return done == len(data)
+
+    def finish(self, wqe, status):
+        wqe.done, wqe.status = True, status
+        self.complete_ready()
+
+    def complete_ready(self):
+        """Report, in order, every WQE at the head that is done; an error puts the QP in ERR."""
+        conn = self.conn
+        while self.wqes:
+            wqe = self.wqes[0]
+            if wqe.status and not wqe.done:   # a local error found by the program: its turn has come
+                wqe.done = True
+            if not wqe.done:
+                break
+            self.wqes.popleft()
+            conn.retired = wqe.seq
+            if wqe.status and wqe.status != IBV_WC_SUCCESS:
+                conn.completion(wqe.wr_id, wqe.status, 0, 0, 0)
+                self.fail_all(IBV_WC_WR_FLUSH_ERR)
+                return
+            if wqe.flags & IBV_SEND_SIGNALED or conn.sig_all:
+                conn.completion(wqe.wr_id, IBV_WC_SUCCESS, WC_OPCODE[wqe.opcode],
+                                wqe.length,
+                                IBV_WC_WITH_IMM if wqe.opcode in WITH_IMM else 0)
+        if not self.outstanding():
+            self.deadline = None
+
+    def fail_all(self, status, more=()):
+        """The QP is in ERR: every WQE still held, and `more`, completes with `status` (WR_FLUSH_ERR)."""
+        self.error = True
+        self.conn.enter_error()
+        for wqe in list(self.wqes) + list(more):
+            self.conn.retired = wqe.seq
+            self.conn.completion(wqe.wr_id, status, 0, 0, 0)
+        self.wqes.clear()
+        self.deadline = None
+
+
+class Request:
+    """What soft0's responder.respond() reads of a request: a work request's fields, from the packets."""
+    __slots__ = ("opcode", "remote_addr", "rkey", "imm_data", "send_flags", "compare_add", "swap")
+
+    def __init__(self, opcode, remote_addr=0, rkey=0, imm_data=0, send_flags=0, compare_add=0, swap=0):
+        self.opcode, self.remote_addr, self.rkey, self.imm_data = opcode, remote_addr, rkey, imm_data
+        self.send_flags, self.compare_add, self.swap = send_flags, compare_add, swap
+
+
+# wire opcode -> (operation, position): position 0 first, 1 middle, 2 last, 3 only
+_SEND_OPS = {Op.RC_SEND_FIRST: (SEND, 0), Op.RC_SEND_MIDDLE: (SEND, 1), Op.RC_SEND_LAST: (SEND, 2),
+             Op.RC_SEND_ONLY: (SEND, 3), Op.RC_SEND_LAST_WITH_IMMEDIATE: (SEND_WITH_IMM, 2),
+             Op.RC_SEND_ONLY_WITH_IMMEDIATE: (SEND_WITH_IMM, 3), Op.RC_SEND_LAST_WITH_INVALIDATE: (SEND_WITH_INV, 2),
+             Op.RC_SEND_ONLY_WITH_INVALIDATE: (SEND_WITH_INV, 3),
+             Op.RC_RDMA_WRITE_FIRST: (WRITE, 0), Op.RC_RDMA_WRITE_MIDDLE: (WRITE, 1), Op.RC_RDMA_WRITE_LAST: (WRITE, 2),
+             Op.RC_RDMA_WRITE_ONLY: (WRITE, 3), Op.RC_RDMA_WRITE_LAST_WITH_IMMEDIATE: (WRITE_WITH_IMM, 2),
+             Op.RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE: (WRITE_WITH_IMM, 3)}
+_OPCODE_AT = {}   # operation -> its opcodes (first, middle, last, only)
+for _op, (_operation, _position) in _SEND_OPS.items():
+    _OPCODE_AT.setdefault(_operation, [Op.RC_SEND_FIRST if _operation in (SEND_WITH_IMM, SEND_WITH_INV) else
+                                       Op.RC_RDMA_WRITE_FIRST if _operation == WRITE_WITH_IMM else None,
+                                       Op.RC_SEND_MIDDLE if _operation in (SEND_WITH_IMM, SEND_WITH_INV) else
+                                       Op.RC_RDMA_WRITE_MIDDLE if _operation == WRITE_WITH_IMM else None, None, None])
+    _OPCODE_AT[_operation][_position] = _op
+REQUESTS = set(_SEND_OPS) | {Op.RC_RDMA_READ_REQUEST, Op.RC_COMPARE_SWAP, Op.RC_FETCH_ADD}
+
+
+class Partial:
+    """A SEND's or WRITE's packets received so far."""
+    __slots__ = ("first", "kind", "reth", "chunks", "count")
+
+    def __init__(self, first, kind, reth):
+        self.first, self.kind, self.reth, self.chunks, self.count = first, kind, reth, [], 0
+
+
+_READ_RESPONSE = (Op.RC_RDMA_READ_RESPONSE_FIRST, Op.RC_RDMA_READ_RESPONSE_MIDDLE, Op.RC_RDMA_READ_RESPONSE_LAST,
+                  Op.RC_RDMA_READ_RESPONSE_ONLY)
+
+
+class Responder:
+    """The receiving half of one RC QP (see the module's docstring)."""
+
+    def __init__(self, conn):
+        self.conn = conn
+        self.partial = None
+        self.msn = 0
+        self.nak_sent = False
+        self.replies = deque(maxlen=KEPT_REPLIES)   # (first psn, count, opcode, data): READ bytes / atomic old value
+
+    def reset(self):
+        self.partial, self.msn, self.nak_sent = None, 0, False
+        self.replies.clear()
+
+    def request(self, pkt, nic):
+        conn = self.conn
+        peer = conn.peer()
+        if peer is None:
+            nic.count("dropped_unknown_qp")
+            return
+        h = peer.header
+        state = h[Q_STATE]
+        if state != IBV_QPS_RTR and state != IBV_QPS_RTS:
+            nic.count("dropped_qp_not_ready")
+            return   # a QP not ready to receive drops it; the requester will time out
+        expected = psn_add(self.partial.first, self.partial.count) if self.partial else h[Q_EXPECTED_PSN]
+        ahead = psn_diff(pkt.psn, expected)
+        if ahead > 0:
+            if ahead > FAR_AHEAD:
+                nic.count("dropped_out_of_window")
+                return
+            nic.count("out_of_seq_request")
+            if not self.nak_sent:   # once, until the packet it asks for comes
+                self.nak_sent = True
+                self.reply(nic, Op.RC_ACKNOWLEDGE, expected, aeth=AETH.nak(self.msn, NAK_PSN_SEQUENCE_ERROR))
+            return
+        if ahead < 0:
+            nic.count("duplicate_request")
+            self.duplicate(pkt, expected, nic)
+            return
+        self.nak_sent = False
+        op = pkt.opcode
+        if op == Op.RC_RDMA_READ_REQUEST or op == Op.RC_COMPARE_SWAP or op == Op.RC_FETCH_ADD:
+            if self.partial is not None:
+                return self.invalid(pkt, h, nic)
+            return self.read_or_atomic(pkt, peer, nic)
+        operation, position = _SEND_OPS[op]
+        if position in (0, 3):
+            if self.partial is not None:
+                return self.invalid(pkt, h, nic)
+            self.partial = Partial(pkt.psn, KIND[operation], pkt.reth)
+        elif self.partial is None or self.partial.kind != KIND[operation]:
+            return self.invalid(pkt, h, nic)   # a MIDDLE or LAST with no FIRST before it
+        mtu, part = conn.mtu, self.partial
+        if position in (0, 1) and len(pkt.payload) != mtu or position in (2, 3) and len(pkt.payload) > mtu:
+            return self.invalid(pkt, h, nic)   # every packet but the last is exactly one MTU
+        part.chunks.append(pkt.payload)
+        part.count += 1
+        if position in (0, 1):
+            if pkt.a:
+                self.reply(nic, Op.RC_ACKNOWLEDGE, pkt.psn, aeth=AETH.ack(self.msn))
+            return
+        self.partial = None
+        payload = part.chunks[0] if part.count == 1 else b"".join(part.chunks)
+        reth = part.reth
+        if reth is not None and reth.dmalen != len(payload):
+            return self.invalid(pkt, h, nic)   # a WRITE whose packets do not add up to its length
+        request = Request(operation, reth.va if reth else 0, reth.r_key if reth else 0,
+                          pkt.immdt.value if pkt.immdt else pkt.ieth.r_key if pkt.ieth else 0,
+                          IBV_SEND_SOLICITED if pkt.se else 0)
+        answer, _ = verbs_responder.respond(peer, request, payload, len(payload), part.first, part.count)
+        self.answer(answer, part.first, pkt.psn, pkt.a, h, nic)
+
+    def read_or_atomic(self, pkt, peer, nic):
+        h, mtu = peer.header, self.conn.mtu
+        if pkt.opcode == Op.RC_RDMA_READ_REQUEST:
+            reth = pkt.reth
+            request, length = Request(READ, reth.va, reth.r_key), reth.dmalen
+            count = packets(length, mtu)
+        else:
+            a = pkt.atomiceth
+            if pkt.opcode == Op.RC_FETCH_ADD:
+                request = Request(FETCH_AND_ADD, a.va, a.r_key, compare_add=a.swapdt)
+            else:
+                request = Request(CMP_AND_SWP, a.va, a.r_key, compare_add=a.cmpdt, swap=a.swapdt)
+            length, count = 8, 1
+        answer, data = verbs_responder.respond(peer, request, None, length, pkt.psn, count)
+        if answer != ACK:
+            return self.answer(answer, pkt.psn, pkt.psn, True, h, nic)
+        self.msn = (self.msn + 1) & 0xFFFFFF
+        data = bytes(data)
+        self.replies.append((pkt.psn, count, pkt.opcode, data))
+        self.send_reply(pkt.psn, count, pkt.opcode, data, 0, nic)
+
+    def send_reply(self, first, count, opcode, data, start, nic):
+        """Answer a READ (its responses, from response number `start` on) or an atomic (its old value)."""
+        if opcode != Op.RC_RDMA_READ_REQUEST:
+            self.reply(nic, Op.RC_ATOMIC_ACKNOWLEDGE, first, aeth=AETH.ack(self.msn),
+                       atomicacketh=AtomicAckETH(int.from_bytes(data, "little")))
+            return
+        mtu = self.conn.mtu
+        for i in range(start, count):
+            op = _READ_RESPONSE[3 if count == 1 else 0 if i == 0 else 2 if i == count - 1 else 1]
+            aeth = None if op == Op.RC_RDMA_READ_RESPONSE_MIDDLE else AETH.ack(self.msn)
+            self.reply(nic, op, psn_add(first, i), aeth=aeth, payload=data[i * mtu:(i + 1) * mtu])
+
+    def answer(self, answer, first, psn, ack_req, h, nic):
+        """What soft0's responder answered, on the wire."""
+        if answer == ACK:
+            self.msn = (self.msn + 1) & 0xFFFFFF
+            if ack_req:
+                self.reply(nic, Op.RC_ACKNOWLEDGE, psn, aeth=AETH.ack(self.msn))
+        elif answer == RNR_NAK:
+            nic.count("send_rnr_err")
+            self.nak_sent = True   # the packets after it, already on their way, are dropped without a word
+            self.reply(nic, Op.RC_ACKNOWLEDGE, first, aeth=AETH.rnr_nak(self.msn, int(h[Q_MIN_RNR_TIMER]) % 32))
+        elif answer == NO_ANSWER:
+            nic.count("dropped_qp_not_ready")
+        else:
+            nic.count("nak_sent")
+            self.nak_sent = True
+            self.reply(nic, Op.RC_ACKNOWLEDGE, first, aeth=AETH.nak(self.msn, NAK_CODE.get(answer,
+                                                                                        NAK_REMOTE_OPERATIONAL_ERROR)))
+
+    def invalid(self, pkt, h, nic):
+        """A packet out of the opcode sequence, or of the wrong length: NAK invalid request, QP to ERR (rxe)."""
+        self.partial = None
+        verbs_responder.enter(h, IBV_QPS_ERR)
+        nic.count("nak_sent")
+        self.reply(nic, Op.RC_ACKNOWLEDGE, pkt.psn, aeth=AETH.nak(self.msn, NAK_INVALID_REQUEST))
+
+    def duplicate(self, pkt, expected, nic):
+        """A request sent again: answer it again, without doing it again."""
+        op = pkt.opcode
+        if op == Op.RC_RDMA_READ_REQUEST or op == Op.RC_COMPARE_SWAP or op == Op.RC_FETCH_ADD:
+            for first, count, kind, data in self.replies:
+                if kind == op and 0 <= psn_diff(pkt.psn, first) < count:
+                    self.send_reply(first, count, kind, data, psn_diff(pkt.psn, first), nic)
+                    return
+            nic.count("dropped_duplicate_unanswerable")
+            return
+        if pkt.a:
+            self.reply(nic, Op.RC_ACKNOWLEDGE, psn_add(expected, -1), aeth=AETH.ack(self.msn))
+
+    def reply(self, nic, opcode, psn, **fields):
+        nic.send(Packet(opcode, self.conn.dest_qpn, psn, **fields), self.conn)
