@@ -6,10 +6,17 @@ shown as Wireshark shows them, and the bytes a message puts on an Ethernet link.
     table(packets)     Wireshark's packet list: No., Time, Source, Destination, Length, Info
     fields(packet)     one packet's headers, field by field, as Wireshark's detail pane lists them
     ladder(packets)    a ladder diagram: the two hosts as lines, each packet an arrow between them
+    psn_plot(...)      a requester's PSNs against time: go-back-N after a loss, at a glance
     on_the_wire(...)   how many packets and bytes a message of some size takes at a path MTU
+    exchange(...)      run a WRITE, a READ and a SEND between two hosts on soft0's wire link, captured
+                       (rdmalab capture, the program rdmalab.lessons.wire_demo), optionally losing packets
 """
 import html
+import json
 import os
+import signal
+import subprocess
+import sys
 from dataclasses import dataclass
 
 from rdmalab.verbs.soft.wire import Flow, Packet, decode_ipv4, message_opcodes, read_pcap, segments
@@ -144,6 +151,34 @@ def ladder(packets, ax=None, title="Packets between the two hosts"):
     return ax
 
 
+def psn_plot(packets, sender, ax=None, title="Request PSNs in time: a drop is the requester going back"):
+    """Every request packet `sender` sent, as its PSN (from the first) against time: first sends in blue,
+    resends in orange; each NAK it received a red line. Go-back-N shows as the PSNs falling back. Returns the Axes."""
+    import matplotlib.pyplot as plt
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 3.4))
+    requests = [c for c in packets if c.flow.src == sender and c.packet.aeth is None]
+    if not requests:
+        raise ValueError(f"no request packets from {sender} in this capture")
+    base, seen, first, again = requests[0].packet.psn, set(), [], []
+    for c in requests:
+        (again if c.packet.psn in seen else first).append((c.time * 1e3, (c.packet.psn - base) % (1 << 24)))
+        seen.add(c.packet.psn)
+    for points, colour, label in ((first, "#0969da", "sent"), (again, "#d4a72c", "sent again")):
+        if points:
+            ax.scatter(*zip(*points), s=6, color=colour, label=label)
+    naks = [c.time * 1e3 for c in packets if c.flow.dst == sender and c.packet.aeth is not None
+            and c.packet.aeth.describe().startswith("NAK")]
+    for i, t in enumerate(naks):
+        ax.axvline(t, color="#cf222e", lw=0.8, alpha=0.6, label="NAK received" if i == 0 else None)
+    ax.set_xlabel("time [ms]")
+    ax.set_ylabel("PSN - first PSN")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    return ax
+
+
 def on_the_wire(kind, length, mtu, ethernet=True):
     """(packets, bytes) a message of `length` bytes takes at path MTU `mtu`: kind is "RDMA_WRITE", "SEND"
     or "RDMA_READ_RESPONSE". The bytes are those of the real packets, built with the codec: IPv4, UDP, BTH,
@@ -161,4 +196,53 @@ def on_the_wire(kind, length, mtu, ethernet=True):
     return len(ops), total
 
 
-__all__ = ["RXE_CAPTURE", "Captured", "capture", "table", "fields", "ladder", "on_the_wire", "ROCEV2_PORT"]
+@dataclass
+class Exchange:
+    """What exchange() ran: the capture's path, and the program's own report (write_us, read_us, send_us:
+    how long each operation took; write_landed; received)."""
+    path: str
+    report: dict
+
+
+def exchange(name, write=10240, read=2500, rnr=True, loss=0.0, seed=1, timeout=120):
+    """Run rdmalab.lessons.wire_demo (two hosts, 127.0.8.1 and .2, each with soft0's NIC on the wire link)
+    under `rdmalab capture`, into <learner dir>/captures/<name>.pcap. loss: the rate at which each NIC loses
+    the packets it sends (RDMALAB_SOFT_LOSS, seeded by `seed`, so a run repeats). This always uses soft0,
+    whatever device the lessons run on: its wire link is what shows the packets."""
+    from rdmalab.lessons import wire_demo
+    from rdmalab.lessons.evidence import LEARNER_DIR
+    os.makedirs(os.path.join(LEARNER_DIR, "captures"), exist_ok=True)
+    path = os.path.join(LEARNER_DIR, "captures", f"{name}.pcap")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RDMALAB_SOFT_")}
+    env.update(RDMALAB_PROVIDER="soft", RDMALAB_SOFT_HOST=wire_demo.INITIATOR)
+    if loss:
+        env.update(RDMALAB_SOFT_LOSS=str(loss), RDMALAB_SOFT_SEED=str(seed))
+    program = [sys.executable, "-m", "rdmalab.lessons.wire_demo", "--write", str(write), "--read", str(read)]
+    command = [sys.executable, "-m", "rdmalab", "capture", "-o", path, "--", *program, *(["--rnr"] if rnr else [])]
+    # its own process group: an interrupted cell or a timeout ends the programs (and so their NICs) too
+    run = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           start_new_session=True)
+    try:
+        out, err = run.communicate(timeout=timeout)
+    except BaseException:
+        os.killpg(run.pid, signal.SIGKILL)
+        run.communicate()
+        raise
+    lines = out.strip().splitlines()
+    if run.returncode or not lines:
+        raise RuntimeError(f"the captured exchange failed (exit status {run.returncode}):\n{err.strip()[-2000:]}")
+    return Exchange(path, json.loads(lines[-1]))
+
+
+def resent(packets, sender):
+    """The request packets `sender` sent more than once, each PSN counted once: {psn: times sent}."""
+    sent = {}
+    for c in packets:
+        if c.flow.src == sender and c.packet.aeth is None:
+            sent[c.packet.psn] = sent.get(c.packet.psn, 0) + 1
+    return {psn: n for psn, n in sent.items() if n > 1}
+
+
+__all__ = ["RXE_CAPTURE", "Captured", "capture", "table", "fields", "ladder", "psn_plot", "on_the_wire", "exchange",
+           "resent",
+           "ROCEV2_PORT"]

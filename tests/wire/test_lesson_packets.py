@@ -68,3 +68,30 @@ def test_the_ladder_draws_an_arrow_a_packet():
     ax = packets.ladder(packets.capture())
     labels = [t.get_text() for t in ax.texts if "PSN" in t.get_text()]
     assert len(labels) == 25 and "NAK Remote Access Error" in labels[24] and "Fetch Add" in labels[21]
+
+
+def test_an_exchange_on_the_wire_link_is_captured_and_leaves_nothing_behind(tmp_path, monkeypatch):
+    """Lesson 08's live part: two hosts on soft0's wire link under `rdmalab capture`, with and without loss."""
+    from rdmalab.lessons import evidence
+    from rdmalab.verbs.soft import shm
+    monkeypatch.setattr(evidence, "LEARNER_DIR", str(tmp_path))   # (exchange() reads it when it runs)
+    before = set(shm.leftovers())
+    first = packets.exchange("first", write=3000, read=100, rnr=True)
+    assert first.path == str(tmp_path / "captures" / "first.pcap") and first.report["write_landed"]
+    assert first.report["received"] == 64
+    caught = packets.capture(first.path)
+    names = [c.packet.info.name for c in caught]
+    assert names[:4] == ["RC RDMA Write First", "RC RDMA Write Middle", "RC RDMA Write Last", "RC Acknowledge"]
+    assert "RC RDMA Read Request" in names and "RC RDMA Read Response Only" in names
+    assert any(c.packet.aeth is not None and c.packet.aeth.describe().startswith("RNR NAK") for c in caught)
+    assert not packets.resent(caught[:4], "127.0.8.1")
+    lossy = packets.exchange("lossy", write=64 << 10, read=0, rnr=False, loss=0.05, seed=3)
+    again = packets.resent(packets.capture(lossy.path), "127.0.8.1")
+    assert lossy.report["write_landed"] and again, "5% loss of 64 packets, seeded: some were sent again"
+    import matplotlib
+    matplotlib.use("Agg")
+    ax = packets.psn_plot(packets.capture(lossy.path), "127.0.8.1")
+    assert [t.get_text() for t in ax.get_legend().get_texts()][:2] == ["sent", "sent again"]
+    from .test_link import nic_processes, wait_until
+    assert wait_until(lambda: not nic_processes(("127.0.8.1", "127.0.8.2")), 20), "the NICs end with their programs"
+    assert set(shm.leftovers()) <= before
