@@ -14,7 +14,9 @@ shown as Wireshark shows them, and the bytes a message puts on an Ethernet link.
 import html
 import json
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -208,7 +210,8 @@ def exchange(name, write=10240, read=2500, rnr=True, loss=0.0, seed=1, timeout=1
     """Run rdmalab.lessons.wire_demo (two hosts, 127.0.8.1 and .2, each with soft0's NIC on the wire link)
     under `rdmalab capture`, into <learner dir>/captures/<name>.pcap. loss: the rate at which each NIC loses
     the packets it sends (RDMALAB_SOFT_LOSS, seeded by `seed`, so a run repeats). This always uses soft0,
-    whatever device the lessons run on: its wire link is what shows the packets."""
+    whatever device the lessons run on: its wire link is what shows the packets. Where Linux's Soft-RoCE
+    holds UDP port 4791, it runs in a network namespace of its own."""
     from rdmalab.lessons import wire_demo
     from rdmalab.lessons.evidence import LEARNER_DIR
     os.makedirs(os.path.join(LEARNER_DIR, "captures"), exist_ok=True)
@@ -219,6 +222,8 @@ def exchange(name, write=10240, read=2500, rnr=True, loss=0.0, seed=1, timeout=1
         env.update(RDMALAB_SOFT_LOSS=str(loss), RDMALAB_SOFT_SEED=str(seed))
     program = [sys.executable, "-m", "rdmalab.lessons.wire_demo", "--write", str(write), "--read", str(read)]
     command = [sys.executable, "-m", "rdmalab", "capture", "-o", path, "--", *program, *(["--rnr"] if rnr else [])]
+    if _port_taken(wire_demo.INITIATOR):
+        command = _in_own_network(command)
     # its own process group: an interrupted cell or a timeout ends the programs (and so their NICs) too
     run = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                            start_new_session=True)
@@ -232,6 +237,31 @@ def exchange(name, write=10240, read=2500, rnr=True, loss=0.0, seed=1, timeout=1
     if run.returncode or not lines:
         raise RuntimeError(f"the captured exchange failed (exit status {run.returncode}):\n{err.strip()[-2000:]}")
     return Exchange(path, json.loads(lines[-1]))
+
+
+def _port_taken(host):
+    """Whether UDP port 4791 is taken on `host`: where Linux's Soft-RoCE (rdma_rxe) is loaded, its kernel
+    socket holds port 4791 on every address of the machine."""
+    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        probe.bind((host, ROCEV2_PORT))
+        return False
+    except OSError:
+        return True
+    finally:
+        probe.close()
+
+
+def _in_own_network(command):
+    """`command` run in a network namespace of its own (a loopback of its own, where no kernel socket holds
+    port 4791): as root, or as a user where the kernel lets users create namespaces."""
+    if not shutil.which("unshare") or not shutil.which("ip"):
+        raise RuntimeError("UDP port 4791 is taken on this machine (Linux's Soft-RoCE, rdma_rxe, is loaded: its "
+                           "kernel socket holds it), and without util-linux's unshare and iproute2's ip the "
+                           "exchange cannot run in a network namespace of its own: install them, or unload "
+                           "rdma_rxe (rdma link delete rxe0; modprobe -r rdma_rxe)")
+    unshare = ["unshare", "--net"] if os.geteuid() == 0 else ["unshare", "--net", "--map-root-user"]
+    return [*unshare, "sh", "-c", 'ip link set lo up && exec "$@"', "sh", *command]
 
 
 def resent(packets, sender):

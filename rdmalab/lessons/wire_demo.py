@@ -7,7 +7,8 @@ It runs as two processes, as two machines would: this one, the initiator, on hos
 target on 127.0.8.2, which it starts (`--target`). They swap endpoints over a pipe. Then the target
 waits on that pipe: the bytes of the WRITE land in its memory, and the READ takes them from there,
 without it running any code (its NIC does the work). Only the SEND needs the target's program: it
-posts the receive, a few milliseconds after the SEND was sent, so the first tries find none (RNR).
+posts the receive late, once its NIC has answered the SEND "not ready" (an RNR NAK, counted in the
+NIC's port counters), so the sender has to try again.
 The initiator prints one JSON line: what completed, and how long each operation took.
 """
 import argparse
@@ -18,7 +19,8 @@ import sys
 import time
 
 INITIATOR, TARGET = "127.0.8.1", "127.0.8.2"
-RECEIVE_LATE_S = 0.003   # how long the target waits before it posts the SEND's receive
+RECEIVE_LATE_S = 0.003   # how long the target waits, after its NIC's first RNR NAK, to post the SEND's receive
+RNR_WAIT_S = 10.0        # (and how long at most it waits for that NAK)
 
 
 def _side(size):
@@ -35,16 +37,25 @@ def _wait(cq, what, timeout=30.0):
     return wc
 
 
+def _rnr_naks_sent():
+    from rdmalab.verbs.soft import link
+    return (link.counters() or {}).get("send_rnr_err", 0)
+
+
 def target(size):
     """The target's program: set up, connect, then do nothing but what the initiator asks on the pipe."""
     from rdmalab import verbs
     with _side(size) as res:
         print(json.dumps(res.endpoint(mr=res.mr)), flush=True)
         res.connect(json.loads(sys.stdin.readline()))
+        rnr_naks = _rnr_naks_sent()
         print(json.dumps({"connected": True}), flush=True)
         for line in sys.stdin:              # blocks: the WRITE and the READ happen meanwhile
             command = json.loads(line)
             if command["do"] == "receive":   # post a receive late, then wait for the SEND to land in it
+                deadline = time.monotonic() + RNR_WAIT_S   # late: once our NIC has said "not ready" at least once
+                while _rnr_naks_sent() == rnr_naks and time.monotonic() < deadline:
+                    time.sleep(0.001)
                 time.sleep(RECEIVE_LATE_S)
                 sge = verbs.wr.SGE(res.mr.buf, command["length"], res.mr.lkey)
                 res.qp.post_recv(verbs.wr.RecvWR(wr_id=7, num_sge=1, sg=[sge]))
