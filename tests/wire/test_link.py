@@ -563,3 +563,20 @@ def test_a_packet_whose_sender_numbered_its_ipv4_header_is_taken(hosts):
     assert wait_until(lambda: b("read", offset=256, length=8)["hex"] == b"numbered".hex())
     counters = b("counters")["counters"]
     assert counters["dropped_bad_icrc"] == 0 and counters["sent_pkts"] == 1   # and its ACK went back
+
+
+def test_numpy_integers_in_a_work_request_go_on_the_wire_as_plain_integers():
+    """pyverbs stores a WR's addresses and keys in its C struct, so numpy integers (an address computed
+    from an array, as the AllReduce's ranks compute them) work there; soft0 keeps them as Python ints,
+    which the packet codec needs (a RETH built from np.int64 was refused, and the NIC dropped the WR)."""
+    import numpy as np
+    from rdmalab.verbs.soft import wr
+    sge = wr.SGE(np.int64(4096), np.uint32(8), np.uint32(7))
+    send = wr.SendWR(opcode=e.IBV_WR_RDMA_WRITE, num_sge=1, sg=[sge])
+    send.set_wr_rdma(np.uint32(0x1234), np.int64(1 << 40) + np.int64(64))
+    assert [type(x) for x in (sge.addr, sge.length, sge.lkey, send.rkey, send.remote_addr)] == [int] * 5
+    send.set_wr_atomic(np.uint32(1), np.uint64(8), np.int64(3), 0)
+    assert type(send.compare_add) is int and send.remote_addr == 8
+    with pytest.raises(TypeError):
+        send.set_wr_rdma(0x1234, 4096.0)   # as pyverbs: an address is an integer
+

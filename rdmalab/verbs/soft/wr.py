@@ -4,6 +4,7 @@ As in pyverbs, a work request copies its SGEs when it is built: changing an SGE 
 change the request.
 """
 import ctypes
+from operator import index
 
 from .enums import IBV_SEND_SIGNALED, IBV_WR_BIND_MW, IBV_WR_LOCAL_INV, IBV_WR_SEND, IBV_WR_SEND_WITH_INV
 from .pyverbs_error import PyverbsUserError
@@ -13,7 +14,8 @@ class SGE:
     """One piece of local memory: address, length and the lkey of the MR that holds it."""
 
     def __init__(self, addr, length, lkey):
-        self.addr, self.length, self.lkey = addr, length, lkey
+        # pyverbs stores these in the C struct: any integer (numpy's too) becomes a plain one there
+        self.addr, self.length, self.lkey = index(addr), index(length), index(lkey)
 
     def read(self, length, offset):
         return ctypes.string_at(self.addr + offset, length)
@@ -60,7 +62,7 @@ class SendWR(_WR):
 
     def set_wr_rdma(self, rkey, addr):
         """Target of RDMA WRITE/READ: the peer's rkey and an address inside its MR."""
-        self.rkey, self.remote_addr = rkey, addr
+        self.rkey, self.remote_addr = index(rkey), index(addr)
 
     def set_wr_ud(self, ah, rqpn, rqkey):
         """Where a UD send goes: an address handle, the destination QP's number and its Q_Key."""
@@ -78,7 +80,7 @@ class SendWR(_WR):
 
     def set_wr_atomic(self, rkey, addr, compare_add, swap=0):
         """Target of an atomic: an 8-byte aligned word in the peer's MR."""
-        self.rkey, self.remote_addr, self.compare_add, self.swap = rkey, addr, compare_add, swap
+        self.rkey, self.remote_addr, self.compare_add, self.swap = index(rkey), index(addr), index(compare_add), index(swap)
 
     @property
     def sg_list(self):
