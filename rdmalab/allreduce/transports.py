@@ -48,7 +48,7 @@ class RdmaTransport:
         # sequence numbers we WRITE from
         sizes = [max(int(region_bytes[name]), 64) for name in REGIONS] + [16 * max(size, 1), 8 * size]
         self.res = rc.Resources(mr_sizes=sizes, qps=len(peers), max_send_wr=512, max_recv_wr=1, cq_depth=4096,
-                                sq_sig_all=0)
+                                sq_sig_all=0, max_inline_data=8)   # (a signal's 8 bytes go inline: signal())
         *regions, self.seq_mr = self.res.mrs
         self.cq, self.mrs = self.res.cq, dict(zip([*REGIONS, "flags"], regions))
         self.views = {name: v.as_array(mr) for name, mr in self.mrs.items()}
@@ -75,13 +75,14 @@ class RdmaTransport:
     def buffer(self, region="data"):
         return self.views[region]
 
-    def _write(self, peer, local_addr, length, lkey, region, offset, signaled):
+    def _write(self, peer, local_addr, length, lkey, region, offset, signaled, inline=False):
         v, e = self.v, self.v.enums
         r = self.remote[peer]["regions"][region]
         if offset + length > r["length"]:
             raise ValueError(f"put of {length} bytes at {offset} overflows rank {peer}'s {region} ({r['length']} bytes)")
+        flags = (e.IBV_SEND_SIGNALED if signaled else 0) | (e.IBV_SEND_INLINE if inline else 0)
         wr = v.wr.SendWR(wr_id=peer, opcode=e.IBV_WR_RDMA_WRITE, num_sge=1, sg=[v.wr.SGE(local_addr, length, lkey)],
-                         send_flags=e.IBV_SEND_SIGNALED if signaled else 0)
+                         send_flags=flags)
         wr.set_wr_rdma(r["rkey"], r["addr"] + offset)
         self.qps[peer].post_send(wr)
         if signaled:
@@ -104,10 +105,14 @@ class RdmaTransport:
         self.signal(peer)
 
     def signal(self, peer):
-        """WRITE our next sequence number into peer's flag slot for us; RC keeps it after the data."""
+        """WRITE our next sequence number into peer's flag slot for us; RC keeps it after the data.
+        Inline: post_send copies the 8 bytes, so the next signal may change our slot at once. Without it
+        the NIC reads the slot when it sends, which may be after the next signal has changed it: a flag
+        would then arrive ahead of the data it stands for (a real NIC, or soft0's udp link, does that;
+        soft0's shared memory copies at post time and never showed it)."""
         self.sent[peer] += 1
         self.seq_view[peer] = self.sent[peer]
-        self._write(peer, self.seq_mr.buf + 8 * peer, 8, self.seq_mr.lkey, "flags", 16 * self.rank, True)
+        self._write(peer, self.seq_mr.buf + 8 * peer, 8, self.seq_mr.lkey, "flags", 16 * self.rank, True, inline=True)
 
     def wait(self, peer, alive=None):
         """Watch our own flag memory until peer's next sequence number has landed (rdmalab.proc.waiting:
