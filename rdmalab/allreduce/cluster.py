@@ -107,6 +107,11 @@ class Cluster:
             self.view = self.client[:]
             self.view.block = True
             self.view.apply_sync(engine.set_env, env)
+            from rdmalab.verbs.soft import link
+            if self.launcher == "local" and link.name() == "udp":
+                # on soft0's wire link each local rank is a host of its own, with a NIC of its own, as a node is
+                for i, host in enumerate(link.hosts_from(link.host(), self.ranks)):
+                    self.client[i].apply_sync(engine.set_env, {"RDMALAB_SOFT_HOST": host})
             self.pids = self.view.apply_sync(os.getpid)
             self.hosts = self.view.apply_sync(socket.gethostname)
             self.view.scatter("rank", list(range(self.ranks)), flatten=True)

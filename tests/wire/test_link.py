@@ -583,8 +583,8 @@ def test_numpy_integers_in_a_work_request_go_on_the_wire_as_plain_integers():
 
 
 def test_the_allreduce_runs_over_the_wire_link_and_is_right_every_time(monkeypatch):
-    """Issue 15: the hand-built AllReduce's ranks carry their WRITEs as RoCEv2 packets, and every result
-    is right. Back-to-back AllReduces once went wrong in about one check of five: a signal's flag WRITE
+    """Issue 15: the hand-built AllReduce's ranks, a host each (127.0.15.7 and .8), carry their WRITEs as
+    RoCEv2 packets between their NICs, and every result is right. Back-to-back AllReduces once went wrong in about one check of five: a signal's flag WRITE
     read its sequence number when the NIC sent it, after the next signal had changed it, so the flag
     overtook its data (RdmaTransport.signal now posts it inline). 16 checks: that bug passed all of them
     about 3 times in 100."""
@@ -597,4 +597,8 @@ def test_the_allreduce_runs_over_the_wire_link_and_is_right_every_time(monkeypat
             for in_place in (False, True):
                 results = cluster.allreduce(16384, iters=2, warmup=0, in_place=in_place, algorithm="ring")
                 assert [r["wrong"] for r in results] == [0, 0], results
-    assert wait_until(lambda: not nic_processes(("127.0.15.7",)), 20), "the NIC ends with the ranks"
+        from rdmalab.verbs.soft import link   # (its functions run on the ranks: a host each, with its NIC)
+        hosts, counters = cluster.view.apply_sync(link.host), cluster.view.apply_sync(link.counters)
+        assert hosts == ["127.0.15.7", "127.0.15.8"], hosts
+        assert all(c["sent_pkts"] > 0 and c["rcvd_pkts"] > 0 for c in counters), counters
+    assert wait_until(lambda: not nic_processes(("127.0.15.7", "127.0.15.8")), 20), "the NICs end with the ranks"

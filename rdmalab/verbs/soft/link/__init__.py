@@ -40,6 +40,12 @@ def host():
                          f"e.g. 127.0.0.2") from None
 
 
+def hosts_from(first, count):
+    """`count` consecutive host addresses from `first`: a local cluster's ranks, a host each."""
+    start = ipaddress.IPv4Address(first)
+    return [str(start + i) for i in range(count)]
+
+
 def gid_of(address):
     """The IPv4-mapped GID of an address, as soft0 writes GIDs: '0000:...:ffff:7f00:0002'."""
     mapped = ipaddress.IPv6Address(f"::ffff:{address}").exploded
