@@ -217,7 +217,7 @@ def exchange(name, write=10240, read=2500, rnr=True, loss=0.0, seed=1, timeout=1
     os.makedirs(os.path.join(LEARNER_DIR, "captures"), exist_ok=True)
     path = os.path.join(LEARNER_DIR, "captures", f"{name}.pcap")
     env = {k: v for k, v in os.environ.items() if not k.startswith("RDMALAB_SOFT_")}
-    env.update(RDMALAB_PROVIDER="soft", RDMALAB_SOFT_HOST=wire_demo.INITIATOR)
+    env["RDMALAB_PROVIDER"] = "soft"   # (wire_demo puts itself on its hosts)
     if loss:
         env.update(RDMALAB_SOFT_LOSS=str(loss), RDMALAB_SOFT_SEED=str(seed))
     program = [sys.executable, "-m", "rdmalab.lessons.wire_demo", "--write", str(write), "--read", str(read)]

@@ -186,7 +186,8 @@ def test_too_much_private_data_is_einval(pair):
     assert error.value.error_code == errno.EINVAL and p.active.state == "route_resolved"
 
 
-def test_nobody_listening_is_a_rejection(port):
+def dial(port):
+    """An active CM id that resolved 127.0.0.1:port and called connect(): (its channel, the id)."""
     ch = cm.CMEventChannel()
     active = cm.CMID(ch)
     active.resolve_addr(cm.AddrInfo(src="127.0.0.1", dst="127.0.0.1", dst_service=port))
@@ -194,6 +195,11 @@ def test_nobody_listening_is_a_rejection(port):
     active.resolve_route()
     event(ch, EV.RDMA_CM_EVENT_ROUTE_RESOLVED)
     active.connect()
+    return ch, active
+
+
+def test_nobody_listening_is_a_rejection(port):
+    ch, _ = dial(port)
     assert event(ch, EV.RDMA_CM_EVENT_REJECTED).status == cm.REJ_NO_LISTENER
     ch.close()
 
@@ -361,13 +367,7 @@ def test_a_peer_that_dies_ends_the_wait(port):
     peer.start()
     try:
         assert ready.wait(60)
-        ch = cm.CMEventChannel()
-        active = cm.CMID(ch)
-        active.resolve_addr(cm.AddrInfo(src="127.0.0.1", dst="127.0.0.1", dst_service=port))
-        event(ch, EV.RDMA_CM_EVENT_ADDR_RESOLVED)
-        active.resolve_route()
-        event(ch, EV.RDMA_CM_EVENT_ROUTE_RESOLVED)
-        active.connect()
+        ch, _ = dial(port)
         assert event(ch, EV.RDMA_CM_EVENT_UNREACHABLE).status == -errno.ETIMEDOUT
         ch.close()
     finally:
