@@ -21,6 +21,8 @@ import time
 INITIATOR, TARGET = "127.0.8.1", "127.0.8.2"
 RECEIVE_LATE_S = 0.003   # how long the target waits, after its NIC's first RNR NAK, to post the SEND's receive
 RNR_WAIT_S = 10.0        # (and how long at most it waits for that NAK)
+PATH_MTU = 3             # IBV_MTU_1024: an Ethernet LAN's (MTU 1500). The hosts here sit on lo, whose MTU gives
+                         # 4096 (rxe's rule), but at 1024 a 10 KiB WRITE is ten packets: more to see
 
 
 def _side(size):
@@ -47,7 +49,7 @@ def target(size):
     from rdmalab import verbs
     with _side(size) as res:
         print(json.dumps(res.endpoint(mr=res.mr)), flush=True)
-        res.connect(json.loads(sys.stdin.readline()))
+        res.connect(json.loads(sys.stdin.readline()), path_mtu=PATH_MTU)
         rnr_naks = _rnr_naks_sent()
         print(json.dumps({"connected": True}), flush=True)
         for line in sys.stdin:              # blocks: the WRITE and the READ happen meanwhile
@@ -78,7 +80,7 @@ def initiator(write, read, rnr):
             mine = res.endpoint(mr=res.mr)
             peer.stdin.write(json.dumps(mine) + "\n")
             peer.stdin.flush()
-            res.connect(theirs)
+            res.connect(theirs, path_mtu=PATH_MTU)
             peer.stdout.readline()   # the target is in RTS too
             out = {"hosts": [INITIATOR, TARGET]}
 

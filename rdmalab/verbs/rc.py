@@ -43,12 +43,15 @@ def address_vector(route, remote):
         dgid=addr.GID(remote["gid"]), sgid_index=route.gid_index, hop_limit=HOP_LIMIT))
 
 
-def connect(ctx, qp, local, remote, access=e.IBV_ACCESS_REMOTE_WRITE, rnr_retry=RNR_RETRY, retry_cnt=RETRY_CNT):
+def connect(ctx, qp, local, remote, access=e.IBV_ACCESS_REMOTE_WRITE, rnr_retry=RNR_RETRY, retry_cnt=RETRY_CNT,
+            path_mtu=None):
     """Bring `qp` to RTS, connected to `remote` (its endpoint dict); `local` is this QP's own endpoint.
     rnr_retry: how often a SEND that finds no posted receive is retried (7: forever, 0: fail at once);
-    retry_cnt: how often a request nobody acknowledges is resent before RETRY_EXC_ERR."""
+    retry_cnt: how often a request nobody acknowledges is resent before RETRY_EXC_ERR;
+    path_mtu: the largest packet payload (an IBV_MTU_* value; default the port's active MTU: both sides
+    must use the same)."""
     route = route_of(ctx, "this device")
-    a = verbs.qp.QPAttr(port_num=route.port, path_mtu=route.path_mtu)
+    a = verbs.qp.QPAttr(port_num=route.port, path_mtu=route.path_mtu if path_mtu is None else path_mtu)
     a.pkey_index, a.qp_access_flags = 0, access
     a.ah_attr = address_vector(route, remote)
     a.dest_qp_num, a.rq_psn, a.max_dest_rd_atomic = remote["qp_num"], remote["psn"], MAX_DEST_RD_ATOMIC
@@ -114,11 +117,11 @@ class Resources:
         """What a peer needs to reach qps[i] (and `mr`, one of ours)."""
         return endpoint(self.ctx, self.qps[i], mr, self.psns[i])
 
-    def connect(self, remote, i=0, access=None, rnr_retry=RNR_RETRY, retry_cnt=RETRY_CNT):
+    def connect(self, remote, i=0, access=None, rnr_retry=RNR_RETRY, retry_cnt=RETRY_CNT, path_mtu=None):
         """Bring qps[i] to RTS, connected to the peer's endpoint `remote`; access: what the peer may do
-        through this QP (default: self.access)."""
+        through this QP (default: self.access); path_mtu: as connect()'s."""
         connect(self.ctx, self.qps[i], {"psn": self.psns[i]}, remote,
-                self.access if access is None else access, rnr_retry, retry_cnt)
+                self.access if access is None else access, rnr_retry, retry_cnt, path_mtu)
 
     def close(self):
         """Children before parents: QPs, MRs, CQs, the channel, then the PD and Context if opened here.

@@ -29,7 +29,8 @@ class Agent:
                                                    sq_sig_all=0))
         self.mtu = mtu
         gid = self.ctx.query_gid(1, 1)
-        return dict(qpn=self.qp.qp_num, gid=str(gid), rkey=self.mr.rkey, addr=self.mr.buf, psn=100)
+        return dict(qpn=self.qp.qp_num, gid=str(gid), rkey=self.mr.rkey, addr=self.mr.buf, psn=100,
+                    active_mtu=self.ctx.query_port(1).active_mtu)
 
     def connect(self, qpn, gid, psn, timeout=14, retry_cnt=7, rnr_retry=7, min_rnr_timer=1, my_psn=100):
         attr = v.qp.QPAttr(port_num=1)

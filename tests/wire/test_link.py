@@ -111,6 +111,14 @@ def test_gid_is_the_hosts_ipv4_mapped_address(hosts):
     a, b = hosts
     assert a.info["gid"].endswith("ffff:7f00:0f01") and b.info["gid"].endswith("ffff:7f00:0f02")
     assert a.nic != b.nic and pid_alive(a.nic) and pid_alive(b.nic)
+    assert a.info["active_mtu"] == b.info["active_mtu"] == e.IBV_MTU_4096   # rxe's rule on lo (MTU 65536)
+
+
+def test_the_active_mtu_follows_the_interface_as_rxe_sets_it():
+    from rdmalab.verbs.soft.device import rxe_active_mtu
+    assert [rxe_active_mtu(mtu) for mtu in (65536, 9000, 4176, 4175, 1500, 1104, 1103, 576, 68)] == [
+        e.IBV_MTU_4096, e.IBV_MTU_4096, e.IBV_MTU_4096, e.IBV_MTU_2048, e.IBV_MTU_1024, e.IBV_MTU_1024,
+        e.IBV_MTU_512, e.IBV_MTU_256, e.IBV_MTU_256]
 
 
 def test_write_of_several_packets_lands_and_completes(hosts):
@@ -483,6 +491,7 @@ def test_a_network_namespace_is_a_host(namespace):
     try:
         a.info, b.info = a("setup"), b("setup")
         assert b.info["gid"].endswith(":ffff:0ad7:0002")
+        assert a.info["active_mtu"] == b.info["active_mtu"] == e.IBV_MTU_1024   # a veth's MTU, 1500, as an Ethernet's
         a("connect", qpn=b.info["qpn"], gid=b.info["gid"], psn=b.info["psn"])
         b("connect", qpn=a.info["qpn"], gid=a.info["gid"], psn=a.info["psn"])
         a("fill", offset=0, length=5000, seed=13)

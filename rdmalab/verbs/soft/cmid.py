@@ -32,7 +32,7 @@ from . import datagram, shm
 from .addr import AHAttr, GID, GlobalRoute
 from .base import Resource, not_supported
 from .cq import CQ, CompChannel
-from .device import GIDS, PORT_ATTR, Context
+from .device import GIDS, Context, active_mtu
 from .enums import (IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_REMOTE_READ, IBV_ACCESS_REMOTE_WRITE,
                     IBV_QP_ACCESS_FLAGS, IBV_QP_AV, IBV_QP_DEST_QPN, IBV_QP_MAX_DEST_RD_ATOMIC,
                     IBV_QP_MAX_QP_RD_ATOMIC, IBV_QP_MIN_RNR_TIMER, IBV_QP_PATH_MTU, IBV_QP_PKEY_INDEX, IBV_QP_PORT,
@@ -651,7 +651,7 @@ class CMID(Resource):
         if not known:
             raise _error("Failed to get QP attributes: the peer is not known yet", errno.EINVAL)
         if qp_state == IBV_QPS_RTR:
-            attr.path_mtu, attr.dest_qp_num, attr.rq_psn = PORT_ATTR["active_mtu"], peer["qpn"], peer["psn"]
+            attr.path_mtu, attr.dest_qp_num, attr.rq_psn = active_mtu(), peer["qpn"], peer["psn"]
             attr.max_dest_rd_atomic, attr.min_rnr_timer = responder, 0
             attr.ah_attr = AHAttr(is_global=1, port_num=1, gr=GlobalRoute(
                 dgid=GID(peer.get("gid", GIDS[SGID_INDEX])), sgid_index=SGID_INDEX, hop_limit=HOP_LIMIT))

@@ -24,7 +24,7 @@ import struct
 
 from . import requester, responder, shm
 from .addr import IPV4_MAPPED
-from .device import GIDS, PORT_ATTR
+from .device import GIDS, active_mtu
 from .enums import (IBV_QPS_ERR, IBV_QPS_RTR, IBV_QPS_RTS, IBV_QPT_UD, IBV_SEND_SOLICITED, IBV_WC_GRH,
                     IBV_WC_LOC_QP_OP_ERR, IBV_WC_RECV, IBV_WC_SUCCESS, IBV_WC_WITH_IMM, IBV_WR_SEND,
                     IBV_WR_SEND_WITH_IMM)
@@ -47,7 +47,7 @@ class DatagramQueue(requester.UnansweredQueue):
         payload = requester._gather(self, wqe)
         if type(payload) is int:
             return requester.fail(self, wqe, payload)
-        if len(payload) <= 128 << PORT_ATTR["active_mtu"]:   # a longer one would take packets UD has not: lost
+        if len(payload) <= 128 << active_mtu():   # a longer one would take packets UD has not: lost
             deliver(self.qp_num, wqe, payload)
         self.psn = (self.psn + 1) % responder.PSN_MOD
         return requester.complete(self, wqe, IBV_WC_SUCCESS, len(payload))

@@ -10,7 +10,7 @@ from . import shm
 from .addr import GID
 from .base import Resource
 from .enums import (IBV_ATOMIC_HCA, IBV_DEVICE_MEM_WINDOW, IBV_DEVICE_MEM_WINDOW_TYPE_2B, IBV_DEVICE_SRQ_RESIZE,
-                               IBV_LINK_LAYER_ETHERNET, IBV_MTU_1024, IBV_MTU_4096,
+                               IBV_LINK_LAYER_ETHERNET, IBV_MTU_256, IBV_MTU_1024, IBV_MTU_4096,
                                IBV_NODE_CA, IBV_PORT_ACTIVE, IBV_TRANSPORT_IB)
 from .pyverbs_error import PyverbsRDMAError, PyverbsUserError
 from . import link as _link
@@ -77,6 +77,28 @@ PORT_ATTR = dict(
     active_width=1, active_speed=1, phys_state=5, link_layer=IBV_LINK_LAYER_ETHERNET, flags=1,  # GRH required
     port_cap_flags2=0, active_speed_ex=0)
 
+_active_mtu = None
+
+
+def active_mtu():
+    """The port's active MTU (an IBV_MTU_* value). On the shm link soft0 stands for rxe on an Ethernet of
+    MTU 1500: 1024. On the udp link it is rxe's rule applied to the network interface that holds this
+    host's address (lo, for any 127.0.0.x: 4096)."""
+    global _active_mtu
+    if _active_mtu is None:
+        from . import link
+        netdev = link.netdev_mtu(link.host()) if link.name() == "udp" else None
+        _active_mtu = rxe_active_mtu(netdev or 1500)
+    return _active_mtu
+
+
+def rxe_active_mtu(netdev_mtu):
+    """rxe's active MTU on a network interface of MTU `netdev_mtu`: the largest IB MTU that fits once
+    80 bytes of headers are taken off (1500: 1024; lo's 65536, or jumbo frames' 9000: 4096; at least 256)."""
+    usable = netdev_mtu - 80
+    return max((m for m in range(IBV_MTU_256, IBV_MTU_4096 + 1) if 128 << m <= usable), default=IBV_MTU_256)
+
+
 _reaped_once = False
 
 
@@ -126,7 +148,7 @@ class Context(Resource):
         self.check_open()
         if port_num != 1:
             raise PyverbsRDMAError(f"Failed to query port {port_num}", EINVAL)
-        return PortAttr(**PORT_ATTR)
+        return PortAttr(**dict(PORT_ATTR, active_mtu=active_mtu()))
 
     def query_gid(self, port_num, index):
         self.check_open()

@@ -16,7 +16,7 @@ from . import datagram, link, requester, responder, shm
 from .addr import AHAttr
 from .base import Record, Resource, not_supported
 from .cq import CQ
-from .device import DEVICE_ATTR, GIDS, GID_TABLE_LEN, PORT_ATTR
+from .device import DEVICE_ATTR, GIDS, GID_TABLE_LEN, PORT_ATTR, active_mtu
 from .enums import (
     IBV_QP_ACCESS_FLAGS as ACCESS_FLAGS, IBV_QP_ALT_PATH as ALT_PATH, IBV_QP_AV as AV,
     IBV_QP_CUR_STATE as CUR_STATE, IBV_QP_DEST_QPN as DEST_QPN,
@@ -288,7 +288,7 @@ class QP(Resource):
         if mask & AV:
             self._send.dgid = str(a.ah_attr.gr.dgid)
         if mask & PATH_MTU:
-            self._send.mtu = 128 << min(a.path_mtu, PORT_ATTR["active_mtu"])
+            self._send.mtu = 128 << min(a.path_mtu, active_mtu())
 
     # pyverbs' helpers: the masks a transition needs, then modify()
     def _get_comp_mask(self, dst):

@@ -15,8 +15,11 @@ Faults on the udp link, read by the NIC when it starts: RDMALAB_SOFT_LOSS, RDMAL
 RDMALAB_SOFT_REORDER (rates, 0..1, of the packets it sends), RDMALAB_SOFT_SEED (so a run repeats).
 RDMALAB_SOFT_CAPTURE=FILE.pcap makes each NIC write the packets it sends and receives.
 """
+import fcntl
 import ipaddress
 import os
+import socket
+import struct
 
 LINKS = ("shm", "udp")
 
@@ -44,6 +47,33 @@ def hosts_from(first, count):
     """`count` consecutive host addresses from `first`: a local cluster's ranks, a host each."""
     start = ipaddress.IPv4Address(first)
     return [str(start + i) for i in range(count)]
+
+
+SIOCGIFADDR, SIOCGIFNETMASK, SIOCGIFMTU = 0x8915, 0x891B, 0x8921   # Linux's ioctls on a network interface
+
+
+def netdev_mtu(address):
+    """The MTU of the network interface that holds `address`, or whose subnet does (lo, 127.0.0.1/8,
+    holds every 127.x.y.z: 65536; an Ethernet: 1500 as a rule); None if none here does (or not Linux)."""
+    target, best = ipaddress.IPv4Address(address), None
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            for _, name in socket.if_nameindex():
+                request = struct.pack("16s16x", name.encode()[:15])
+                try:
+                    own = fcntl.ioctl(s, SIOCGIFADDR, request)[20:24]
+                    mask = fcntl.ioctl(s, SIOCGIFNETMASK, request)[20:24]
+                    mtu = struct.unpack_from("i", fcntl.ioctl(s, SIOCGIFMTU, request), 16)[0]
+                except OSError:   # no IPv4 address on this one
+                    continue
+                subnet = ipaddress.IPv4Network(f"{socket.inet_ntoa(own)}/{socket.inet_ntoa(mask)}", strict=False)
+                if ipaddress.IPv4Address(own) == target:
+                    return mtu
+                if target in subnet and best is None:
+                    best = mtu
+    except OSError:
+        return best
+    return best
 
 
 def gid_of(address):
