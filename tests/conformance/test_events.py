@@ -2,6 +2,7 @@
 solicited-only arming; what get_cq_event does when no event comes (it blocks until a signal, errno 4).
 Observed on rxe0 with pyverbs 44 and matched by soft0 (tests run the same on both)."""
 import signal
+import threading
 
 import pytest
 
@@ -82,6 +83,23 @@ def test_a_receive_raises_an_event_on_the_receivers_channel(make_pair, channel):
     [wc] = poll(p.cq_b)
     assert (wc["wr_id"], wc["opcode"], wc["byte_len"]) == (7, e.IBV_WC_RECV, 5)
     p.cq_b.ack_events(1)
+
+
+def test_a_send_that_met_rnr_completes_while_its_program_waits_for_the_event(make_pair, channel):
+    # the retry after an RNR NAK is the NIC's timer (rxe: the kernel's): it must run while the program
+    # blocks in get_cq_event, not only when the program polls
+    p = make_pair(channel=channel)
+    p.cq_a.req_notify()
+    p.a.post_send(send_wr(p.src, 8, e.IBV_WR_SEND, wr_id=1))   # no receive posted yet: RNR NAK, retried
+    late = threading.Timer(0.2, lambda: p.b.post_recv(recv_wr(p.dst, 64, wr_id=2)))
+    late.start()
+    try:
+        assert next_event(channel, p.cq_a, seconds=5) == "event"
+    finally:
+        late.join()
+    assert [(c["wr_id"], c["status"]) for c in poll(p.cq_a)] == [(1, e.IBV_WC_SUCCESS)]
+    assert [c["wr_id"] for c in poll(p.cq_b)] == [2]
+    p.cq_a.ack_events(1)
 
 
 def test_solicited_only_arming_waits_for_a_solicited_receive(make_pair, channel):

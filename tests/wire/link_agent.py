@@ -5,6 +5,7 @@ programs on two machines would run: each with its own PD, MR, CQ and RC QP, conn
 other one tells about itself. Commands: setup, connect, write, read, send, recv, poll, state, counters.
 """
 import json
+import signal
 import sys
 import time
 
@@ -19,11 +20,12 @@ OPCODES = {"write": e.IBV_WR_RDMA_WRITE, "write_imm": e.IBV_WR_RDMA_WRITE_WITH_I
 
 
 class Agent:
-    def setup(self, size=1 << 16, mtu=e.IBV_MTU_1024, max_wr=64):
+    def setup(self, size=1 << 16, mtu=e.IBV_MTU_1024, max_wr=64, events=False):
         self.ctx = v.device.Context(name="soft0")
         self.pd = v.pd.PD(self.ctx)
         self.mr = v.mr.MR(self.pd, size, ACCESS)
-        self.cq = v.cq.CQ(self.ctx, 4 * max_wr)
+        self.channel = v.cq.CompChannel(self.ctx) if events else None
+        self.cq = v.cq.CQ(self.ctx, 4 * max_wr, None, self.channel, 0)
         cap = v.qp.QPCap(max_send_wr=max_wr, max_recv_wr=max_wr)
         self.qp = v.qp.QP(self.pd, v.qp.QPInitAttr(qp_type=e.IBV_QPT_RC, scq=self.cq, rcq=self.cq, cap=cap,
                                                    sq_sig_all=0))
@@ -118,6 +120,23 @@ class Agent:
     def nic_pid(self):
         from rdmalab.verbs.soft.link.doorbell import NIC
         return dict(pid=NIC.for_host().pid)
+
+
+    def event(self, limit=20.0):
+        """Arm the CQ and block in get_cq_event (a SIGALRM after `limit` seconds ends it: errno 4)."""
+        self.cq.req_notify()
+        signal.signal(signal.SIGALRM, lambda *_: None)
+        signal.setitimer(signal.ITIMER_REAL, limit)
+        start = time.monotonic()
+        try:
+            self.channel.get_cq_event(self.cq)
+            self.cq.ack_events(1)
+            got = "event"
+        except v.pyverbs_error.PyverbsRDMAError as error:
+            got = error.error_code
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        return dict(got=got, seconds=time.monotonic() - start)
 
 
 def main():

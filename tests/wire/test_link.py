@@ -260,6 +260,28 @@ def test_a_killed_nic_fails_its_programs_work_not_hangs(hosts):
     assert (awc["wr_id"], awc["status"]) == (21, e.IBV_WC_FATAL_ERR)
 
 
+def test_a_program_blocked_in_get_cq_event_hears_that_its_nic_died():
+    a, b = Agent(HOST_A), Agent(HOST_B)
+    try:
+        a.info, b.info = a("setup", events=True), b("setup")
+        a("connect", qpn=b.info["qpn"], gid=b.info["gid"], psn=b.info["psn"])
+        b("connect", qpn=a.info["qpn"], gid=a.info["gid"], psn=a.info["psn"])
+        nic = a("nic_pid")["pid"]
+        a("send", op="send", offset=0, length=10, wr_id=31)   # no receive posted: RNR NAKs, retried forever
+        a.proc.stdin.write(json.dumps(dict(do="event")) + "\n")
+        a.proc.stdin.flush()
+        time.sleep(0.3)                                     # (a is in get_cq_event by now)
+        os.kill(nic, signal.SIGKILL)
+        answer = json.loads(a.proc.stdout.readline())
+        assert answer["got"] == "event", answer             # not the alarm 20 s later: the wait noticed
+        [wc] = a.wcs()
+        assert (wc["wr_id"], wc["status"]) == (31, e.IBV_WC_FATAL_ERR)
+    finally:
+        a.stop()
+        b.stop()
+    assert wait_until(lambda: not nic_processes())
+
+
 # ---------------------------------------------------------------- reliability: faults, retries, duplicates
 
 LOSSY = dict(RDMALAB_SOFT_LOSS="0.01", RDMALAB_SOFT_SEED="15")

@@ -127,18 +127,34 @@ class CompChannel(Resource):
             cq = self._next_event()
             if cq is not None:
                 break
+            due = self._tend()
             if not waiting.futex_works():
                 time.sleep(0.001)
                 continue
             token = bell.arm()
             try:
-                if self._next_event(peek=True) is None and bell.sleep(token, waiting.SLEEP_CHUNK_S) == EINTR:
+                if self._next_event(peek=True) is None and bell.sleep(token, due) == EINTR:
                     raise PyverbsRDMAError("Failed to get CQ event", EINTR)
             finally:
                 bell.disarm()
         cq.unacked_events += 1
         if cq is not expected_cq:
             raise PyverbsRDMAError("Received event on an unexpected CQ", 0)
+
+    def _tend(self):
+        """Run what a NIC's own timers would while the program sleeps here, as poll() does: the retries
+        of send queues that wait (after an RNR NAK, or for an ACK) and, on the udp link, the NIC's news
+        (completions, or that it died: its QPs' work then fails, which raises the event). Returns how
+        long to sleep at most before tending them again."""
+        from rdmalab.proc import waiting
+        now, due = time.monotonic(), waiting.SLEEP_CHUNK_S
+        for cq in self.cqs:
+            for sq in list(cq._timed):
+                sq.progress()
+            retry = cq.next_timer()
+            if retry is not None:
+                due = min(due, max(retry - now, 0))
+        return due
 
     def _next_event(self, peek=False):
         """Take (or just see) the first CQ of this channel with an event not yet handed out."""
