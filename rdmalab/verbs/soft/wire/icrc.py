@@ -53,10 +53,9 @@ def compute_icrc(ip_header, udp_header, transport):
         raise WireError(f"UDP header of {len(udp_header)} bytes, expected 8")
     if len(transport) < 12:
         raise WireError(f"truncated packet: {len(transport)} bytes cannot hold a 12-byte BTH")
-    bth = transport[:4] + b"\xff" + transport[5:12]          # FECN, BECN, reserved
+    transport = memoryview(transport)   # (read in place, not copied)
     crc = _headers_crc(bytes(ip_header), bytes(udp_header))
-    for part in (bth, transport[12:]):
-        crc = zlib.crc32(part, crc)
+    crc = zlib.crc32(transport[5:], zlib.crc32(b"\xff", zlib.crc32(transport[:4], crc)))   # byte 4: FECN, BECN, reserved
     return crc
 
 

@@ -15,7 +15,7 @@ import struct
 from dataclasses import dataclass, field
 
 from . import encap
-from .headers import AETH, BTH, DETH, IETH, RETH, AtomicAckETH, AtomicETH, ImmDt, WireError
+from .headers import MASK24, AETH, BTH, DETH, IETH, RETH, AtomicAckETH, AtomicETH, ImmDt, WireError
 from .icrc import ICRC_SIZE, compute_icrc, icrc_bytes, icrc_of_trailer, ip_id_for
 from .opcodes import Op, opcode
 
@@ -93,27 +93,29 @@ class Packet:
         not the IPv4 Identification: Flow's default, 0, is what a sender that uses
         encap.dont_fragment sends; rxe sends other values), or by decode_ipv4 on a whole packet."""
         data = bytes(data)
-        bth = BTH.unpack(data)
-        if bth.tver != 0:
-            raise WireError(f"BTH header version {bth.tver}: only version 0 exists")
-        info = opcode(bth.opcode)
+        if len(data) < BTH.SIZE:
+            BTH.unpack(data)   # (raises: truncated)
+        op, flags, p_key, word1, word2 = _BTH.unpack_from(data)   # BTH.unpack's fields, without the object
+        if flags & 0xF:
+            raise WireError(f"BTH header version {flags & 0xF}: only version 0 exists")
+        info = opcode(op)
         offset, fields = BTH.SIZE, {}
         for header in info.headers:
             fields[_SLOTS[header]] = header.unpack(data, offset)
             offset += header.SIZE
-        end = len(data) - ICRC_SIZE
+        end, padcnt = len(data) - ICRC_SIZE, flags >> 4 & 3
         if end < offset:
             raise WireError(f"truncated packet: {info.name} needs {offset + ICRC_SIZE} bytes "
                             f"(headers and ICRC), got {len(data)}")
         if not info.payload and end > offset:
             raise WireError(f"{info.name} carries no payload, but {end - offset} bytes follow its headers")
-        if bth.padcnt > end - offset:
-            raise WireError(f"pad count {bth.padcnt} is more than the {end - offset} bytes after the headers")
+        if padcnt > end - offset:
+            raise WireError(f"pad count {padcnt} is more than the {end - offset} bytes after the headers")
         if flow is not None:
             verify_icrc(data, *_flow_headers(flow, len(data)))
-        return cls(bth.opcode, bth.destqp, bth.psn, payload=data[offset:end - bth.padcnt], a=bth.a,
-                   se=bth.se, m=bth.m, p_key=bth.p_key, fecn=bth.fecn, becn=bth.becn, tver=bth.tver,
-                   icrc=icrc_of_trailer(data), **fields)
+        return cls(op, word1 & MASK24, word2 & MASK24, data[offset:end - padcnt], a=bool(word2 >> 31),
+                   se=bool(flags & 0x80), m=bool(flags & 0x40), p_key=p_key, fecn=bool(word1 >> 31),
+                   becn=bool(word1 >> 30 & 1), icrc=_ICRC.unpack_from(data, end)[0], **fields)
 
     def replace(self, **changes):
         return dataclasses.replace(self, **changes)
@@ -129,6 +131,7 @@ class Packet:
 
 
 _BTH = struct.Struct("!BBHII")
+_ICRC = struct.Struct("<I")
 
 
 def encode_fast(flow, opcode, destqp, psn, payload=b"", headers=b"", a=False, se=False):
@@ -160,7 +163,7 @@ def sender_ip_id(udp_payload, flow):
 def verify_icrc(udp_payload, ip_header, udp_header):
     """Raise BadICRC unless the packet's ICRC matches its headers and contents."""
     carried = icrc_of_trailer(udp_payload)
-    computed = compute_icrc(ip_header, udp_header, bytes(udp_payload[:-ICRC_SIZE]))
+    computed = compute_icrc(ip_header, udp_header, memoryview(udp_payload)[:-ICRC_SIZE])
     if carried != computed:
         raise BadICRC(f"bad ICRC: the packet carries 0x{carried:08x}, its contents give 0x{computed:08x}")
 
