@@ -20,6 +20,23 @@ def test_processes_that_wait_for_each_other_spin_only_with_a_cpu_each(cpus, peer
     assert (p.spin_s > 0) == spins and (p.yields > 0) == (not spins)
 
 
+@pytest.mark.parametrize("cpus, spins, yields", [(8, True, False), (2, False, False), (1, False, True)])
+def test_on_the_udp_link_the_nic_processes_need_cpus_too(cpus, spins, yields):
+    # an answer needs our NIC process and the peer host's: spin only with a CPU for each of the three;
+    # with two CPUs, sleep at once (a yield would spin as well); with one, yield to them
+    p = waiting.Policy(cpus, 1, nic_processes=2)
+    assert (p.spin_s > 0) == spins and (p.yields > 0) == yields
+
+
+def test_soft0s_udp_link_tells_the_policy_about_its_nic_processes(monkeypatch):
+    monkeypatch.setattr(waiting, "_policy", None)
+    monkeypatch.setattr(waiting, "_nic_processes", 0)
+    monkeypatch.setattr(waiting, "usable_cpus", lambda: 2)
+    assert waiting.policy().spin_s > 0
+    waiting.answers_come_through_nic_processes(2)
+    assert waiting.policy().nic_processes == 2 and waiting.policy().spin_s == 0 and waiting.policy().yields == 0
+
+
 def test_the_cluster_tells_its_local_ranks_how_many_share_the_cpus(monkeypatch):
     monkeypatch.setattr(waiting, "_policy", None)
     monkeypatch.setattr(waiting, "usable_cpus", lambda: 2)

@@ -7,7 +7,9 @@ it calls `until(ready, ...)`, which tries three things in turn:
    on another CPU at the same time, so only when this process may use two CPUs or more, and only
    when the processes that wait for each other (RDMALAB_LOCAL_PEERS: an AllReduce's local ranks)
    have a CPU each: 4 ranks spinning on 2 CPUs spend their turns spinning while the rank they wait
-   for waits for a CPU;
+   for waits for a CPU. On soft0's udp link the NIC processes (ours and the peer host's) must run
+   too before an answer comes, so they count as well; there, with two CPUs or more but not one each,
+   a waiter neither spins nor yields: it sleeps at once and leaves the CPUs to the NICs;
 2. **yield**: `os.sched_yield()` between checks, a bounded number of times. With one CPU, the peer
    runs at once on ours, and answers in a few microseconds; but a yield that a CPU-bound process
    takes keeps us off the CPU for its whole slice, so that too counts as preempted (below);
@@ -48,11 +50,16 @@ yield_cpu = getattr(os, "sched_yield", lambda: time.sleep(0))
 class Policy:
     """How this process waits: spin seconds, then yields, then sleeps."""
 
-    def __init__(self, cpus, peers=1):
-        self.cpus, self.peers = cpus, peers
-        spin = cpus >= max(2, peers)   # the peer that will answer has a CPU of its own
+    def __init__(self, cpus, peers=1, nic_processes=0):
+        """nic_processes: processes that must run, besides the peers, before an answer comes (soft0's NIC
+        processes on its udp link: ours and the peer host's)."""
+        self.cpus, self.peers, self.nic_processes = cpus, peers, nic_processes
+        spin = cpus >= max(2, peers + nic_processes)   # everyone who must run for an answer has a CPU of their own
         self.spin_s = SPIN_S if spin else 0.0
-        self.yields = 0 if spin else YIELDS if cpus >= 1 else YIELDS // 10  # under a quota, each spin costs quota
+        if spin or nic_processes and cpus >= 2:   # (spinning or yielding would take a CPU a NIC process needs)
+            self.yields = 0
+        else:
+            self.yields = YIELDS if cpus >= 1 else YIELDS // 10  # under a quota, each spin costs quota
         # how long off the CPU means another process had it: a spin is never off it; a yield always is,
         # for as long as the peer (or a short system task) runs, but a CPU-bound process takes a slice
         self.preempted_after = PREEMPTED_S if spin else SLICE_S
@@ -77,11 +84,13 @@ class Policy:
         self.calm, self.slow_answers = CALM_S[0], 0
 
     def __repr__(self):
-        return (f"Policy(cpus={self.cpus:g}, peers={self.peers}, spin {self.spin_s * 1e6:.0f} us, "
+        return (f"Policy(cpus={self.cpus:g}, peers={self.peers}, NIC processes={self.nic_processes}, "
+                f"spin {self.spin_s * 1e6:.0f} us, "
                 f"then {self.yields} yields, then sleep)")
 
 
 _policy = None
+_nic_processes = 0
 
 
 def policy():
@@ -91,8 +100,16 @@ def policy():
             peers = max(1, int(os.environ.get(PEERS_ENV, 1)))
         except ValueError:
             peers = 1
-        _policy = Policy(usable_cpus(), peers)
+        _policy = Policy(usable_cpus(), peers, _nic_processes)
     return _policy
+
+
+def answers_come_through_nic_processes(count):
+    """Said by soft0's udp link: every answer this process waits for needs `count` NIC processes to run
+    (its host's and the peer's), so they count when deciding whether to spin (see Policy)."""
+    global _policy, _nic_processes
+    if count != _nic_processes:
+        _policy, _nic_processes = None, count
 
 
 def until(ready, timeout, what="the peer", bell=None, alive=None, busy=True):

@@ -28,6 +28,7 @@ from ..enums import (IBV_QPS_ERR, IBV_QPS_RTS, IBV_SEND_INLINE, IBV_WC_FATAL_ERR
 from ..layout import Q_STATE
 from ..pyverbs_error import PyverbsRDMAError
 from ..responder import ATOMICS, NEEDS_ACCESS, PSN_MOD, enter, packets
+from rdmalab.proc import waiting
 from rdmalab.proc.procstat import pid_alive
 from . import address_of, host as this_host
 from .nic import doorbell_name
@@ -51,6 +52,7 @@ class NIC:
         return nic
 
     def __init__(self, host):
+        waiting.answers_come_through_nic_processes(2)   # ours, and the peer host's: they need CPUs too
         self.host, self.lost, self.pid = host, False, None
         self.queues = {}   # qp_num -> WireSendQueue of this process
         self.next_check = 0.0

@@ -19,6 +19,7 @@ Faults (RDMALAB_SOFT_LOSS, _DUP, _REORDER, _SEED) apply to the packets it sends.
 RDMALAB_SOFT_CAPTURE=FILE.pcap it writes every packet it sends and receives to FILE.<host>.pcap.
 """
 import argparse
+import errno
 import os
 import pickle
 import random
@@ -36,13 +37,22 @@ from ..wire import BadICRC, Flow, Packet, PcapWriter, WireError, encap
 from ..wire.packet import sender_ip_id
 from ..wire.opcodes import Op
 from . import transport
+from rdmalab.proc.cpus import usable_cpus
 from rdmalab.proc.procstat import pid_alive
 
 PORT = encap.ROCEV2_PORT
 BUFFER_BYTES = 4 << 20
 CLIENT_CHECK_S = 0.25   # how often it looks for programs that died
 ALONE_S = 5.0           # a NIC nobody used this long after it started ends
+KEEP_POLLING_S = 500e-6  # after any work, how long it keeps looking for more before it sleeps
 UCRED = struct.Struct("3i")   # what SCM_CREDENTIALS says about the sender: pid, uid, gid
+# Linux's UDP segmentation offload: a train of datagrams of one length (the last may be shorter) goes in
+# one system call and the kernel cuts it up (UDP_SEGMENT, "GSO"); on the way in, datagrams of one flow
+# come up together, with their length (UDP_GRO). The packets on the wire are the same.
+UDP_SEGMENT, UDP_GRO = 103, 104
+TRAIN_BYTES, TRAIN_DATAGRAMS = 65000, 64
+SEGMENT_SIZE = struct.Struct("H")
+GRO_SIZE = struct.Struct("i")
 RESPONSES = {Op.RC_ACKNOWLEDGE, Op.RC_ATOMIC_ACKNOWLEDGE, Op.RC_RDMA_READ_RESPONSE_FIRST,
              Op.RC_RDMA_READ_RESPONSE_MIDDLE, Op.RC_RDMA_READ_RESPONSE_LAST, Op.RC_RDMA_READ_RESPONSE_ONLY}
 # Port counters, named as Linux's rxe names its hw_counters where it has one
@@ -187,12 +197,24 @@ class NIC:
         self.outbox = {}                    # program's address -> [(qpn, retired, completion, send CQ)] to send
         self.started = time.monotonic()
         self.had_clients = False
+        # After any work it keeps polling its sockets for a while before it sleeps, as a NIC's driver
+        # polls while traffic flows (Linux's NAPI): a sleeping process takes tens of microseconds to wake.
+        # Only with two CPUs or more: on one, it would only keep the programs waiting for the CPU.
+        self.keep_polling_s = KEEP_POLLING_S if usable_cpus() >= 2 else 0.0
+        self.busy_until = 0.0
         self.doorbell = doorbell
         self.udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         encap.dont_fragment(self.udp)   # unconnected, DF: Linux sends IPv4 ID 0, which the ICRC covers
         for option in (socket.SO_RCVBUF, socket.SO_SNDBUF):
             self.udp.setsockopt(socket.SOL_SOCKET, option, BUFFER_BYTES)
         self.udp.bind((host, PORT))
+        self.gso = True   # until the kernel says it has no UDP_SEGMENT
+        try:
+            self.udp.setsockopt(socket.IPPROTO_UDP, UDP_GRO, 1)
+            self.gro = True
+        except OSError:
+            self.gro = False
+        self.outgoing = []   # (datagram, destination address) put on the wire in this pass of the loop
         self.doorbell.setblocking(False)
         self.udp.setblocking(False)
         capture = environ.get("RDMALAB_SOFT_CAPTURE")
@@ -211,7 +233,11 @@ class NIC:
             if self.faults.held:
                 deadlines.append(now + 0.001)
             wait = max(0.0, min(deadlines) - now)
+            if now < self.busy_until:
+                wait = 0.0   # traffic flows: look again at once rather than sleep
             ready, _, _ = select.select([self.doorbell, self.udp], [], [], wait)
+            if ready:
+                self.busy_until = time.monotonic() + self.keep_polling_s
             if self.doorbell in ready:
                 self.take_doorbells()
             if self.udp in ready:
@@ -221,6 +247,7 @@ class NIC:
                 self.guarded(self.work, conn, now)
             if self.faults.held and not ready:
                 self.put_on_wire(self.faults.release())
+            self.flush()
             self.guarded(self.report)
             if now >= next_check:
                 next_check = now + CLIENT_CHECK_S
@@ -351,22 +378,67 @@ class NIC:
         self.put_on_wire(self.faults.apply(out, self) if self.faults.any() else [out])
 
     def put_on_wire(self, datagrams):
-        """Send (datagram, destination address) pairs from the host's port 4791."""
-        for datagram, dest in datagrams:
-            try:
-                self.udp.sendto(datagram, (dest, PORT))
-            except OSError:   # a full socket buffer (the packet is lost, as on a congested link), or ICMP news
-                self.count("send_err")
+        """Queue (datagram, destination address) pairs to go from the host's port 4791 (flush() sends them)."""
+        self.outgoing.extend(datagrams)
+
+    def flush(self):
+        """Send what this pass of the loop put on the wire, in order. A run of datagrams to one host, of
+        one length (the last may be shorter: a message's last packet), goes as one train: one system
+        call instead of one per packet, as a NIC's segmentation offload saves its host's CPU."""
+        out, self.outgoing = self.outgoing, []
+        start = 0
+        while start < len(out):
+            end = self.train_end(out, start) if self.gso else start + 1
+            self.send_train(out[start:end])
+            start = end
+
+    @staticmethod
+    def train_end(out, start):
+        first, dest = out[start]
+        size, total, end = len(first), len(first), start + 1
+        while end < len(out) and end - start < TRAIN_DATAGRAMS:
+            datagram, to = out[end]
+            if to != dest or len(datagram) > size or total + len(datagram) > TRAIN_BYTES:
+                break
+            total += len(datagram)
+            end += 1
+            if len(datagram) < size:
+                break
+        return end
+
+    def send_train(self, train):
+        address = (train[0][1], PORT)
+        try:
+            if len(train) == 1:
+                self.udp.sendto(train[0][0], address)
+            else:
+                self.udp.sendmsg([datagram for datagram, _ in train],
+                                 [(socket.IPPROTO_UDP, UDP_SEGMENT, SEGMENT_SIZE.pack(len(train[0][0])))], 0, address)
+        except OSError as error:
+            if len(train) > 1 and error.errno in (errno.EINVAL, errno.ENOPROTOOPT, errno.EOPNOTSUPP, errno.EIO):
+                self.gso = False   # a kernel without UDP segmentation offload: one datagram at a time
+                for one in train:
+                    self.send_train([one])
+            else:   # a full socket buffer (the packets are lost, as on a congested link), or ICMP news
+                self.count("send_err", len(train))
 
     def take_packets(self):
         for _ in range(512):
             try:
-                data, (src, sport) = self.udp.recvfrom(1 << 16)
+                data, ancillary, _, (src, sport) = self.udp.recvmsg(1 << 16, socket.CMSG_SPACE(GRO_SIZE.size))
             except (BlockingIOError, InterruptedError):
                 return
             except OSError:   # an ICMP error from an earlier send (port unreachable): nothing to read
                 continue
-            self.guarded(self.receive, data, src, sport)
+            size = next((GRO_SIZE.unpack(value[:GRO_SIZE.size])[0] for level, kind, value in ancillary
+                         if level == socket.IPPROTO_UDP and kind == UDP_GRO and len(value) >= GRO_SIZE.size), 0)
+            if 0 < size < len(data):   # several datagrams of one flow, together: `size` bytes each, the last shorter
+                for at in range(0, len(data), size):
+                    self.guarded(self.receive, data[at:at + size], src, sport)
+            else:
+                self.guarded(self.receive, data, src, sport)
+            if self.outgoing:
+                self.flush()   # the ACKs at once: the sender's window moves on while we take the rest
 
     def receive(self, data, src, sport):
         self.count("rcvd_pkts")
