@@ -13,7 +13,7 @@ from rdmalab import verbs as v
 
 e = v.enums
 ACCESS = (e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
-          | e.IBV_ACCESS_REMOTE_ATOMIC)
+          | e.IBV_ACCESS_REMOTE_ATOMIC | e.IBV_ACCESS_MW_BIND)
 OPCODES = {"write": e.IBV_WR_RDMA_WRITE, "write_imm": e.IBV_WR_RDMA_WRITE_WITH_IMM, "send": e.IBV_WR_SEND,
            "send_imm": e.IBV_WR_SEND_WITH_IMM, "read": e.IBV_WR_RDMA_READ, "cas": e.IBV_WR_ATOMIC_CMP_AND_SWP,
            "faa": e.IBV_WR_ATOMIC_FETCH_AND_ADD}
@@ -89,6 +89,20 @@ class Agent:
             elif op not in ("send", "send_imm"):
                 wr.set_wr_rdma(rkey, remote_addr)
             self.qp.post_send(wr)
+        return {}
+
+    def bind_mw(self, offset, length, wr_id=1):
+        """Bind a type 2 memory window over [offset, offset+length) of the MR, for remote writes (signaled)."""
+        self.mw = v.mr.MW(self.pd, e.IBV_MW_TYPE_2)
+        wr = v.wr.SendWR(wr_id=wr_id, opcode=e.IBV_WR_BIND_MW, send_flags=e.IBV_SEND_SIGNALED)
+        wr.set_bind_wr(self.mw, v.mr.MWBindInfo(self.mr, self.mr.buf + offset, length, e.IBV_ACCESS_REMOTE_WRITE))
+        self.qp.post_send(wr)
+        return dict(rkey=wr.rkey, addr=self.mr.buf + offset)
+
+    def invalidate(self, rkey, wr_id=1):
+        wr = v.wr.SendWR(wr_id=wr_id, opcode=e.IBV_WR_LOCAL_INV, send_flags=e.IBV_SEND_SIGNALED)
+        wr.imm_data = rkey
+        self.qp.post_send(wr)
         return {}
 
     def recv(self, offset, length, wr_id=1):

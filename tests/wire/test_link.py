@@ -230,6 +230,24 @@ def test_rnr_then_success_once_a_receive_is_posted(hosts):
     assert a("counters")["counters"]["rcvd_rnr_err"] >= 2
 
 
+def test_window_binds_complete_in_order_with_the_writes_before_them(hosts):
+    a, b = hosts
+    ok = e.IBV_WC_SUCCESS
+    # a 60 KB WRITE (59 packets) is still on its way when the bind is posted: the bind waits its turn
+    a("send", op="write", offset=0, length=60000, remote_addr=b.info["addr"], rkey=b.info["rkey"], wr_id=1)
+    window = a("bind_mw", offset=4096, length=4096, wr_id=2)
+    assert [(w["wr_id"], w["status"]) for w in a.wcs(2)] == [(1, ok), (2, ok)]
+    b("fill", offset=0, length=64, seed=3)
+    b("send", op="write", offset=0, length=64, remote_addr=window["addr"], rkey=window["rkey"], wr_id=3)
+    assert [(w["wr_id"], w["status"]) for w in b.wcs()] == [(3, ok)]   # the window lets b in...
+    assert a("read", offset=4096, length=64) == b("read", offset=0, length=64)
+    a("send", op="write", offset=0, length=60000, remote_addr=b.info["addr"], rkey=b.info["rkey"], wr_id=4)
+    a("invalidate", rkey=window["rkey"], wr_id=5)
+    assert [(w["wr_id"], w["status"]) for w in a.wcs(2)] == [(4, ok), (5, ok)]
+    b("send", op="write", offset=0, length=64, remote_addr=window["addr"], rkey=window["rkey"], wr_id=6)
+    assert [(w["wr_id"], w["status"]) for w in b.wcs()] == [(6, e.IBV_WC_REM_ACCESS_ERR)]   # ...until invalidated
+
+
 def test_a_killed_program_ends_its_nic():
     a = Agent(HOST_A)
     try:

@@ -182,7 +182,7 @@ class WireSendQueue:
     def __init__(self, header, qp_num, pd, cq, sig_all):
         self.header, self.qp_num, self.pd, self.cq, self.sig_all = header, qp_num, pd, cq, sig_all
         self.routes = {}   # (qp.modify clears it; nothing is cached on this side of the link)
-        self.outstanding = deque()   # (seq, wr_id) handed to the NIC and not yet retired
+        self.outstanding = deque()   # (seq, wr_id, local WR or None) handed to the NIC and not yet retired
         self.held = []               # WRs posted before RTS: rxe keeps them in its ring
         self.seq = 0
         self.reset()
@@ -251,8 +251,12 @@ class WireSendQueue:
     # ------------------------------------------------------------ to and from the NIC
 
     def _hand_over(self, wr):
-        if wr.opcode in requester.LOCAL_OPERATIONS:   # binding and invalidating windows: done here (see docs)
-            return requester.local_operation(self, wr)
+        if wr.opcode in requester.LOCAL_OPERATIONS:   # binding and invalidating windows: done here, in order
+            if not self.outstanding:
+                return requester.local_operation(self, wr)
+            self.seq += 1   # after the WRs before it are done, as rxe's requester reaches it in its ring
+            self.outstanding.append((self.seq, wr.wr_id, requester.snapshot(wr)))
+            return None
         status = local_check(self, wr)
         inline = requester._inline(wr) if wr.send_flags & IBV_SEND_INLINE and not status else None
         if not status:   # the PSNs the NIC will give it: query() reports the next one, as rxe does
@@ -262,7 +266,7 @@ class WireSendQueue:
         if self.nic.lost:
             return self.nic_lost([(wr.wr_id, status)])
         self.seq += 1
-        self.outstanding.append((self.seq, wr.wr_id))
+        self.outstanding.append((self.seq, wr.wr_id, None))
         self.cq.wait_for_timer(self)   # poll() then calls progress(), which takes the NIC's completions
         self.nic.ring(("post", self.qp_num, self.seq, wr.wr_id, wr.opcode, wr.send_flags, list(wr.sges),
                        wr.remote_addr, wr.rkey, wr.imm_data, wr.compare_add, wr.swap, inline, status))
@@ -272,17 +276,21 @@ class WireSendQueue:
         (The NIC has woken the CQ, and raised its event if it was armed, when it sent this.)"""
         outstanding = self.outstanding
         while outstanding and outstanding[0][0] <= retired:
-            outstanding.popleft()
+            _, _, local = outstanding.popleft()
+            if local is not None:   # a window bind or invalidation between WRs the NIC retired together
+                requester.local_operation(self, local)
         if completion is not None:
             wr_id, status, opcode, byte_len, flags = completion
             self.cq._completions.append((wr_id, status, opcode, byte_len, self.qp_num, 0, flags))
+        while outstanding and outstanding[0][2] is not None:   # the WRs before it are done: its turn
+            requester.local_operation(self, outstanding.popleft()[2])
 
     def nic_lost(self, more=()):
         """The NIC died: what it held fails (FATAL_ERR first, then WR_FLUSH_ERR), and the QP is in ERR."""
         if self.header is not None and self.header[Q_STATE] != IBV_QPS_ERR:
             enter(self.header, IBV_QPS_ERR)
         status = IBV_WC_FATAL_ERR
-        for _, wr_id in list(self.outstanding) + list(more):
+        for _, wr_id, *_ in list(self.outstanding) + list(more):
             self.cq.push(wr_id, status, 0, 0, self.qp_num)
             status = IBV_WC_WR_FLUSH_ERR
         self.outstanding.clear()
