@@ -320,6 +320,23 @@ def test_encode_fast_gives_the_bytes_packet_encode_gives():
         assert encode_fast(flow, op, pkt.destqp, pkt.psn, payload, headers, pkt.a, pkt.se) == pkt.encode(flow)
 
 
+def test_the_nics_fast_ack_is_the_ack_packet_encode_gives():
+    from rdmalab.verbs.soft.link.transport import Responder
+
+    class Conn:
+        dest_qpn, flow = 0x123, Flow("127.0.0.1", "127.0.0.2", sport=4791)
+
+    class NIC:
+        def send(self, pkt, conn):
+            self.datagram = pkt.encode(conn.flow)
+
+    responder, nic = Responder(Conn()), NIC()
+    for msn, psn in ((0, 0), (0xABCDE, 77), (0xFFFFFF, 0xFFFFFF)):
+        responder.msn = msn
+        responder.ack(nic, psn)
+        assert nic.datagram == Packet(Op.RC_ACKNOWLEDGE, 0x123, psn, aeth=AETH.ack(msn)).encode(Conn.flow)
+
+
 
 def test_the_ipv4_identification_a_udp_socket_hides_is_found_from_the_icrc():
     from rdmalab.verbs.soft.wire.icrc import ip_id_for

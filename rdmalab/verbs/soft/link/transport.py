@@ -24,6 +24,7 @@ makes, and nothing is written before the message is complete and accepted. It an
   replies), so a duplicated FETCH_AND_ADD adds once;
 - a PSN far ahead of any window: dropped and counted.
 """
+import struct
 from collections import deque
 
 from .. import responder as verbs_responder
@@ -40,7 +41,7 @@ from ..requester import WC_OPCODE, WITH_IMM
 from ..responder import ACK, NO_ANSWER, RNR_NAK, RNR_TIMER_MS, packets
 from ..wire import AETH, RETH, AtomicAckETH, AtomicETH, ImmDt, Op, Packet
 from ..wire.packet import encode_fast
-from ..wire.headers import (ACK as AETH_ACK, IETH, NAK as AETH_NAK, NAK_INVALID_REQUEST, NAK_PSN_SEQUENCE_ERROR,
+from ..wire.headers import (ACK as AETH_ACK, CREDITS_INVALID, IETH, NAK as AETH_NAK, NAK_INVALID_REQUEST, NAK_PSN_SEQUENCE_ERROR,
                             NAK_REMOTE_ACCESS_ERROR, NAK_REMOTE_OPERATIONAL_ERROR, RNR_NAK as AETH_RNR_NAK)
 from ..wire.segment import psn_add, psn_diff
 
@@ -52,6 +53,7 @@ NAK_STATUS = {NAK_INVALID_REQUEST: IBV_WC_REM_INV_REQ_ERR, NAK_REMOTE_ACCESS_ERR
               NAK_REMOTE_OPERATIONAL_ERROR: IBV_WC_REM_OP_ERR}
 NAK_CODE = {status: code for code, status in NAK_STATUS.items()}
 ATOMICS = (CMP_AND_SWP, FETCH_AND_ADD)
+_AETH_ACK = struct.Struct("!I")
 KIND = {WRITE: "RDMA_WRITE", WRITE_WITH_IMM: "RDMA_WRITE", SEND: "SEND", SEND_WITH_IMM: "SEND", SEND_WITH_INV: "SEND"}
 
 
@@ -504,7 +506,7 @@ class Responder:
         part.count += 1
         if position in (0, 1):
             if pkt.a:
-                self.reply(nic, Op.RC_ACKNOWLEDGE, pkt.psn, aeth=AETH.ack(self.msn))
+                self.ack(nic, pkt.psn)
             return
         self.partial = None
         payload = part.chunks[0] if part.count == 1 else b"".join(part.chunks)
@@ -555,7 +557,7 @@ class Responder:
         if answer == ACK:
             self.msn = (self.msn + 1) & 0xFFFFFF
             if ack_req:
-                self.reply(nic, Op.RC_ACKNOWLEDGE, psn, aeth=AETH.ack(self.msn))
+                self.ack(nic, psn)
         elif answer == RNR_NAK:
             nic.count("send_rnr_err")
             self.nak_sent = True   # the packets after it, already on their way, are dropped without a word
@@ -587,6 +589,11 @@ class Responder:
             return
         if pkt.a:
             self.reply(nic, Op.RC_ACKNOWLEDGE, psn_add(expected, -1), aeth=AETH.ack(self.msn))
+
+    def ack(self, nic, psn):
+        """ACK everything up to `psn`: the commonest answer, encoded as the data packets are (DataPacket)."""
+        aeth = _AETH_ACK.pack(AETH_ACK << 29 | CREDITS_INVALID << 24 | self.msn)   # AETH.ack(self.msn).pack()
+        nic.send(DataPacket(Op.RC_ACKNOWLEDGE, self.conn.dest_qpn, psn, b"", aeth, False, False), self.conn)
 
     def reply(self, nic, opcode, psn, **fields):
         nic.send(Packet(opcode, self.conn.dest_qpn, psn, **fields), self.conn)
