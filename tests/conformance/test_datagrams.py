@@ -25,8 +25,8 @@ def ud(ctx, gid_index, pd):
         attr.qkey = QKEY
         a = v.qp.QP(pd, v.qp.QPInitAttr(qp_type=e.IBV_QPT_UD, scq=cq_a, rcq=cq_a, cap=v.qp.QPCap(4, 4, 2, 2)), attr)
         b = v.qp.QP(pd, v.qp.QPInitAttr(qp_type=e.IBV_QPT_UD, scq=cq_b, rcq=cq_b, cap=v.qp.QPCap(4, 4, 2, 2)), attr)
-        src = v.mr.MR(pd, 4096, e.IBV_ACCESS_LOCAL_WRITE)
-        dst = v.mr.MR(pd, 4096, e.IBV_ACCESS_LOCAL_WRITE)
+        src = v.mr.MR(pd, 8192, e.IBV_ACCESS_LOCAL_WRITE)
+        dst = v.mr.MR(pd, 8192, e.IBV_ACCESS_LOCAL_WRITE)
         ah = address(ctx, pd, gid_index)
 
         def send(self, length, qkey=QKEY, opcode=e.IBV_WR_SEND, imm=0, wr_id=1, fill=b"D", qp_num=None, ah=None):
@@ -134,14 +134,15 @@ def test_ud_wrong_qkey_is_dropped_silently(ud):
     assert states(ud.b) == (e.IBV_QPS_RTS, e.IBV_QPS_RTS)
 
 
-def test_ud_send_larger_than_the_mtu_completes_and_is_lost(ud):
-    ud.receive(length=3000, wr_id=52)
-    ud.send(1025, wr_id=1, fill=b"A")   # one packet at most, of the port's MTU (1024)
-    ud.send(1024, wr_id=2, fill=b"B")
+def test_ud_send_larger_than_the_mtu_completes_and_is_lost(ctx, ud):
+    mtu = 128 << ctx.query_port(PORT).active_mtu   # one packet at most, of the port's MTU (rxe0's: 1024)
+    ud.receive(length=GRH + mtu + 1000, wr_id=52)
+    ud.send(mtu + 1, wr_id=1, fill=b"A")
+    ud.send(mtu, wr_id=2, fill=b"B")
     assert [(c["wr_id"], c["status"], c["byte_len"]) for c in poll(ud.cq_a, 2)] == \
-        [(1, e.IBV_WC_SUCCESS, 1025), (2, e.IBV_WC_SUCCESS, 1024)]
-    assert [(c["wr_id"], c["byte_len"]) for c in poll(ud.cq_b, 2, timeout=1.0)] == [(52, GRH + 1024)]
-    assert ud.dst.read(1025, GRH) == b"B" * 1024 + b"\xee"
+        [(1, e.IBV_WC_SUCCESS, mtu + 1), (2, e.IBV_WC_SUCCESS, mtu)]
+    assert [(c["wr_id"], c["byte_len"]) for c in poll(ud.cq_b, 2, timeout=1.0)] == [(52, GRH + mtu)]
+    assert ud.dst.read(mtu + 1, GRH) == b"B" * mtu + b"\xee"
     assert states(ud.a) == (e.IBV_QPS_RTS, e.IBV_QPS_RTS)
 
 
@@ -153,6 +154,7 @@ def test_ud_reaches_only_a_ud_qp_ready_to_receive(ctx, pd, ud):
     c.modify(a, e.IBV_QP_STATE | e.IBV_QP_PKEY_INDEX | e.IBV_QP_PORT | e.IBV_QP_QKEY)
     c.post_recv(recv_wr(ud.dst, 100, wr_id=60))
     ud.send(8, qp_num=c.qp_num, wr_id=1)
+    assert poll(ud.cq_b, 1, timeout=0.2) == []   # (time for a datagram on a wire to arrive, and be dropped)
     c.modify(v.qp.QPAttr(qp_state=e.IBV_QPS_RTR), e.IBV_QP_STATE)
     ud.send(9, qp_num=c.qp_num, wr_id=2)
     ud.send(10, qp_num=0xABCDE, wr_id=3)

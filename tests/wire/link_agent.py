@@ -2,7 +2,8 @@
 
 The tests of the udp link (test_link.py) run two of these, on two hosts (RDMALAB_SOFT_HOST), as two
 programs on two machines would run: each with its own PD, MR, CQ and RC QP, connected by what the
-other one tells about itself. Commands: setup, connect, write, read, send, recv, poll, state, counters.
+other one tells about itself. Commands: setup, connect, write, read, send, recv, poll, state, counters;
+setup_ud, send_ud and recv_ud for a UD QP beside the RC one (on the same CQ).
 """
 import json
 import signal
@@ -43,6 +44,30 @@ class Agent:
         attr.min_rnr_timer, attr.timeout, attr.retry_cnt, attr.rnr_retry = min_rnr_timer, timeout, retry_cnt, rnr_retry
         attr.ah_attr = v.addr.AHAttr(port_num=1, is_global=1, gr=v.addr.GlobalRoute(dgid=v.addr.GID(gid), sgid_index=1))
         self.qp.to_rts(attr)
+        return {}
+
+    def setup_ud(self, qkey):
+        """A UD QP in RTS, holding `qkey`, on the RC QP's CQ."""
+        cap = v.qp.QPCap(max_send_wr=16, max_recv_wr=16)
+        self.ud = v.qp.QP(self.pd, v.qp.QPInitAttr(qp_type=e.IBV_QPT_UD, scq=self.cq, rcq=self.cq, cap=cap))
+        attr = v.qp.QPAttr(port_num=1)
+        attr.qkey, attr.pkey_index = qkey, 0
+        self.ud.to_rts(attr)
+        return dict(qpn=self.ud.qp_num)
+
+    def send_ud(self, gid, qpn, qkey, offset, length, imm=None, wr_id=1):
+        ah = v.addr.AH(self.pd, attr=v.addr.AHAttr(port_num=1, is_global=1,
+                                                   gr=v.addr.GlobalRoute(dgid=v.addr.GID(gid), sgid_index=1)))
+        wr = v.wr.SendWR(wr_id=wr_id, opcode=e.IBV_WR_SEND if imm is None else e.IBV_WR_SEND_WITH_IMM, num_sge=1,
+                         sg=[v.wr.SGE(self.mr.buf + offset, length, self.mr.lkey)], send_flags=e.IBV_SEND_SIGNALED,
+                         imm_data=imm or 0)
+        wr.set_wr_ud(ah, qpn, qkey)
+        self.ud.post_send(wr)
+        return {}
+
+    def recv_ud(self, offset, length, wr_id=1):
+        sge = v.wr.SGE(self.mr.buf + offset, length, self.mr.lkey)
+        self.ud.post_recv(v.wr.RecvWR(wr_id=wr_id, num_sge=1, sg=[sge]))
         return {}
 
     def write(self, offset, hex):
@@ -118,7 +143,8 @@ class Agent:
             if not got:
                 time.sleep(0.0005)
         return dict(wcs=[dict(wr_id=w.wr_id, status=w.status, opcode=w.opcode, byte_len=w.byte_len,
-                              imm_data=w.imm_data, wc_flags=w.wc_flags, qp_num=w.qp_num) for w in wcs])
+                              imm_data=w.imm_data, wc_flags=w.wc_flags, qp_num=w.qp_num,
+                              src_qp=w.src_qp) for w in wcs])
 
     def state(self):
         return dict(state=self.qp.query(e.IBV_QP_STATE)[0].qp_state)

@@ -248,6 +248,34 @@ def test_window_binds_complete_in_order_with_the_writes_before_them(hosts):
     assert [(w["wr_id"], w["status"]) for w in b.wcs()] == [(6, e.IBV_WC_REM_ACCESS_ERR)]   # ...until invalidated
 
 
+def test_ud_datagrams_cross_between_hosts_with_the_packets_ipv4_header_as_grh(hosts):
+    a, b = hosts
+    qkey = 0x11111111
+    a.ud, b.ud = a("setup_ud", qkey=qkey)["qpn"], b("setup_ud", qkey=qkey)["qpn"]
+    b("recv_ud", offset=8192, length=40 + 3000, wr_id=70)
+    b("recv_ud", offset=16384, length=40 + 100, wr_id=71)
+    a("fill", offset=0, length=3000, seed=5)
+    a("send_ud", gid=b.info["gid"], qpn=b.ud, qkey=qkey, offset=0, length=3000, wr_id=1)
+    a("send_ud", gid=b.info["gid"], qpn=b.ud, qkey=qkey, offset=0, length=100, imm=0x01020304, wr_id=2)
+    a("send_ud", gid=b.info["gid"], qpn=b.ud, qkey=qkey + 1, offset=0, length=8, wr_id=3)   # another Q_Key
+    assert [(w["wr_id"], w["status"]) for w in a.wcs(3)] == [(1, 0), (2, 0), (3, 0)]   # sent: nothing answers UD
+    got = b.wcs(2)
+    assert [(w["wr_id"], w["status"], w["byte_len"], w["src_qp"], w["wc_flags"]) for w in got] == [
+        (70, 0, 40 + 3000, a.ud, e.IBV_WC_GRH), (71, 0, 40 + 100, a.ud, e.IBV_WC_GRH | e.IBV_WC_WITH_IMM)]
+    assert got[1]["imm_data"] == 0x01020304
+    assert b("digest", offset=8192 + 40, length=3000) == a("digest", offset=0, length=3000)
+    # the GRH's last 20 bytes: the IPv4 header the packet came with (UDP 8 + BTH 12 + DETH 8 + payload + ICRC 4)
+    ip = bytes.fromhex(b("read", offset=8192, length=40)["hex"])
+    assert ip[:20] == bytes(20) and ip[20] == 0x45
+    assert int.from_bytes(ip[22:24], "big") == 20 + 8 + 12 + 8 + 3000 + 4
+    assert (ip[32:36], ip[36:40]) == (bytes(map(int, HOST_A.split("."))), bytes(map(int, HOST_B.split("."))))
+    words = sum(int.from_bytes(ip[i:i + 2], "big") for i in range(20, 40, 2))
+    assert (words & 0xFFFF) + (words >> 16) == 0xFFFF   # a valid header checksum
+    assert b.wcs(1, timeout=0.5) == []   # the datagram for another Q_Key was dropped, unseen
+    counters = b("counters")["counters"]
+    assert counters["rcvd_pkts"] >= 3 and counters["dropped_datagram"] == 1, counters
+
+
 def test_a_killed_program_ends_its_nic():
     a = Agent(HOST_A)
     try:

@@ -96,6 +96,20 @@ def test_rxe_and_soft0s_wire_nic_carry_rc_both_ways(pair):
     assert [(w["wr_id"], w["status"]) for w in soft.wcs()] == [(3, e.IBV_WC_SUCCESS)]
     assert int.from_bytes(bytes.fromhex(soft("read", offset=40000, length=8)["hex"]), "little") == 41
     assert int.from_bytes(mr.read(8, 12288), "little") == 42
+    # immediate data both ways: a completion shows the imm_data its sender's work request gave
+    from pyverbs.wr import SGE, RecvWR, SendWR
+    soft("recv", offset=24576, length=64, wr_id=8)
+    wr = SendWR(wr_id=5, opcode=e.IBV_WR_RDMA_WRITE_WITH_IMM, num_sge=1, sg=[SGE(mr.buf, 16, mr.lkey)],
+                send_flags=e.IBV_SEND_SIGNALED, imm_data=0x0A0B0C0D)
+    wr.set_wr_rdma(soft.info["rkey"], soft.info["addr"] + 1024)
+    qp.post_send(wr)
+    assert poll(cq).status == e.IBV_WC_SUCCESS
+    assert [(w["wr_id"], w["imm_data"]) for w in soft.wcs()] == [(8, 0x0A0B0C0D)]
+    qp.post_recv(RecvWR(wr_id=11, num_sge=1, sg=[SGE(mr.buf + 14336, 64, mr.lkey)]))
+    soft("send", op="send_imm", offset=0, length=16, imm=0x01020304, wr_id=6)
+    assert [(w["wr_id"], w["status"]) for w in soft.wcs()] == [(6, e.IBV_WC_SUCCESS)]
+    rwc = poll(cq)
+    assert (rwc.wr_id, rwc.status, rwc.imm_data) == (11, e.IBV_WC_SUCCESS, 0x01020304)
     # a bad rkey: rxe NAKs it, and writes nothing
     before = mr.read(16384, 0)
     soft("send", op="write", offset=0, length=64, remote_addr=mr.buf, rkey=mr.rkey ^ 0x1000, wr_id=4)
@@ -104,3 +118,63 @@ def test_rxe_and_soft0s_wire_nic_carry_rc_both_ways(pair):
     counters = soft("counters")["counters"]
     assert counters["dropped_bad_icrc"] == 0 and counters["internal_error"] == 0
     assert counters["rcvd_pkts"] >= 19   # rxe's 13 request packets, its ACK, 3 READ responses, atomic ACK, NAK
+
+
+def test_rxe_and_soft0s_wire_nic_exchange_ud_datagrams(link):
+    """UD both ways: rxe1's SEND with immediate lands in the soft0 program's receive after the GRH
+    (the IPv4 header rxe's packet came with), and the soft0 program's datagram in rxe1's."""
+    from pyverbs.addr import AH, AHAttr, GID, GlobalRoute
+    from pyverbs.cq import CQ
+    from pyverbs.device import Context
+    from pyverbs.mr import MR
+    from pyverbs.pd import PD
+    from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
+    from pyverbs.wr import SGE, RecvWR, SendWR
+    import pyverbs.enums as e
+
+    qkey, size = 0x2345, 1000   # one packet: the ports' MTU is 1024 on the veth
+    soft = Agent(PEER_IP, netns=NETNS, RDMALAB_PROVIDER="soft")
+    ctx = Context(name=DEV)
+    try:
+        soft.info = soft("setup")
+        soft.ud = soft("setup_ud", qkey=qkey)["qpn"]
+        pd, cq = PD(ctx), CQ(ctx, 16)
+        mr = MR(pd, 8192, e.IBV_ACCESS_LOCAL_WRITE)
+        qp = QP(pd, QPInitAttr(qp_type=e.IBV_QPT_UD, scq=cq, rcq=cq, cap=QPCap(4, 4, 1, 1)))
+        attr = QPAttr(port_num=1)
+        attr.qkey = qkey
+        qp.to_rts(attr)
+        data = os.urandom(size)
+        mr.write(data, size, 0)
+        # rxe1 -> soft0
+        soft("recv_ud", offset=8192, length=40 + size, wr_id=80)
+        ah = AH(pd, attr=AHAttr(port_num=1, is_global=1, gr=GlobalRoute(dgid=GID(soft.info["gid"]), sgid_index=link,
+                                                                         hop_limit=64)))
+        wr = SendWR(wr_id=1, opcode=e.IBV_WR_SEND_WITH_IMM, num_sge=1, sg=[SGE(mr.buf, size, mr.lkey)],
+                    send_flags=e.IBV_SEND_SIGNALED, imm_data=0x0A0B0C0D)
+        wr.set_wr_ud(ah, soft.ud, qkey)
+        qp.post_send(wr)
+        assert poll(cq).status == e.IBV_WC_SUCCESS
+        [got] = soft.wcs()
+        assert (got["wr_id"], got["status"], got["byte_len"], got["src_qp"], got["wc_flags"], got["imm_data"]) == \
+            (80, 0, 40 + size, qp.qp_num, e.IBV_WC_GRH | e.IBV_WC_WITH_IMM, 0x0A0B0C0D)
+        assert soft("read", offset=8192 + 40, length=size)["hex"] == data.hex()
+        ip = bytes.fromhex(soft("read", offset=8192 + 20, length=20)["hex"])
+        assert (ip[12:16], ip[16:20]) == (bytes(map(int, RXE_IP.split("."))), bytes(map(int, PEER_IP.split("."))))
+        # soft0 -> rxe1
+        qp.post_recv(RecvWR(wr_id=90, num_sge=1, sg=[SGE(mr.buf + 4096, 40 + size, mr.lkey)]))
+        soft("fill", offset=0, length=size, seed=9)
+        soft("send_ud", gid=mapped_gid(RXE_IP), qpn=qp.qp_num, qkey=qkey, offset=0, length=size, wr_id=2)
+        assert [(w["wr_id"], w["status"]) for w in soft.wcs()] == [(2, e.IBV_WC_SUCCESS)]
+        rwc = poll(cq)
+        assert (rwc.wr_id, rwc.status, rwc.byte_len, rwc.src_qp, rwc.wc_flags & e.IBV_WC_GRH) == \
+            (90, e.IBV_WC_SUCCESS, 40 + size, soft.ud, e.IBV_WC_GRH)
+        assert mr.read(size, 4096 + 40).hex() == soft("read", offset=0, length=size)["hex"]
+        counters = soft("counters")["counters"]
+        assert counters["dropped_bad_icrc"] == counters["dropped_datagram"] == counters["internal_error"] == 0
+        for obj in (ah, qp, mr, cq, pd):
+            obj.close()
+    finally:
+        soft.stop()
+        ctx.close()
+    assert wait_until(lambda: not nic_processes((PEER_IP,))), "the NIC in the namespace outlived its program"

@@ -48,9 +48,13 @@ class DatagramQueue(requester.UnansweredQueue):
         if type(payload) is int:
             return requester.fail(self, wqe, payload)
         if len(payload) <= 128 << active_mtu():   # a longer one would take packets UD has not: lost
-            deliver(self.qp_num, wqe, payload)
+            self.deliver(wqe, payload)
         self.psn = (self.psn + 1) % responder.PSN_MOD
         return requester.complete(self, wqe, IBV_WC_SUCCESS, len(payload))
+
+    def deliver(self, wqe, payload):
+        """Hand the datagram to the destination (here, through shared memory: deliver())."""
+        deliver(self.qp_num, wqe, payload)
 
 
 MULTICAST_QPN = 0xFFFFFF
@@ -82,49 +86,56 @@ def deliver(src_qp, wqe, payload):
     payload into its next receive and complete it. A multicast send goes to each QP of its group."""
     ah = wqe.ah
     if wqe.remote_qpn == MULTICAST_QPN:
-        for qpn in members(ah.dgid):
-            _deliver_to(qpn, src_qp, wqe, payload)
-    elif ah.dgid in GIDS:   # (else an address of no NIC on this host)
-        _deliver_to(wqe.remote_qpn, src_qp, wqe, payload)
+        qpns = members(ah.dgid)
+    elif ah.dgid in GIDS:
+        qpns = [wqe.remote_qpn]
+    else:
+        return   # an address of no NIC on this host
+    with_imm = wqe.opcode == IBV_WR_SEND_WITH_IMM
+    message = grh(ah.sgid, ah.dgid, ah.traffic_class, len(payload), with_imm) + bytes(payload)
+    for qpn in qpns:
+        land(responder.peer_qp(qpn), src_qp, wqe.remote_qkey, message, wqe.imm_data if with_imm else None,
+             wqe.send_flags & IBV_SEND_SOLICITED)
 
 
-def _deliver_to(qpn, src_qp, wqe, payload):
-    ah = wqe.ah
-    peer = responder.peer_qp(qpn)
+def land(peer, src_qp, qkey, message, imm, solicited):
+    """Put a datagram (its GRH, then its payload) into the next receive of `peer`, a QP's segment, and
+    complete it; False if it is dropped: no such QP, not a UD QP ready to receive, another Q_Key, or
+    no receive posted. Shared by both links (the udp link's NIC calls it for the packets it takes)."""
     if peer is None or not peer.alive():
-        return
+        return False
     h = peer.header
     state = h[Q_STATE]
-    if h[Q_TYPE] != IBV_QPT_UD or (state != IBV_QPS_RTR and state != IBV_QPS_RTS) or h[Q_QKEY] != wqe.remote_qkey:
-        return
-    with_imm = wqe.opcode == IBV_WR_SEND_WITH_IMM
-    message = grh(ah, len(payload), with_imm) + bytes(payload)
+    if h[Q_TYPE] != IBV_QPT_UD or (state != IBV_QPS_RTR and state != IBV_QPS_RTS) or h[Q_QKEY] != qkey:
+        return False
     with responder.LOCK:
         consumed = h[Q_RQ_CONSUMED]
         if consumed == h[Q_RQ_POSTED] or not h[Q_ALIVE]:
-            return   # no receive posted: the datagram is lost (no RNR for UD)
+            return False   # no receive posted: the datagram is lost (no RNR for UD)
         if peer.rq.scatter(consumed, message, h[Q_PD]):
-            peer.rq.complete(consumed, IBV_WC_SUCCESS, IBV_WC_RECV, len(message), wqe.imm_data if with_imm else 0,
-                             IBV_WC_GRH | IBV_WC_WITH_IMM if with_imm else IBV_WC_GRH, src_qp)
+            peer.rq.complete(consumed, IBV_WC_SUCCESS, IBV_WC_RECV, len(message), imm or 0,
+                             IBV_WC_GRH if imm is None else IBV_WC_GRH | IBV_WC_WITH_IMM, src_qp)
         else:   # the receive is too small, or names memory it may not use. As in rxe, the GRH lands if
             # it fits, then the receive fails and the QP enters ERR
             peer.rq.scatter(consumed, message[:GRH_BYTES], h[Q_PD])
             peer.rq.complete(consumed, IBV_WC_LOC_QP_OP_ERR, 0, 0, 0, 0)
             responder.enter(h, IBV_QPS_ERR)
-    peer.announce(wqe.send_flags & IBV_SEND_SOLICITED)
+    peer.announce(solicited)
+    return True
 
 
-def grh(ah, length, with_imm):
+def grh(sgid, dgid, traffic_class, length, with_imm):
     """The 40 bytes a UD receive starts with, as rxe writes them on RoCE v2: the packet's IP header.
     An IPv4 header is 20 bytes, so it fills the last 20 and the first 20 are zero; an IPv6 header
     fills all 40. Its length counts what follows it in the packet: UDP, BTH, DETH (and ImmDt)
     headers, the payload padded to 4 bytes, and the ICRC. rxe hands a packet for its own address
-    straight to its receive path, before the IP stack computes a checksum: it is 0."""
+    straight to its receive path, before the IP stack computes a checksum: it is 0. (A datagram that
+    came over the udp link from another host gets the IPv4 header it came with: link/nic.py.)"""
     after_ip = UDP + BTH + DETH + (IMMDT if with_imm else 0) + length + (-length % 4) + ICRC
-    source, destination = bytes.fromhex(ah.sgid.replace(":", "")), bytes.fromhex(ah.dgid.replace(":", ""))
-    if ah.sgid.startswith(IPV4_MAPPED):
-        ip = struct.pack("!BBHHHBBH4s4s", 0x45, ah.traffic_class, 20 + after_ip, next(_ip_ids) & 0xFFFF, 0x4000,
+    source, destination = bytes.fromhex(sgid.replace(":", "")), bytes.fromhex(dgid.replace(":", ""))
+    if sgid.startswith(IPV4_MAPPED):
+        ip = struct.pack("!BBHHHBBH4s4s", 0x45, traffic_class, 20 + after_ip, next(_ip_ids) & 0xFFFF, 0x4000,
                          TTL, 17, 0, source[12:], destination[12:])
         return bytes(20) + ip
-    version_class = 6 << 28 | ah.traffic_class << 20   # (rxe 6.1 sends no flow label: 0)
+    version_class = 6 << 28 | traffic_class << 20   # (rxe 6.1 sends no flow label: 0)
     return struct.pack("!IHBB16s16s", version_class, after_ip, 17, TTL, source, destination)

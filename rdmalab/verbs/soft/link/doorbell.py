@@ -23,8 +23,10 @@ import time
 from collections import deque
 
 from .. import requester
-from ..enums import (IBV_QPS_ERR, IBV_QPS_RTS, IBV_SEND_INLINE, IBV_WC_FATAL_ERR, IBV_WC_LOC_QP_OP_ERR,
-                     IBV_WC_WR_FLUSH_ERR, IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_RDMA_READ)
+from ..datagram import MULTICAST_QPN, DatagramQueue
+from ..enums import (IBV_QPS_ERR, IBV_QPS_RTS, IBV_SEND_INLINE, IBV_SEND_SOLICITED, IBV_WC_FATAL_ERR,
+                     IBV_WC_LOC_QP_OP_ERR, IBV_WC_WR_FLUSH_ERR, IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD,
+                     IBV_WR_RDMA_READ, IBV_WR_SEND_WITH_IMM)
 from ..layout import Q_STATE
 from ..pyverbs_error import PyverbsRDMAError
 from ..responder import ATOMICS, NEEDS_ACCESS, PSN_MOD, enter, packets
@@ -300,6 +302,33 @@ class WireSendQueue:
         for wr in self.held:
             self.cq.push(wr.wr_id, IBV_WC_WR_FLUSH_ERR, 0, 0, self.qp_num)
         self.held.clear()
+
+
+class WireDatagramQueue(DatagramQueue):
+    """A UD QP's send queue on the udp link. A datagram to an IPv4-mapped GID goes to the host's NIC
+    process, which sends it as one packet (BTH, DETH, ImmDt if any, the payload); the NIC lands the
+    datagrams that come for this QP (datagram.land). As on the shared-memory link, the send completes
+    at once: nothing answers a datagram. Multicast and the link-local GID stay on this host, through
+    shared memory."""
+
+    def __init__(self, header, qp_num, pd, cq, sig_all):
+        super().__init__(header, qp_num, pd, cq, sig_all)
+        self.nic = NIC.for_host()
+        self.nic.ring(("datagram_qp", qp_num))   # its datagrams reach it from now on
+
+    def deliver(self, wqe, payload):
+        dest = address_of(wqe.ah.dgid)
+        if dest is None or wqe.remote_qpn == MULTICAST_QPN:
+            return super().deliver(wqe, payload)
+        with_imm = wqe.opcode == IBV_WR_SEND_WITH_IMM
+        self.nic.ring(("datagram", self.qp_num, dest, wqe.remote_qpn, wqe.remote_qkey, self.psn,
+                       wqe.imm_data if with_imm else None, bool(wqe.send_flags & IBV_SEND_SOLICITED), bytes(payload)))
+
+    def modified(self, state, max_rd_atomic=1):
+        pass   # a UD QP has no destination: each WR names one
+
+    def close(self):
+        self.nic.ring(("destroy", self.qp_num))
 
 
 def local_check(sq, wr):

@@ -19,6 +19,7 @@ Faults (RDMALAB_SOFT_LOSS, _DUP, _REORDER, _SEED) apply to the packets it sends.
 RDMALAB_SOFT_CAPTURE=FILE.pcap it writes every packet it sends and receives to FILE.<host>.pcap.
 """
 import argparse
+import dataclasses
 import errno
 import os
 import pickle
@@ -30,13 +31,13 @@ import sys
 import time
 import traceback
 
-from .. import cq as cqmod, responder as verbs_responder
+from .. import cq as cqmod, datagram, responder as verbs_responder
 from ..enums import IBV_QPS_ERR, IBV_QPS_RESET, IBV_QPS_RTR, IBV_QPS_RTS, IBV_WC_WR_FLUSH_ERR
 from ..layout import M_ACCESS, M_ADDR, M_LENGTH, M_PD, M_VALID, Q_PD, Q_STATE, W_OWNER_PID
-from ..wire import BadICRC, Flow, Packet, PcapWriter, WireError, encap
+from ..wire import DETH, BadICRC, Flow, ImmDt, Packet, PcapWriter, WireError, encap
 from ..wire.packet import sender_ip_id
 from ..wire.opcodes import Op
-from . import transport
+from . import gid_of, transport
 from rdmalab.proc.cpus import usable_cpus
 from rdmalab.proc.procstat import pid_alive
 
@@ -60,7 +61,7 @@ COUNTERS = ("sent_pkts", "rcvd_pkts", "sent_bytes", "rcvd_bytes", "retransmitted
             "duplicate_request", "out_of_seq_request", "rcvd_seq_err", "rcvd_rnr_err", "send_rnr_err", "nak_sent", "retry_exceeded_err",
             "retry_rnr_exceeded_err", "dropped_malformed", "dropped_bad_icrc", "dropped_unknown_qp",
             "dropped_wrong_peer", "dropped_out_of_window", "dropped_qp_not_ready", "dropped_duplicate_unanswerable",
-            "send_err", "fault_lost", "fault_duplicated", "fault_reordered", "internal_error")
+            "dropped_datagram", "send_err", "fault_lost", "fault_duplicated", "fault_reordered", "internal_error")
 
 
 def doorbell_name(host, uid=None):
@@ -193,6 +194,8 @@ class NIC:
         self.faults = Faults(environ)
         self.counters = dict.fromkeys(COUNTERS, 0)
         self.conns, self.clients = {}, {}   # qpn -> Connection; pid -> doorbell address
+        self.datagram_qps = {}              # qpn -> pid: this host's UD QPs, and whose they are
+        self.datagram_flows = {}            # destination address -> Flow of the datagrams sent there
         self.flows = {}                     # (source address, port) -> Flow of packets from there
         self.outbox = {}                    # program's address -> [(qpn, retired, completion, send CQ)] to send
         self.started = time.monotonic()
@@ -277,6 +280,8 @@ class NIC:
             del self.clients[pid]
             for qpn in [q for q, c in self.conns.items() if c.owner == pid]:
                 del self.conns[qpn]
+            for qpn in [q for q, owner in self.datagram_qps.items() if owner == pid]:
+                del self.datagram_qps[qpn]
         if gone:
             self.guarded(_forget_segments_of_the_dead)
         if self.clients:
@@ -327,10 +332,17 @@ class NIC:
                 return
             conn.requester.post(wqe)
             conn.requester.pump(self, time.monotonic())   # at once: WRs go out in the order they were rung
+        elif kind == "datagram_qp":
+            self.datagram_qps[message[1]] = pid
+        elif kind == "datagram":
+            if self.datagram_qps.get(message[1]) == pid:
+                self.send_datagram(*message[1:])
         elif kind == "destroy":
             conn = self.conns.get(message[1])
             if conn is not None and conn.owner == pid:
                 del self.conns[message[1]]
+            if self.datagram_qps.get(message[1]) == pid:
+                del self.datagram_qps[message[1]]
 
     def tell(self, address, message):
         try:
@@ -367,14 +379,27 @@ class NIC:
         """Put one packet of `conn` on the wire (through the faults, if any)."""
         if conn.flow is None:
             return   # a destination GID that names no IPv4 host: the packet goes nowhere
-        datagram = pkt.encode(conn.flow)
-        self.count("sent_pkts")
-        self.count("sent_bytes", len(datagram))
         if retransmit:
             self.count("retransmitted_pkts")
-        out = (datagram, conn.dest_ip)
+        self.emit(pkt.encode(conn.flow), conn.flow)
+
+    def send_datagram(self, qpn, dest, dest_qpn, q_key, psn, imm, solicited, payload):
+        """A UD QP's datagram: one packet, UD SEND ONLY (with immediate), its DETH naming the Q_Key the
+        destination QP must hold and the sender's QP. Nothing answers it."""
+        flow = self.datagram_flows.get(dest)
+        if flow is None:
+            flow = self.datagram_flows[dest] = Flow(self.host, dest, PORT)
+        opcode = Op.UD_SEND_ONLY if imm is None else Op.UD_SEND_ONLY_WITH_IMMEDIATE
+        pkt = Packet(opcode, dest_qpn, psn, payload, deth=DETH(q_key, qpn),
+                     immdt=None if imm is None else ImmDt.of_imm_data(imm), se=solicited)
+        self.emit(pkt.encode(flow), flow)
+
+    def emit(self, datagram, flow):
+        self.count("sent_pkts")
+        self.count("sent_bytes", len(datagram))
+        out = (datagram, flow.dst)
         if self.pcap is not None:
-            self.pcap.write(encap.ipv4_udp(conn.flow, datagram))
+            self.pcap.write(encap.ipv4_udp(flow, datagram))
         self.put_on_wire(self.faults.apply(out, self) if self.faults.any() else [out])
 
     def put_on_wire(self, datagrams):
@@ -453,15 +478,19 @@ class NIC:
                 self.pcap.write(encap.ipv4_udp(flow, data))
             except WireError:
                 pass
+        ip_id = 0
         try:
             try:
                 pkt = Packet.decode(data, flow)
             except BadICRC:   # right, perhaps, for the IPv4 Identification its sender's kernel gave it (rxe's do)
-                if sender_ip_id(data, flow) is None:
+                ip_id = sender_ip_id(data, flow)
+                if ip_id is None:
                     return self.count("dropped_bad_icrc")
                 pkt = Packet.decode(data)
         except WireError:
             return self.count("dropped_malformed")
+        if pkt.deth is not None:
+            return self.datagram_arrived(pkt, dataclasses.replace(flow, ip_id=ip_id), len(data))
         conn = self.conns.get(pkt.destqp)
         if conn is None:
             return self.count("dropped_unknown_qp")
@@ -473,6 +502,21 @@ class NIC:
             conn.requester.answer(pkt, self, time.monotonic())
         else:
             self.count("dropped_malformed")   # not an RC opcode: this NIC carries RC only
+
+    def datagram_arrived(self, pkt, flow, udp_payload_length):
+        """A UD SEND for one of this host's UD QPs: its receive gets the GRH (the packet's IPv4 header;
+        from this host, the one rxe writes for its own address) and the payload, unless the QP does not
+        take it (datagram.land: not ready, another Q_Key, no receive posted), when it is dropped unseen."""
+        if pkt.opcode not in (Op.UD_SEND_ONLY, Op.UD_SEND_ONLY_WITH_IMMEDIATE) or pkt.destqp not in self.datagram_qps:
+            return self.count("dropped_unknown_qp")
+        with_imm = pkt.immdt is not None
+        if flow.src == self.host:
+            grh = datagram.grh(gid_of(flow.src), gid_of(self.host), 0, len(pkt.payload), with_imm)
+        else:
+            grh = bytes(20) + encap.ipv4_header(flow, 8 + udp_payload_length)
+        if not datagram.land(verbs_responder.peer_qp(pkt.destqp), pkt.deth.srcqp, pkt.deth.q_key, grh + pkt.payload,
+                             pkt.immdt.imm_data if with_imm else None, pkt.se):
+            self.count("dropped_datagram")
 
     def close(self):
         if self.pcap is not None:

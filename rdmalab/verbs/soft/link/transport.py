@@ -179,7 +179,7 @@ class Requester:
             if index == 0 and op in (WRITE, WRITE_WITH_IMM):
                 headers.append(RETH(wqe.remote_addr, wqe.rkey, wqe.length).pack())
             if last and op in WITH_IMM:
-                headers.append(ImmDt(wqe.imm).pack())
+                headers.append(ImmDt.of_imm_data(wqe.imm).pack())
             if last and op == SEND_WITH_INV:
                 headers.append(IETH(wqe.imm).pack())
             self.since_ack_req += 1
@@ -514,7 +514,7 @@ class Responder:
         if reth is not None and reth.dmalen != len(payload):
             return self.invalid(pkt, h, nic)   # a WRITE whose packets do not add up to its length
         request = Request(operation, reth.va if reth else 0, reth.r_key if reth else 0,
-                          pkt.immdt.value if pkt.immdt else pkt.ieth.r_key if pkt.ieth else 0,
+                          pkt.immdt.imm_data if pkt.immdt else pkt.ieth.r_key if pkt.ieth else 0,
                           IBV_SEND_SOLICITED if pkt.se else 0)
         answer, _ = verbs_responder.respond(peer, request, payload, len(payload), part.first, part.count)
         self.answer(answer, part.first, pkt.psn, pkt.a, h, nic)

@@ -13,6 +13,7 @@ What goes wrong on the wire (a short packet, an unknown opcode, a field out of r
 WireError and nothing else, so a NIC can count it and drop the packet.
 """
 import struct
+import sys
 from dataclasses import dataclass
 
 MASK24 = 0xFFFFFF   # QPNs, PSNs and MSNs are 24-bit numbers
@@ -215,10 +216,23 @@ class AtomicAckETH:
 
 @dataclass(frozen=True)
 class ImmDt:
-    """Immediate data (4 bytes), handed to the receiver's work completion as imm_data. pyverbs
-    takes and gives imm_data in network byte order, so these are the 4 bytes as sent."""
+    """Immediate data (4 bytes), handed to the receiver's work completion as imm_data. `value` reads
+    the 4 bytes as sent, most significant first (as tshark shows them). A work request's imm_data is
+    not that number: ibv_send_wr's imm_data is a __be32 that pyverbs fills with the int as given, and
+    the NIC sends its 4 bytes as they lie in memory; the receiver's completion gives them back the
+    same way. So on x86 imm_data=0x0A0B0C0D goes on the wire as 0D 0C 0B 0A (of_imm_data, .imm_data)."""
     value: int
     SIZE = 4
+
+    @classmethod
+    def of_imm_data(cls, imm_data):
+        """The ImmDt a work request's imm_data puts on the wire."""
+        return cls(int.from_bytes(imm_data.to_bytes(4, sys.byteorder), "big"))
+
+    @property
+    def imm_data(self):
+        """What the receiver's work completion shows as imm_data."""
+        return int.from_bytes(self.value.to_bytes(4, "big"), sys.byteorder)
 
     def describe(self):
         return f"ImmDt 0x{self.value:08x}"
