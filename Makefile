@@ -2,6 +2,7 @@
 # make test  - create .venv if needed, install rdmalab with test extras, run every test
 #              (unit tests, the conformance suite on the emulated NIC, every notebook)
 #              (tests/workshop, as root: a real JupyterHub and four real Unix users; see workshop/README.md)
+#              As root it installs the tools its tests use when missing: chromium, tshark, nodejs and npm
 # make test-softroce - the same tests inside a QEMU guest with a real Soft-RoCE device, rxe0,
 #              through Debian's pyverbs (root; the first run builds and caches the guest: ~5 min)
 PYTHON ?= python3
@@ -12,7 +13,7 @@ STAMP  := $(VENV)/.rdmalab-installed
 CHP_DIR := $(HOME)/.cache/rdmalab/configurable-http-proxy
 CHP     := $(CHP_DIR)/node_modules/.bin/configurable-http-proxy
 
-.PHONY: lab test test-softroce workshop-deps wire-deps clean
+.PHONY: lab test test-softroce workshop-deps wire-deps browser-deps clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV) || { \
@@ -27,7 +28,7 @@ $(STAMP): pyproject.toml
 lab: $(STAMP)
 	$(PY) -m rdmalab.lab notebooks/
 
-test: $(STAMP) workshop-deps wire-deps
+test: $(STAMP) workshop-deps wire-deps browser-deps
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # npm (Debian: nodejs npm, installed here when root), then configurable-http-proxy into ~/.cache/rdmalab.
@@ -47,6 +48,13 @@ wire-deps:
 	  { echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections && apt-get update -q && \
 	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends tshark; } \
 	    > /tmp/rdmalab-tshark.log 2>&1 || tail -5 /tmp/rdmalab-tshark.log; }
+
+# Chromium (Debian: chromium, installed here when root), the browser tests/browser drives: a test tool's
+# own browser download does not work everywhere. Without it those tests skip and say why.
+browser-deps:
+	@test -x /usr/bin/chromium || [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null || { echo "installing chromium (apt-get)"; \
+	  { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium; } \
+	    > /tmp/rdmalab-chromium.log 2>&1 || tail -5 /tmp/rdmalab-chromium.log; }
 
 test-softroce:
 	softroce/vm.sh sh softroce/guest-tests.sh $(PYTEST_ARGS)
