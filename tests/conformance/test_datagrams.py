@@ -300,6 +300,12 @@ def test_uc_send_and_write_arrive(uc):
         [(1, e.IBV_WC_SUCCESS, e.IBV_WC_SEND, 3000), (2, e.IBV_WC_SUCCESS, e.IBV_WC_RDMA_WRITE, 100)]
     assert [(c["wr_id"], c["opcode"], c["byte_len"], c["wc_flags"]) for c in poll(uc.cq_b)] == \
         [(70, e.IBV_WC_RECV, 3000, e.IBV_WC_GRH)]
+    # nothing tells the target that a UC WRITE landed (its sender's completion says only that it was
+    # sent): on a wire it may land after the SEND's receive completes, so look for a while
+    deadline = time.monotonic() + 2
+    while time.monotonic() < deadline and (uc.dst.read(101, 5000) != b"U" * 100 + b"\0"
+                                           or uc.b.query(e.IBV_QP_RQ_PSN)[0].rq_psn != 104):
+        time.sleep(0.01)
     assert uc.dst.read(3001, 0) == b"U" * 3000 + b"\0" and uc.dst.read(101, 5000) == b"U" * 100 + b"\0"
     a, _ = uc.a.query(e.IBV_QP_SQ_PSN)
     b, _ = uc.b.query(e.IBV_QP_RQ_PSN)

@@ -21,14 +21,15 @@ OPCODES = {"write": e.IBV_WR_RDMA_WRITE, "write_imm": e.IBV_WR_RDMA_WRITE_WITH_I
 
 
 class Agent:
-    def setup(self, size=1 << 16, mtu=e.IBV_MTU_1024, max_wr=64, events=False):
+    def setup(self, size=1 << 16, mtu=e.IBV_MTU_1024, max_wr=64, events=False, qp_type="rc"):
         self.ctx = v.device.Context(name="soft0")
         self.pd = v.pd.PD(self.ctx)
         self.mr = v.mr.MR(self.pd, size, ACCESS)
         self.channel = v.cq.CompChannel(self.ctx) if events else None
         self.cq = v.cq.CQ(self.ctx, 4 * max_wr, None, self.channel, 0)
         cap = v.qp.QPCap(max_send_wr=max_wr, max_recv_wr=max_wr)
-        self.qp = v.qp.QP(self.pd, v.qp.QPInitAttr(qp_type=e.IBV_QPT_RC, scq=self.cq, rcq=self.cq, cap=cap,
+        kind = {"rc": e.IBV_QPT_RC, "uc": e.IBV_QPT_UC}[qp_type]
+        self.qp = v.qp.QP(self.pd, v.qp.QPInitAttr(qp_type=kind, scq=self.cq, rcq=self.cq, cap=cap,
                                                    sq_sig_all=0))
         self.mtu = mtu
         gid = self.ctx.query_gid(1, 1)

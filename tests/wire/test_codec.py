@@ -351,3 +351,20 @@ def test_the_ipv4_identification_a_udp_socket_hides_is_found_from_the_icrc():
         damaged = data[:14] + bytes([data[14] ^ 0x40]) + data[15:]
         found = ip_id_for(damaged, *_flow_headers(seen, len(damaged)))
         assert found is None or found != ip_id   # (a damaged packet may match another Identification, rarely)
+
+
+def test_a_trains_packets_carry_the_icrc_of_the_identification_the_kernel_gives_each():
+    # the kernel sends a train (UDP segmentation) from one header with Identification 0 and numbers the
+    # segments 0, 1, 2...: packet k must carry the ICRC for Identification k, or rxe drops it
+    import dataclasses
+    from rdmalab.verbs.soft.link.nic import icrc_for_identification
+    flow = Flow("10.20.0.2", "10.20.0.1", 4791)
+    train = [Packet(Op.RC_RDMA_WRITE_MIDDLE, 0x11, 40 + k, payload=bytes([k]) * 1024) for k in range(15)]
+    for k, pkt in enumerate(train):
+        alone = pkt.encode(flow)
+        sent = alone[:-4] + icrc_for_identification(alone, k)
+        assert sent == pkt.encode(dataclasses.replace(flow, ip_id=k))
+        assert Packet.decode(sent, dataclasses.replace(flow, ip_id=k)) == pkt
+        if k:
+            with pytest.raises(BadICRC):
+                Packet.decode(sent, flow)

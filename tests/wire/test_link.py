@@ -276,6 +276,33 @@ def test_ud_datagrams_cross_between_hosts_with_the_packets_ipv4_header_as_grh(ho
     assert counters["rcvd_pkts"] >= 3 and counters["dropped_datagram"] == 1, counters
 
 
+def test_uc_carries_sends_and_writes_between_hosts_and_nothing_answers():
+    a, b = Agent(HOST_A), Agent(HOST_B)
+    try:
+        a.info, b.info = a("setup", qp_type="uc"), b("setup", qp_type="uc")
+        a("connect", qpn=b.info["qpn"], gid=b.info["gid"], psn=b.info["psn"])
+        b("connect", qpn=a.info["qpn"], gid=a.info["gid"], psn=a.info["psn"])
+        b("recv", offset=8192, length=4096, wr_id=70)
+        a("fill", offset=0, length=3000, seed=4)
+        a("send", op="send", offset=0, length=3000, wr_id=1)   # 3 packets at MTU 1024
+        a("send", op="write", offset=0, length=2000, remote_addr=b.info["addr"] + 16384, rkey=b.info["rkey"], wr_id=2)
+        a("send", op="send", offset=0, length=10, wr_id=3)     # no receive posted: lost, and nobody says so
+        assert [(w["wr_id"], w["status"]) for w in a.wcs(3)] == [(1, 0), (2, 0), (3, 0)]
+        assert [(w["wr_id"], w["status"], w["byte_len"]) for w in b.wcs()] == [(70, 0, 3000)]
+        assert b("digest", offset=8192, length=3000) == a("digest", offset=0, length=3000)
+        assert b("digest", offset=16384, length=2000) == a("digest", offset=0, length=2000)
+        assert b.wcs(1, timeout=0.5) == []
+        sent, got = a("counters")["counters"], b("counters")["counters"]
+        assert (sent["sent_pkts"], sent["rcvd_pkts"], got["rcvd_pkts"], got["sent_pkts"]) == (6, 0, 6, 0)   # no ACKs
+        assert (a("state")["state"], b("state")["state"]) == (e.IBV_QPS_RTS, e.IBV_QPS_RTS)
+    finally:
+        pids = [a.proc.pid, b.proc.pid]
+        a.stop()
+        b.stop()
+        assert wait_until(lambda: not nic_processes()), f"NIC processes left behind: {nic_processes()}"
+        shm.reap_when_gone(pids)
+
+
 def test_a_killed_program_ends_its_nic():
     a = Agent(HOST_A)
     try:

@@ -117,6 +117,7 @@ def test_rxe_and_soft0s_wire_nic_carry_rc_both_ways(pair):
     assert mr.read(16384, 0) == before
     counters = soft("counters")["counters"]
     assert counters["dropped_bad_icrc"] == 0 and counters["internal_error"] == 0
+    assert counters["retransmitted_pkts"] == 0   # rxe took every packet the first time, trains' included
     assert counters["rcvd_pkts"] >= 19   # rxe's 13 request packets, its ACK, 3 READ responses, atomic ACK, NAK
 
 
@@ -173,6 +174,73 @@ def test_rxe_and_soft0s_wire_nic_exchange_ud_datagrams(link):
         counters = soft("counters")["counters"]
         assert counters["dropped_bad_icrc"] == counters["dropped_datagram"] == counters["internal_error"] == 0
         for obj in (ah, qp, mr, cq, pd):
+            obj.close()
+    finally:
+        soft.stop()
+        ctx.close()
+    assert wait_until(lambda: not nic_processes((PEER_IP,))), "the NIC in the namespace outlived its program"
+
+
+def test_rxe_and_soft0s_wire_nic_carry_uc_both_ways(link):
+    """UC on one connection: rxe1's 3-packet SEND and its WRITE with immediate land in the soft0
+    program's memory and receives, the soft0 program's 2-packet SEND and its WRITE in rxe1's; nothing
+    answers, and nothing is sent again: a packet rxe drops is lost."""
+    from pyverbs.addr import AHAttr, GID, GlobalRoute
+    from pyverbs.cq import CQ
+    from pyverbs.device import Context
+    from pyverbs.mr import MR
+    from pyverbs.pd import PD
+    from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
+    from pyverbs.wr import SGE, RecvWR, SendWR
+    import pyverbs.enums as e
+
+    soft = Agent(PEER_IP, netns=NETNS, RDMALAB_PROVIDER="soft")
+    ctx = Context(name=DEV)
+    try:
+        soft.info = soft("setup", qp_type="uc")
+        pd, cq = PD(ctx), CQ(ctx, 16)
+        access = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE
+        mr = MR(pd, 16384, access)
+        qp = QP(pd, QPInitAttr(qp_type=e.IBV_QPT_UC, scq=cq, rcq=cq, cap=QPCap(8, 8, 1, 1)))
+        psn = random.getrandbits(24)
+        a = QPAttr(port_num=1, path_mtu=e.IBV_MTU_1024)
+        a.pkey_index, a.qp_access_flags = 0, access
+        a.ah_attr = AHAttr(port_num=1, is_global=1, gr=GlobalRoute(dgid=GID(soft.info["gid"]), sgid_index=link,
+                                                                    hop_limit=64))
+        a.dest_qp_num, a.rq_psn, a.sq_psn = soft.info["qpn"], soft.info["psn"], psn
+        qp.to_rts(a)
+        soft("connect", qpn=qp.qp_num, gid=mapped_gid(RXE_IP), psn=psn, my_psn=soft.info["psn"])
+        data = os.urandom(3000)
+        mr.write(data, len(data), 0)
+        # rxe1 -> soft0: a SEND of 3 packets into a posted receive, a WRITE with immediate
+        soft("recv", offset=16384, length=4096, wr_id=7)
+        soft("recv", offset=20480, length=64, wr_id=8)
+        post(e, qp, mr, e.IBV_WR_SEND, 0, 3000)
+        wr = SendWR(wr_id=5, opcode=e.IBV_WR_RDMA_WRITE_WITH_IMM, num_sge=1, sg=[SGE(mr.buf, 1500, mr.lkey)],
+                    send_flags=e.IBV_SEND_SIGNALED, imm_data=0x0A0B0C0D)
+        wr.set_wr_rdma(soft.info["rkey"], soft.info["addr"] + 30000)
+        qp.post_send(wr)
+        assert [poll(cq).status, poll(cq).status] == [e.IBV_WC_SUCCESS] * 2
+        assert [(w["wr_id"], w["status"], w["byte_len"], w["imm_data"]) for w in soft.wcs(2)] == \
+            [(7, 0, 3000, 0), (8, 0, 1500, 0x0A0B0C0D)]
+        assert soft("read", offset=16384, length=3000)["hex"] == data.hex()
+        assert soft("read", offset=30000, length=1500)["hex"] == data[:1500].hex()
+        # soft0 -> rxe1: a SEND of 2 packets (one train), a WRITE
+        qp.post_recv(RecvWR(wr_id=11, num_sge=1, sg=[SGE(mr.buf + 8192, 4096, mr.lkey)]))
+        soft("fill", offset=40000, length=2000, seed=21)
+        soft("send", op="send", offset=40000, length=2000, wr_id=1)
+        soft("send", op="write", offset=40000, length=1000, remote_addr=mr.buf + 4096, rkey=mr.rkey, wr_id=2)
+        assert [(w["wr_id"], w["status"]) for w in soft.wcs(2)] == [(1, 0), (2, 0)]
+        rwc = poll(cq)
+        assert (rwc.wr_id, rwc.status, rwc.byte_len) == (11, e.IBV_WC_SUCCESS, 2000)
+        sent = soft("read", offset=40000, length=2000)["hex"]
+        assert mr.read(2000, 8192).hex() == sent
+        wait_until(lambda: mr.read(1000, 4096).hex() == sent[:2000], seconds=5)   # (a UC WRITE lands unseen)
+        assert mr.read(1000, 4096).hex() == sent[:2000]
+        counters = soft("counters")["counters"]
+        assert counters["dropped_bad_icrc"] == counters["internal_error"] == 0
+        assert (counters["sent_pkts"], counters["rcvd_pkts"]) == (3, 5)   # UC: no ACKs either way
+        for obj in (qp, mr, cq, pd):
             obj.close()
     finally:
         soft.stop()

@@ -1,7 +1,8 @@
 """The NIC process sends a run of equal datagrams to one host as one train (Linux's UDP segmentation
-offload, UDP_SEGMENT) and takes trains in (UDP_GRO): fewer system calls, the same packets on the wire.
-Checked with real sockets: what arrives is every datagram, whole, in order, whether the kernel cuts the
-train or the NIC falls back to one datagram at a time."""
+offload, UDP_SEGMENT) and takes trains in (UDP_GRO): fewer system calls, the same packets on the wire
+but for their ICRC, which must count the IPv4 Identification the kernel gives each packet of a train
+(0, 1, 2...: nic.icrc_for_identification). Checked with real sockets: what arrives is every datagram, whole, in order,
+whether the kernel cuts the train or the NIC falls back to one datagram at a time."""
 import errno
 import select
 import socket
@@ -60,7 +61,9 @@ def test_a_train_arrives_as_its_datagrams_in_order(nic, peer):
     sent = datagrams(15, 4158, last=1000)
     nic.put_on_wire([(d, PEER) for d in sent])
     nic.flush()
-    assert received(peer, len(sent)) == sent
+    got = received(peer, len(sent))
+    assert got == [(d[:-4] + nicmod.icrc_for_identification(d, k) if k else d) for k, d in enumerate(sent)]   # one train: packet k is Identification k
+    assert got[0] == sent[0] and all(a[:-4] == b[:-4] and a[-4:] != b[-4:] for a, b in zip(got[1:], sent[1:]))
     assert nic.counters["send_err"] == 0
 
 
@@ -85,7 +88,7 @@ def test_without_segmentation_offload_it_sends_one_datagram_at_a_time(nic, peer,
 
 def test_the_nic_takes_a_train_as_separate_packets(nic, monkeypatch):
     got = []
-    monkeypatch.setattr(nic, "receive", lambda data, src, sport: got.append((bytes(data), src)))
+    monkeypatch.setattr(nic, "receive", lambda data, src, sport, k: got.append((bytes(data), src, k)))
     sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sender.bind((PEER, 0))
     sent = datagrams(8, 1078, last=300)
@@ -97,4 +100,5 @@ def test_the_nic_takes_a_train_as_separate_packets(nic, monkeypatch):
     while len(got) < len(sent) and time.monotonic() < deadline:
         select.select([nic.udp], [], [], 0.5)
         nic.take_packets()
-    assert [d for d, _ in got] == sent and {src for _, src in got} == {PEER}
+    assert [d for d, _, _ in got] == sent and {src for _, src, _ in got} == {PEER}
+    assert [k for _, _, k in got] == list(range(len(sent)))   # the Identification each most likely had

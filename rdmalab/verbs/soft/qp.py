@@ -190,10 +190,10 @@ class QP(Resource):
         self._rq = responder.ReceiveQueue(self._segment, self.qp_num)
         queue = {IBV_QPT_RC: requester.SendQueue, IBV_QPT_UC: requester.UnansweredQueue,   # (UC: no ACKs)
                  IBV_QPT_UD: datagram.DatagramQueue}[self.qp_type]
-        self._wire = self.qp_type in (IBV_QPT_RC, IBV_QPT_UD) and link.name() == "udp"
-        if self._wire:   # RC and UD on the udp link: the host's NIC process carries them as RoCEv2 packets
+        self._wire = link.name() == "udp"
+        if self._wire:   # on the udp link the host's NIC process carries every QP's work as RoCEv2 packets
             from .link.doorbell import WireDatagramQueue, WireSendQueue
-            queue = WireSendQueue if self.qp_type == IBV_QPT_RC else WireDatagramQueue
+            queue = WireDatagramQueue if self.qp_type == IBV_QPT_UD else WireSendQueue
         self._send = queue(w, self.qp_num, creator, scq, init_attr.sq_sig_all)
         if self.qp_type == IBV_QPT_UD:   # each send names its destination
             self._send_error = self._datagram_error

@@ -35,6 +35,7 @@ from .. import cq as cqmod, datagram, responder as verbs_responder
 from ..enums import IBV_QPS_ERR, IBV_QPS_RESET, IBV_QPS_RTR, IBV_QPS_RTS, IBV_WC_WR_FLUSH_ERR
 from ..layout import M_ACCESS, M_ADDR, M_LENGTH, M_PD, M_VALID, Q_PD, Q_STATE, W_OWNER_PID
 from ..wire import DETH, BadICRC, Flow, ImmDt, Packet, PcapWriter, WireError, encap
+from ..wire.icrc import ICRC_SIZE, icrc_bytes, icrc_of_trailer, ip_id_delta
 from ..wire.packet import sender_ip_id
 from ..wire.opcodes import Op
 from . import gid_of, transport
@@ -122,19 +123,21 @@ def _rate(environ, name):
 
 
 class Connection:
-    """One RC QP of this host, as its NIC knows it: where it sends, and both halves of its transport."""
+    """One RC (or UC) QP of this host, as its NIC knows it: where it sends, and both halves of its
+    transport. A UC QP's (unreliable) is RC's without the answers: no ACKs, NAKs or retries."""
 
     def __init__(self, nic, qpn, owner, client):
         self.nic, self.qpn, self.owner, self.client = nic, qpn, owner, client
         self.dest_qpn, self.dest_ip, self.mtu, self.sig_all, self.send_cq = 0, None, 1024, 0, 0
         self.known_state = IBV_QPS_RESET
         self.flow = None
+        self.unreliable = False
         self.retired, self.reported = 0, 0   # the last WR done, and the last the program was told of
         self.requester, self.responder = transport.Requester(self), transport.Responder(self)
 
     def modify(self, info):
         state, previous = info["state"], self.known_state
-        self.sig_all, self.send_cq = info["sig_all"], info["send_cq"]
+        self.sig_all, self.send_cq, self.unreliable = info["sig_all"], info["send_cq"], info.get("unreliable", False)
         if state == IBV_QPS_RESET:
             self.requester, self.responder = transport.Requester(self), transport.Responder(self)
         elif state == IBV_QPS_RTR and previous != IBV_QPS_RTR:
@@ -437,7 +440,11 @@ class NIC:
             if len(train) == 1:
                 self.udp.sendto(train[0][0], address)
             else:
-                self.udp.sendmsg([datagram for datagram, _ in train],
+                parts = [train[0][0]]   # (packet k ends with its ICRC for Identification k: no copy made)
+                for k in range(1, len(train)):
+                    datagram = train[k][0]
+                    parts += (memoryview(datagram)[:-ICRC_SIZE], icrc_for_identification(datagram, k))
+                self.udp.sendmsg(parts,
                                  [(socket.IPPROTO_UDP, UDP_SEGMENT, SEGMENT_SIZE.pack(len(train[0][0])))], 0, address)
         except OSError as error:
             if len(train) > 1 and error.errno in (errno.EINVAL, errno.ENOPROTOOPT, errno.EOPNOTSUPP, errno.EIO):
@@ -458,19 +465,21 @@ class NIC:
             size = next((GRO_SIZE.unpack(value[:GRO_SIZE.size])[0] for level, kind, value in ancillary
                          if level == socket.IPPROTO_UDP and kind == UDP_GRO and len(value) >= GRO_SIZE.size), 0)
             if 0 < size < len(data):   # several datagrams of one flow, together: `size` bytes each, the last shorter
-                for at in range(0, len(data), size):
-                    self.guarded(self.receive, data[at:at + size], src, sport)
+                for k, at in enumerate(range(0, len(data), size)):   # (a soft0 train's packet k has IPv4 ID k)
+                    self.guarded(self.receive, data[at:at + size], src, sport, k)
             else:
                 self.guarded(self.receive, data, src, sport)
             if self.outgoing:
                 self.flush()   # the ACKs at once: the sender's window moves on while we take the rest
 
-    def receive(self, data, src, sport):
+    def receive(self, data, src, sport, ip_id=0):
+        """One packet from src:sport; `ip_id`: the IPv4 Identification it most likely had (a UDP socket
+        does not show it, but the ICRC covers it: see numbered())."""
         self.count("rcvd_pkts")
         self.count("rcvd_bytes", len(data))
-        flow = self.flows.get((src, sport))
+        flow = self.flows.get((src, sport, ip_id))
         if flow is None:
-            flow = self.flows[src, sport] = Flow(src, self.host, sport)
+            flow = self.flows[src, sport, ip_id] = Flow(src, self.host, sport, ip_id=ip_id)
             if len(self.flows) > 4096:
                 self.flows.clear()
         if self.pcap is not None and src != self.host:   # (from itself: captured already, as sent)
@@ -478,7 +487,6 @@ class NIC:
                 self.pcap.write(encap.ipv4_udp(flow, data))
             except WireError:
                 pass
-        ip_id = 0
         try:
             try:
                 pkt = Packet.decode(data, flow)
@@ -501,7 +509,7 @@ class NIC:
         elif pkt.opcode in RESPONSES:
             conn.requester.answer(pkt, self, time.monotonic())
         else:
-            self.count("dropped_malformed")   # not an RC opcode: this NIC carries RC only
+            self.count("dropped_malformed")   # an opcode this NIC does not carry (XRC, CNP, ...)
 
     def datagram_arrived(self, pkt, flow, udp_payload_length):
         """A UD SEND for one of this host's UD QPs: its receive gets the GRH (the packet's IPv4 header;
@@ -523,6 +531,15 @@ class NIC:
             self.pcap.close()
         self.doorbell.close()
         self.udp.close()
+
+
+def icrc_for_identification(datagram, k):
+    """The ICRC of a packet (encoded for IPv4 Identification 0) if its Identification is k. The kernel
+    sends a train (UDP segmentation) from one header whose Identification is 0 (unconnected,
+    don't-fragment) and numbers its packets 0, 1, 2...; the ICRC covers the Identification, so a
+    receiver that reads it (rxe, any RoCE NIC) drops a packet whose ICRC was computed for 0. Packets
+    are encoded for 0 (a packet sent alone keeps it), and packet k of a train ends with this one."""
+    return icrc_bytes(icrc_of_trailer(datagram) ^ ip_id_delta(len(datagram), k))
 
 
 def _forget_segments_of_the_dead():

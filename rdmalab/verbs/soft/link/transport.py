@@ -23,6 +23,10 @@ makes, and nothing is written before the message is complete and accepted. It an
   execution; a READ or atomic is answered from the responder resources it kept (rxe's cache of
   replies), so a duplicated FETCH_AND_ADD adds once;
 - a PSN far ahead of any window: dropped and counted.
+
+A UC QP (its Connection is `unreliable`) takes the same path without the answers: UC opcodes, no
+AckReq, a message done once sent (Requester.pump), and a responder that drops what it does not
+expect until the next message starts (Responder.unreliable).
 """
 import struct
 from collections import deque
@@ -135,7 +139,12 @@ class Requester:
     # ------------------------------------------------------------ sending
 
     def pump(self, nic, now):
-        """Send what the window allows, from self.next on."""
+        """Send what the window allows, from self.next on. UC: nobody answers, so what is sent is done."""
+        self.send_window(nic, now)
+        if self.conn.unreliable and self.highest_sent is not None:
+            self.ack(self.highest_sent, now)
+
+    def send_window(self, nic, now):
         if self.error or now < self.rnr_until:
             return
         reading = 0   # READs and atomics before this WQE still waiting for their answer
@@ -183,10 +192,11 @@ class Requester:
             if last and op == SEND_WITH_INV:
                 headers.append(IETH(wqe.imm).pack())
             self.since_ack_req += 1
-            ack_req = last or self.since_ack_req >= ACK_EVERY
+            ack_req = (last or self.since_ack_req >= ACK_EVERY) and not conn.unreliable
             if ack_req:
                 self.since_ack_req = 0
-            pkt = DataPacket(packet_opcode(op, index, wqe.count), conn.dest_qpn, psn,
+            opcode = packet_opcode(op, index, wqe.count) | (UC if conn.unreliable else 0)
+            pkt = DataPacket(opcode, conn.dest_qpn, psn,
                              data[index * mtu:(index + 1) * mtu], b"".join(headers), ack_req,
                              bool(last and wqe.flags & IBV_SEND_SOLICITED))
             self.next = psn_add(psn, 1)
@@ -431,6 +441,9 @@ for _op, (_operation, _position) in _SEND_OPS.items():
                                        Op.RC_SEND_MIDDLE if _operation in (SEND_WITH_IMM, SEND_WITH_INV) else
                                        Op.RC_RDMA_WRITE_MIDDLE if _operation == WRITE_WITH_IMM else None, None, None])
     _OPCODE_AT[_operation][_position] = _op
+UC = 0x20   # a UC opcode is its RC twin's with this bit set (SENDs and WRITEs only)
+_SEND_OPS.update({Op(op | UC): what for op, what in _SEND_OPS.items() if op | UC in Op.__members__.values()
+                  and Op(op | UC).name.startswith("UC_")})
 REQUESTS = set(_SEND_OPS) | {Op.RC_RDMA_READ_REQUEST, Op.RC_COMPARE_SWAP, Op.RC_FETCH_ADD}
 
 
@@ -473,6 +486,8 @@ class Responder:
             return   # a QP not ready to receive drops it; the requester will time out
         expected = psn_add(self.partial.first, self.partial.count) if self.partial else h[Q_EXPECTED_PSN]
         ahead = psn_diff(pkt.psn, expected)
+        if conn.unreliable:
+            return self.unreliable(pkt, ahead, peer, nic)
         if ahead > 0:
             if ahead > FAR_AHEAD:
                 nic.count("dropped_out_of_window")
@@ -518,6 +533,37 @@ class Responder:
                           IBV_SEND_SOLICITED if pkt.se else 0)
         answer, _ = verbs_responder.respond(peer, request, payload, len(payload), part.first, part.count)
         self.answer(answer, part.first, pkt.psn, pkt.a, h, nic)
+
+    def unreliable(self, pkt, ahead, peer, nic):
+        """UC, as rxe's responder takes it: a packet it does not expect loses the message in progress, and
+        everything until the next FIRST or ONLY, which starts a new message wherever its PSN is. Nothing
+        is answered: no ACK, no NAK, no RNR NAK (a SEND with no receive posted is simply lost)."""
+        operation, position = _SEND_OPS[pkt.opcode]
+        starts = position in (0, 3)
+        if ahead or (self.partial is None) != starts or self.partial and self.partial.kind != KIND[operation]:
+            self.partial = None
+            if not starts:
+                nic.count("out_of_seq_request")
+                return
+        if starts:
+            self.partial = Partial(pkt.psn, KIND[operation], pkt.reth)
+        part = self.partial
+        mtu = self.conn.mtu
+        if position in (0, 1) and len(pkt.payload) != mtu or position in (2, 3) and len(pkt.payload) > mtu:
+            self.partial = None   # a packet of the wrong length: the message is dropped
+            return
+        part.chunks.append(pkt.payload)
+        part.count += 1
+        if position in (0, 1):
+            return
+        self.partial = None
+        payload = part.chunks[0] if part.count == 1 else b"".join(part.chunks)
+        reth = part.reth
+        if reth is not None and reth.dmalen != len(payload):
+            return
+        request = Request(operation, reth.va if reth else 0, reth.r_key if reth else 0,
+                          pkt.immdt.imm_data if pkt.immdt else 0, IBV_SEND_SOLICITED if pkt.se else 0)
+        verbs_responder.respond(peer, request, payload, len(payload), part.first, part.count)   # (nobody hears)
 
     def read_or_atomic(self, pkt, peer, nic):
         h, mtu = peer.header, self.conn.mtu

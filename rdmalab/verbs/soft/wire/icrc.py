@@ -91,7 +91,8 @@ def ip_id_for(udp_payload, ip_header, udp_header):
     Spending 16 of the ICRC's 32 bits this way, a damaged packet passes 1 time in 65536."""
     carried = icrc_of_trailer(udp_payload)
     zero = compute_icrc(ip_header, udp_header, bytes(udp_payload[:-ICRC_SIZE]))
-    low, high = _identification_tables(len(udp_payload) - ICRC_SIZE)
+    low, _ = _identification_tables(len(udp_payload) - ICRC_SIZE)
+    high = _high_byte_lookup(len(udp_payload) - ICRC_SIZE)
     wanted = carried ^ zero
     for lo, pattern in enumerate(low):
         hi = high.get(wanted ^ pattern)
@@ -100,10 +101,23 @@ def ip_id_for(udp_payload, ip_header, udp_header):
     return None
 
 
+def ip_id_delta(udp_payload_len, ip_id):
+    """What an IPv4 Identification of `ip_id` instead of 0 changes in the ICRC of a packet of
+    `udp_payload_len` bytes: XOR it in. (A kernel that segments a train of packets numbers them 0, 1,
+    2...: their ICRCs must count with it.)"""
+    low, high = _identification_tables(udp_payload_len - ICRC_SIZE)
+    return low[ip_id & 0xFF] ^ high[ip_id >> 8]
+
+
+@functools.lru_cache(maxsize=256)
+def _high_byte_lookup(transport_len):
+    return {pattern: value for value, pattern in enumerate(_identification_tables(transport_len)[1])}
+
+
 @functools.lru_cache(maxsize=256)
 def _identification_tables(transport_len):
     """For an IPv4 packet whose transport part is `transport_len` bytes: the CRC patterns of each value
-    of the Identification's low byte (a list), and of its high byte (a dict pattern -> value)."""
+    of the Identification's low byte, and of its high byte (two lists of 256)."""
     length = len(_LRH_STANDIN) + 20 + 8 + transport_len
     zeros = bytes(length)
     base = zlib.crc32(zeros)
@@ -119,4 +133,4 @@ def _identification_tables(transport_len):
             low_bit = value & -value
             out[value] = out[value ^ low_bit] ^ bits[low_bit.bit_length() - 1]
         return out
-    return patterns(deltas[:8]), {pattern: value for value, pattern in enumerate(patterns(deltas[8:]))}
+    return patterns(deltas[:8]), patterns(deltas[8:])
