@@ -343,6 +343,16 @@ def test_uc_rdma_read_fails_at_completion(uc):
     assert states(uc.a) == (e.IBV_QPS_RTS, e.IBV_QPS_ERR)
 
 
+def test_uc_send_with_invalidate_fails_at_completion_and_sends_nothing(uc):
+    uc.b.post_recv(recv_wr(uc.dst, 64, wr_id=70))
+    w = send_wr(uc.src, 8, e.IBV_WR_SEND_WITH_INV, wr_id=6)
+    w.imm_data = 0x12345   # (the key it would invalidate)
+    uc.a.post_send(w)
+    assert [(c["wr_id"], c["status"]) for c in poll(uc.cq_a)] == [(6, e.IBV_WC_LOC_QP_OP_ERR)]
+    assert poll(uc.cq_b, 1, timeout=0.3) == []
+    assert states(uc.a) == (e.IBV_QPS_RTS, e.IBV_QPS_ERR) and states(uc.b) == (e.IBV_QPS_RTS, e.IBV_QPS_RTS)
+
+
 def test_ud_answer_through_an_ah_made_from_the_completion(pd, ud):
     """ibv_create_ah_from_wc: the GRH names the sender's GID, the completion its QP: enough to reply."""
     ud.receive(wr_id=54)

@@ -49,6 +49,7 @@ WC_OPCODE = {WRITE: IBV_WC_RDMA_WRITE, WRITE_WITH_IMM: IBV_WC_RDMA_WRITE, SEND: 
              FETCH_AND_ADD: IBV_WC_FETCH_ADD, SEND_WITH_INV: IBV_WC_SEND, BIND_MW: IBV_WC_BIND_MW,
              LOCAL_INV: IBV_WC_LOCAL_INV}
 CARRIES_DATA = (WRITE, WRITE_WITH_IMM, SEND, SEND_WITH_IMM, SEND_WITH_INV)
+UC_OPERATIONS = (WRITE, WRITE_WITH_IMM, SEND, SEND_WITH_IMM)   # UC has no opcode for the others (rxe: LOC_QP_OP_ERR)
 LOCAL_OPERATIONS = (BIND_MW, LOCAL_INV)   # done by our own NIC, in order with the QP's other WRs
 WITH_IMM = (WRITE_WITH_IMM, SEND_WITH_IMM)
 # a receive slot's R_NUM_SGE and first SGE (addr, length, lkey), in one read (the words between skipped)
@@ -160,11 +161,11 @@ class UnansweredQueue(SendQueue):
                 self.send_now(wqe)
 
     def send_now(self, wqe):
-        """UC: SEND and WRITE (with or without immediate) only, READs and atomics need an answer; and the
-        work our own NIC does (binding and invalidating memory windows)."""
+        """UC: SEND and WRITE (with or without immediate) only: READs and atomics need an answer, and UC
+        has no SEND with invalidate; and the work our own NIC does (binding and invalidating memory windows)."""
         if wqe.opcode in LOCAL_OPERATIONS:
             return local_operation(self, wqe)
-        if wqe.opcode not in CARRIES_DATA:
+        if wqe.opcode not in UC_OPERATIONS:
             return fail(self, wqe, IBV_WC_LOC_QP_OP_ERR)
         payload = _gather(self, wqe)
         if type(payload) is int:

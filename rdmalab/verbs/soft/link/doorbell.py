@@ -26,8 +26,7 @@ from .. import requester
 from ..datagram import MULTICAST_QPN, DatagramQueue
 from ..enums import (IBV_QPS_ERR, IBV_QPS_RTS, IBV_SEND_INLINE, IBV_SEND_SOLICITED, IBV_WC_FATAL_ERR,
                      IBV_WC_LOC_QP_OP_ERR, IBV_WC_WR_FLUSH_ERR, IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD,
-                     IBV_QPT_UC, IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE, IBV_WR_RDMA_WRITE_WITH_IMM, IBV_WR_SEND,
-                     IBV_WR_SEND_WITH_IMM)
+                     IBV_QPT_UC, IBV_WR_RDMA_READ, IBV_WR_SEND_WITH_IMM)
 from ..layout import Q_STATE, Q_TYPE
 from ..pyverbs_error import PyverbsRDMAError
 from ..responder import ATOMICS, NEEDS_ACCESS, PSN_MOD, enter, packets
@@ -332,14 +331,11 @@ class WireDatagramQueue(DatagramQueue):
         self.nic.ring(("destroy", self.qp_num))
 
 
-UC_OPERATIONS = (IBV_WR_RDMA_WRITE, IBV_WR_RDMA_WRITE_WITH_IMM, IBV_WR_SEND, IBV_WR_SEND_WITH_IMM)
-
-
 def local_check(sq, wr):
     """What the program's side finds wrong with a WR before anything is sent (0: nothing): an unknown
     lkey (LOC_QP_OP_ERR) or an SGE out of its MR (LOC_PROT_ERR), for the data a WRITE or SEND carries.
     READs and atomics are checked when their answer comes back, as on the shared-memory link."""
-    if wr.opcode not in NEEDS_ACCESS or sq.header[Q_TYPE] == IBV_QPT_UC and wr.opcode not in UC_OPERATIONS:
+    if wr.opcode not in NEEDS_ACCESS or sq.header[Q_TYPE] == IBV_QPT_UC and wr.opcode not in requester.UC_OPERATIONS:
         return IBV_WC_LOC_QP_OP_ERR   # no such operation (on UC: SENDs and WRITEs only)
     if wr.opcode in ANSWERS_DATA or wr.send_flags & IBV_SEND_INLINE:
         return 0
