@@ -447,6 +447,9 @@ _SEND_OPS.update({Op(op | UC): what for op, what in _SEND_OPS.items() if op | UC
 REQUESTS = set(_SEND_OPS) | {Op.RC_RDMA_READ_REQUEST, Op.RC_COMPARE_SWAP, Op.RC_FETCH_ADD}
 
 
+BAD = object()   # Responder.take: a packet that does not fit its message
+
+
 class Partial:
     """A SEND's or WRITE's packets received so far."""
     __slots__ = ("first", "kind", "reth", "chunks", "count")
@@ -508,29 +511,14 @@ class Responder:
                 return self.invalid(pkt, h, nic)
             return self.read_or_atomic(pkt, peer, nic)
         operation, position = _SEND_OPS[op]
-        if position in (0, 3):
-            if self.partial is not None:
-                return self.invalid(pkt, h, nic)
-            self.partial = Partial(pkt.psn, KIND[operation], pkt.reth)
-        elif self.partial is None or self.partial.kind != KIND[operation]:
-            return self.invalid(pkt, h, nic)   # a MIDDLE or LAST with no FIRST before it
-        mtu, part = conn.mtu, self.partial
-        if position in (0, 1) and len(pkt.payload) != mtu or position in (2, 3) and len(pkt.payload) > mtu:
-            return self.invalid(pkt, h, nic)   # every packet but the last is exactly one MTU
-        part.chunks.append(pkt.payload)
-        part.count += 1
-        if position in (0, 1):
+        got = self.take(pkt, operation, position)
+        if got is BAD:
+            return self.invalid(pkt, h, nic)
+        if got is None:   # more packets to come
             if pkt.a:
                 self.ack(nic, pkt.psn)
             return
-        self.partial = None
-        payload = part.chunks[0] if part.count == 1 else b"".join(part.chunks)
-        reth = part.reth
-        if reth is not None and reth.dmalen != len(payload):
-            return self.invalid(pkt, h, nic)   # a WRITE whose packets do not add up to its length
-        request = Request(operation, reth.va if reth else 0, reth.r_key if reth else 0,
-                          pkt.immdt.imm_data if pkt.immdt else pkt.ieth.r_key if pkt.ieth else 0,
-                          IBV_SEND_SOLICITED if pkt.se else 0)
+        part, payload, request = got
         answer, _ = verbs_responder.respond(peer, request, payload, len(payload), part.first, part.count)
         self.answer(answer, part.first, pkt.psn, pkt.a, h, nic)
 
@@ -545,25 +533,39 @@ class Responder:
             if not starts:
                 nic.count("out_of_seq_request")
                 return
-        if starts:
+        got = self.take(pkt, operation, position)   # (a packet that does not fit loses its message)
+        if got is not None and got is not BAD:
+            part, payload, request = got
+            verbs_responder.respond(peer, request, payload, len(payload), part.first, part.count)   # (nobody hears)
+
+    def take(self, pkt, operation, position):
+        """Add a SEND's or WRITE's packet to its message: None while more are to come; at its last packet
+        (part, payload, Request); BAD, the message dropped, for a packet that does not fit (out of the
+        opcode sequence, not one MTU but the last, a WRITE whose packets do not add up to its length)."""
+        if position in (0, 3):
+            if self.partial is not None:
+                self.partial = None
+                return BAD
             self.partial = Partial(pkt.psn, KIND[operation], pkt.reth)
-        part = self.partial
-        mtu = self.conn.mtu
+        elif self.partial is None or self.partial.kind != KIND[operation]:
+            self.partial = None
+            return BAD   # a MIDDLE or LAST with no FIRST before it
+        part, mtu = self.partial, self.conn.mtu
         if position in (0, 1) and len(pkt.payload) != mtu or position in (2, 3) and len(pkt.payload) > mtu:
-            self.partial = None   # a packet of the wrong length: the message is dropped
-            return
+            self.partial = None
+            return BAD
         part.chunks.append(pkt.payload)
         part.count += 1
         if position in (0, 1):
-            return
+            return None
         self.partial = None
         payload = part.chunks[0] if part.count == 1 else b"".join(part.chunks)
         reth = part.reth
         if reth is not None and reth.dmalen != len(payload):
-            return
-        request = Request(operation, reth.va if reth else 0, reth.r_key if reth else 0,
-                          pkt.immdt.imm_data if pkt.immdt else 0, IBV_SEND_SOLICITED if pkt.se else 0)
-        verbs_responder.respond(peer, request, payload, len(payload), part.first, part.count)   # (nobody hears)
+            return BAD
+        return part, payload, Request(operation, reth.va if reth else 0, reth.r_key if reth else 0,
+                                      pkt.immdt.imm_data if pkt.immdt else pkt.ieth.r_key if pkt.ieth else 0,
+                                      IBV_SEND_SOLICITED if pkt.se else 0)
 
     def read_or_atomic(self, pkt, peer, nic):
         h, mtu = peer.header, self.conn.mtu
