@@ -26,12 +26,10 @@ ACK_TIMEOUT = 18   # about 1 s: under the guest's CPU emulation both stacks answ
 @pytest.fixture
 def pair(link):
     """rxe1's RC QP and MR, and a soft0 program in NETNS with its own, connected to each other."""
-    from pyverbs.addr import AHAttr, GID, GlobalRoute
     from pyverbs.cq import CQ
     from pyverbs.device import Context
     from pyverbs.mr import MR
     from pyverbs.pd import PD
-    from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
     import pyverbs.enums as e
 
     soft = Agent(PEER_IP, netns=NETNS, RDMALAB_PROVIDER="soft")
@@ -42,21 +40,35 @@ def pair(link):
         access = (e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
                   | e.IBV_ACCESS_REMOTE_ATOMIC)
         mr = MR(pd, 16384, access)
-        qp = QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=QPCap(8, 8, 1, 1)))
-        psn = random.getrandbits(24)
-        a = QPAttr(port_num=1, path_mtu=e.IBV_MTU_1024)
-        a.pkey_index, a.qp_access_flags = 0, access
-        a.ah_attr = AHAttr(port_num=1, is_global=1, gr=GlobalRoute(dgid=GID(soft.info["gid"]), sgid_index=link,
-                                                                    hop_limit=64))
-        a.dest_qp_num, a.rq_psn, a.max_dest_rd_atomic, a.min_rnr_timer = soft.info["qpn"], psn, 1, 12
-        a.sq_psn, a.timeout, a.retry_cnt, a.rnr_retry, a.max_rd_atomic = soft.info["psn"], ACK_TIMEOUT, 7, 7, 1
-        qp.to_rts(a)
-        soft("connect", qpn=qp.qp_num, gid=mapped_gid(RXE_IP), psn=soft.info["psn"], my_psn=psn, timeout=ACK_TIMEOUT)
+        qp = connected_qp(link, soft, pd, cq, e.IBV_QPT_RC, access, max_dest_rd_atomic=1, min_rnr_timer=12,
+                          timeout=ACK_TIMEOUT, retry_cnt=7, rnr_retry=7, max_rd_atomic=1)
         yield soft, e, qp, cq, mr
     finally:
         soft.stop()
         ctx.close()
     assert wait_until(lambda: not nic_processes((PEER_IP,))), "the NIC in the namespace outlived its program"
+
+
+def connected_qp(link, soft, pd, cq, qp_type, access, **rts):
+    """rxe1's QP of `qp_type` in RTS, connected to the soft0 program's QP (`rts`: RC's timers and
+    limits), and the program's QP connected back to it."""
+    from pyverbs.addr import AHAttr, GID, GlobalRoute
+    from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
+    import pyverbs.enums as e
+
+    qp = QP(pd, QPInitAttr(qp_type=qp_type, scq=cq, rcq=cq, cap=QPCap(8, 8, 1, 1)))
+    psn = random.getrandbits(24)
+    a = QPAttr(port_num=1, path_mtu=e.IBV_MTU_1024)
+    a.pkey_index, a.qp_access_flags = 0, access
+    a.ah_attr = AHAttr(port_num=1, is_global=1, gr=GlobalRoute(dgid=GID(soft.info["gid"]), sgid_index=link,
+                                                                hop_limit=64))
+    a.dest_qp_num, a.rq_psn, a.sq_psn = soft.info["qpn"], psn, soft.info["psn"]
+    for name, value in rts.items():
+        setattr(a, name, value)
+    qp.to_rts(a)
+    soft("connect", qpn=qp.qp_num, gid=mapped_gid(RXE_IP), psn=soft.info["psn"], my_psn=psn,
+         timeout=rts.get("timeout", 14))
+    return qp
 
 
 def post(e, qp, mr, opcode, offset, length, remote=None):
@@ -185,12 +197,10 @@ def test_rxe_and_soft0s_wire_nic_carry_uc_both_ways(link):
     """UC on one connection: rxe1's 3-packet SEND and its WRITE with immediate land in the soft0
     program's memory and receives, the soft0 program's 2-packet SEND and its WRITE in rxe1's; nothing
     answers, and nothing is sent again: a packet rxe drops is lost."""
-    from pyverbs.addr import AHAttr, GID, GlobalRoute
     from pyverbs.cq import CQ
     from pyverbs.device import Context
     from pyverbs.mr import MR
     from pyverbs.pd import PD
-    from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
     from pyverbs.wr import SGE, RecvWR, SendWR
     import pyverbs.enums as e
 
@@ -201,15 +211,7 @@ def test_rxe_and_soft0s_wire_nic_carry_uc_both_ways(link):
         pd, cq = PD(ctx), CQ(ctx, 16)
         access = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE
         mr = MR(pd, 16384, access)
-        qp = QP(pd, QPInitAttr(qp_type=e.IBV_QPT_UC, scq=cq, rcq=cq, cap=QPCap(8, 8, 1, 1)))
-        psn = random.getrandbits(24)
-        a = QPAttr(port_num=1, path_mtu=e.IBV_MTU_1024)
-        a.pkey_index, a.qp_access_flags = 0, access
-        a.ah_attr = AHAttr(port_num=1, is_global=1, gr=GlobalRoute(dgid=GID(soft.info["gid"]), sgid_index=link,
-                                                                    hop_limit=64))
-        a.dest_qp_num, a.rq_psn, a.sq_psn = soft.info["qpn"], soft.info["psn"], psn
-        qp.to_rts(a)
-        soft("connect", qpn=qp.qp_num, gid=mapped_gid(RXE_IP), psn=psn, my_psn=soft.info["psn"])
+        qp = connected_qp(link, soft, pd, cq, e.IBV_QPT_UC, access)
         data = os.urandom(3000)
         mr.write(data, len(data), 0)
         # rxe1 -> soft0: a SEND of 3 packets into a posted receive, a WRITE with immediate
