@@ -289,6 +289,9 @@ def test_uc_carries_sends_and_writes_between_hosts_and_nothing_answers():
         a("send", op="send", offset=0, length=10, wr_id=3)     # no receive posted: lost, and nobody says so
         assert [(w["wr_id"], w["status"]) for w in a.wcs(3)] == [(1, 0), (2, 0), (3, 0)]
         assert [(w["wr_id"], w["status"], w["byte_len"]) for w in b.wcs()] == [(70, 0, 3000)]
+        # nothing tells b when the WRITE lands (it may come after the SEND's receive completed): its NIC,
+        # which has taken all 6 packets once it counts them, says so
+        wait_until(lambda: b("counters")["counters"]["rcvd_pkts"] == 6)
         assert b("digest", offset=8192, length=3000) == a("digest", offset=0, length=3000)
         assert b("digest", offset=16384, length=2000) == a("digest", offset=0, length=2000)
         assert b.wcs(1, timeout=0.5) == []
