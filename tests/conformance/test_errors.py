@@ -286,6 +286,30 @@ def test_psn_mismatch_retry_exceeded_and_nothing_lands(ctx, gid_index, make_pair
     assert states(p.b)[1] == RTS
 
 
+@pytest.mark.parametrize("opcode", [e.IBV_WR_RDMA_WRITE, e.IBV_WR_SEND])
+@pytest.mark.parametrize("behind", [1, 2])
+def test_a_message_that_begins_behind_the_expected_psn_is_an_invalid_request(ctx, gid_index, make_pair, opcode,
+                                                                               behind):
+    # 3000 bytes go as 3 packets at MTU 1024. Starting 1 or 2 PSNs behind what the responder expects, its
+    # first packets are duplicates (dropped), and the packet at the expected PSN is a middle or last one
+    # of a message the responder never saw begin: it NAKs an invalid request and enters ERR (its posted
+    # receive is flushed); nothing lands
+    p = make_pair(connect=False)
+    to_init(p.a)
+    to_init(p.b)
+    to_rtr(ctx, gid_index, p.a, p.b.qp_num)
+    to_rtr(ctx, gid_index, p.b, p.a.qp_num, rq_psn=1000)
+    to_rts(p.a, sq_psn=1000 - behind)
+    to_rts(p.b)
+    p.src.write(b"P" * 3000, 3000)
+    p.b.post_recv(recv_wr(p.dst, 4096, wr_id=9))
+    p.a.post_send(rdma(p, opcode, length=3000) if opcode != e.IBV_WR_SEND else send_wr(p.src, 3000, opcode))
+    assert [c["status"] for c in poll(p.cq_a, 1, 10)] == [e.IBV_WC_REM_INV_REQ_ERR]
+    assert [(c["wr_id"], c["status"]) for c in poll(p.cq_b)] == [(9, e.IBV_WC_WR_FLUSH_ERR)]
+    assert (states(p.a)[1], states(p.b)[1]) == (ERR, ERR)
+    assert p.dst.read(3000, 0) == bytes(3000)
+
+
 def test_a_full_receive_queue_is_enomem(make_pair):
     p = make_pair(cap=v.qp.QPCap(max_send_wr=2, max_recv_wr=2))  # capacity 3 each
     results = [rdma_error(lambda i=i: p.b.post_recv(recv_wr(p.dst, 8, wr_id=400 + i))) for i in range(5)]

@@ -304,9 +304,14 @@ def respond(peer, wqe, payload, length, psn, count):
     if (state != IBV_QPS_RTR and state != IBV_QPS_RTS) or not h[Q_ALIVE]:
         return NO_ANSWER, None   # a QP not ready to receive drops the packet
     if h[Q_EXPECTED_PSN] != psn:
-        if h[Q_TYPE] != IBV_QPT_UC:
+        if h[Q_TYPE] == IBV_QPT_UC:
+            h[Q_EXPECTED_PSN] = psn   # UC never retries: a new message is taken from whatever PSN it starts at
+        elif 0 < (h[Q_EXPECTED_PSN] - psn) % PSN_MOD < count:
+            # it began behind: its first packets are duplicates, and the one at the expected PSN is a
+            # middle or last packet of a message the responder never saw begin, an invalid request
+            return _refuse(h, IBV_WC_REM_INV_REQ_ERR)
+        else:
             return NO_ANSWER, None   # RC drops a PSN it does not expect (the requester will retry)
-        h[Q_EXPECTED_PSN] = psn   # UC never retries: a new message is taken from whatever PSN it starts at
     opcode = wqe.opcode
     need = NEEDS_ACCESS[opcode]
     if need and not h[Q_ACCESS] & need or need & (REMOTE_READ | REMOTE_ATOMIC) and not h[Q_MAX_DEST_RD_ATOMIC]:
