@@ -11,8 +11,8 @@ Prints a summary and writes JSON with every figure and the targets (issues 4 and
   one-core  the same process tree pinned to one CPU (as `taskset -c 0`): write_lat <= 0.5 x tcp_lat;
             write_bw >= 0.8 x numpy's copy; the target's CPU during write_bw <= 1% of the initiator's;
   loaded    beside one CPU-bound process per usable CPU: write_lat <= tcp_lat.
-Latency rounds alternate RDMA and TCP so that both see the same machine; each ratio is taken from
-the medians of all rounds. Timing on a shared machine is noisy: compare ratios, not absolute times.
+Latency rounds alternate RDMA and TCP, and bandwidth rounds write_bw, numpy's copy and tcp_bw, so
+that all see the same machine; each ratio is taken from the medians of all rounds. Timing on a shared machine is noisy: compare ratios, not absolute times.
 """
 import argparse
 import os
@@ -56,15 +56,28 @@ def latencies(tests, rounds, iters):
     return {t: statistics.median(v) for t, v in lat.items()}, lat
 
 
-def bandwidths(iters):
-    write_bw = bench.run("write_bw", sizes=[BW_SIZE], iters=iters)
-    copy_bw = numpy_copy_mib_s(BW_SIZE, iters)
-    tcp_bw = bench.run("tcp_bw", sizes=[BW_SIZE], iters=iters)
+def bandwidths(rounds, iters):
+    """write_bw, numpy's copy and tcp_bw at 16 MiB, `rounds` times in turn; each figure is the median of
+    its rounds, and the write_bw run reported in full is the median one. A copy of 16 MiB takes about
+    a millisecond, so a single run is at the mercy of whatever else the machine does for that long."""
+    write_runs, copies, tcp_runs = [], [], []
+    for r in range(rounds):
+        write_runs.append(bench.run("write_bw", sizes=[BW_SIZE], iters=iters))
+        copies.append(numpy_copy_mib_s(BW_SIZE, iters))
+        tcp_runs.append(bench.run("tcp_bw", sizes=[BW_SIZE], iters=iters))
+        print(f"round {r + 1}/{rounds} write_bw 16 MiB {write_runs[-1].rows[0]['bw_avg_mib']:.0f} MiB/s, "
+              f"numpy copy {copies[-1]:.0f} MiB/s, tcp_bw {tcp_runs[-1].rows[0]['bw_avg_mib']:.0f} MiB/s",
+              file=sys.stderr)
+
+    def median_run(runs):
+        return sorted(runs, key=lambda run: run.rows[0]["bw_avg_mib"])[len(runs) // 2]
+    write_bw, tcp_bw, copy_bw = median_run(write_runs), median_run(tcp_runs), statistics.median(copies)
     w, t = write_bw.rows[0], tcp_bw.rows[0]
-    print(f"write_bw 16 MiB {w['bw_avg_mib']:.0f} MiB/s, numpy copy {copy_bw:.0f} MiB/s, "
-          f"tcp_bw {t['bw_avg_mib']:.0f} MiB/s", file=sys.stderr)
     syscalls = {side: w[side]["read_syscalls"] + w[side]["write_syscalls"] for side in ("initiator", "target")}
     figures = {"write_bw_16MiB_mib_s": w["bw_avg_mib"], "numpy_copy_16MiB_mib_s": copy_bw,
+               "bandwidth_rounds": {"write_bw": [run.rows[0]["bw_avg_mib"] for run in write_runs],
+                                    "numpy_copy": copies,
+                                    "tcp_bw": [run.rows[0]["bw_avg_mib"] for run in tcp_runs]},
                "write_bw_over_numpy_copy": w["bw_avg_mib"] / copy_bw, "tcp_bw_16MiB_mib_s": t["bw_avg_mib"],
                "write_bw_target_cpu_s": w["target"]["cpu_s"], "write_bw_initiator_cpu_s": w["initiator"]["cpu_s"],
                "write_bw_target_over_initiator_cpu": w["target"]["cpu_s"] / w["initiator"]["cpu_s"],
@@ -79,7 +92,7 @@ def quiet(rounds, lat_iters, bw_iters):
     figures.update(latency_rounds=lat, write_lat_over_tcp_lat=med["write_lat"] / med["tcp_lat"],
                    send_lat_over_write_lat=med["send_lat"] / med["write_lat"],
                    read_lat_over_tcp_lat=med["read_lat"] / med["tcp_lat"])
-    bw, results = bandwidths(bw_iters)
+    bw, results = bandwidths(rounds, bw_iters)
     figures.update(bw)
     targets = {
         "write_lat <= 0.2 x tcp_lat": figures["write_lat_over_tcp_lat"] <= 0.2,
@@ -99,7 +112,7 @@ def one_core(rounds, lat_iters, bw_iters):
     os.sched_setaffinity(0, {min(keep)})
     try:
         med, lat = latencies(["write_lat", "tcp_lat"], rounds, lat_iters)
-        bw, results = bandwidths(bw_iters)
+        bw, results = bandwidths(rounds, bw_iters)
     finally:
         os.sched_setaffinity(0, keep)
     figures = {"cpu": min(keep), "write_lat_8B_us": med["write_lat"], "tcp_lat_8B_us": med["tcp_lat"],
