@@ -215,8 +215,16 @@ def fake_row(initiator_waited, target_waited, wall=1.0):
     (2, 0.0, None), (2, 0.5, "waited for a CPU 50%"), (1, 0.0, "may use 1 CPU"), (0.5, 0.9, "may use 0.5 CPU")])
 def test_a_machine_that_cannot_run_both_sides_at_once_is_said_next_to_the_result(cpus, waited, says):
     r = bench.Results("write_lat", "soft", "soft0", [fake_row(0.0, waited)])
-    note = bench.machine_note([r], cpus=cpus)
+    note = bench.caveats([r], cpus=cpus)
     assert (note == "") if says is None else (says in note)
+
+
+@pytest.mark.parametrize("test, provider, says", [("send_lat", "soft", True), ("send_lat", "pyverbs", False),
+                                                  ("write_lat", "soft", False)])
+def test_soft0s_send_latency_says_what_a_hardware_nic_would_not_cost(test, provider, says):
+    # a learner comparing SEND with WRITE on soft0 must not conclude that SEND is twice as slow on hardware
+    note = bench.caveats([bench.Results(test, provider, "soft0", [fake_row(0.0, 0.0)])], cpus=2)
+    assert ("SEND and WRITE latencies are within tens of percent" in note) == says
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs CPU affinity (Linux)")
@@ -226,7 +234,7 @@ def test_a_run_pinned_to_one_cpu_says_so_in_its_text_and_json():
                          env=dict(os.environ, PYTHONPATH=ROOT), timeout=120)
     assert out.returncode == 0, out.stderr
     assert "may use 1 CPU" in json.loads(out.stdout)["note"]
-    quiet = bench.machine_note([bench.Results("write_bw", "soft", "soft0", [fake_row(0.0, 0.0)])], cpus=1)
+    quiet = bench.caveats([bench.Results("write_bw", "soft", "soft0", [fake_row(0.0, 0.0)])], cpus=1)
     assert quiet == ""   # a passive target does not take turns with the initiator
 
 

@@ -30,7 +30,7 @@ from rdmalab.bench.catalogue import (  # noqa: F401
     BenchError,
     iterations_for,
 )
-from rdmalab.bench.results import Comparison, Results, machine_note, waited_for_cpu  # noqa: F401
+from rdmalab.bench.results import Comparison, Results, caveats, waited_for_cpu  # noqa: F401
 from rdmalab.proc import procstat
 from rdmalab.proc.children import Helper
 

@@ -15,13 +15,21 @@ def waited_for_cpu(row):
                for side in ("initiator", "target"))
 
 
-def machine_note(results, cpus=None):
-    """What a reader must know when this machine could not run both sides of a test at once, or ''.
+def caveats(results, cpus=None):
+    """What a reader must know before trusting these figures, or ''.
 
-    Two things say so: the CPUs this process may use (affinity, cgroup quota), and how long each side
-    waited for a CPU while measured (a CPU-bound load beside the lab, or too few CPUs)."""
+    Whether this machine could run both sides of a test at once: the CPUs this process may use
+    (affinity, cgroup quota), and how long each side waited for a CPU while measured (a CPU-bound load
+    beside the lab, or too few CPUs). And where soft0, the emulated NIC, shows a cost a hardware NIC
+    does not have."""
     cpus = usable_cpus() if cpus is None else cpus
     notes = []
+    if any(r.test == "send_lat" and r.provider == "soft" and r.rows for r in results):
+        notes.append("On soft0 a SEND costs more than a WRITE: the receiving program polls a completion queue, "
+                     "and the emulated NIC fills in the receive's completion, both in Python (about 2 us more "
+                     "here), where a WRITE's receiver only reads its memory. On a hardware NIC the NIC does that "
+                     "work, and SEND and WRITE latencies are within tens of percent of each other (compare "
+                     "perftest's ib_send_lat and ib_write_lat).")
     two_sided = [r for r in results if not TESTS[r.test].passive_target and r.rows]
     if cpus < 2 and two_sided:
         notes.append(f"This process may use {cpus:g} CPU, so the two sides of a ping-pong take turns on it: every "
@@ -59,7 +67,7 @@ class Results:
         self.kind = TESTS[test].kind
 
     def note(self):
-        return machine_note([self])
+        return caveats([self])
 
     @property
     def columns(self):
@@ -136,7 +144,7 @@ class Comparison:
         return out
 
     def note(self):
-        return machine_note(self.results.values())
+        return caveats(self.results.values())
 
     def to_dict(self):
         return {"results": {k: r.to_dict() for k, r in self.results.items()}, "ratios": self.ratios(),

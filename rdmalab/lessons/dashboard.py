@@ -122,7 +122,7 @@ class Dashboard(w.VBox):
             if rdma in self.results and tcp in self.results:
                 a, b = self.results[rdma].rows[-1], self.results[tcp].rows[-1]
                 parts.append(f"{what} at {_pretty(a['size'])}: RDMA/TCP = {a[key] / b[key]:.2f}")
-        note = bench.machine_note(self.results.values())
+        note = bench.caveats(self.results.values())
         if note:
             parts.append(f"<b>Read with care:</b> {note}")
         return "<br>".join(parts)
