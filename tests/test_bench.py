@@ -227,6 +227,19 @@ def test_soft0s_send_latency_says_what_a_hardware_nic_would_not_cost(test, provi
     assert ("SEND and WRITE latencies are within tens of percent" in note) == says
 
 
+def test_a_run_on_soft0s_udp_link_says_so_and_counts_the_nics_copies():
+    out = subprocess.run([sys.executable, "-m", "rdmalab", "bench", "write_lat", "-s", "8", "-n", "50", "--json"],
+                         capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, PYTHONPATH=ROOT, RDMALAB_PROVIDER="soft", RDMALAB_SOFT_LINK="udp"))
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["link"] == "udp"
+    assert "udp link" in bench.Results("write_lat", "soft", "soft0", [], link="udp").label()
+    assert "no wire" in bench.Results("write_lat", "soft", "soft0", [], link="shm").label()
+    row = result["rows"][0]
+    assert row["bytes_copied_by_cpu"] == 2 * 8 * row["iterations"]   # into packets and out of them
+
+
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs CPU affinity (Linux)")
 def test_a_run_pinned_to_one_cpu_says_so_in_its_text_and_json():
     out = subprocess.run(["taskset", "-c", "0", sys.executable, "-m", "rdmalab", "bench", "write_lat", "-s", "8",

@@ -68,7 +68,7 @@ def run(test, sizes=None, iters=None, provider=None, host="127.0.0.1", warmup=No
         for child in (target, initiator):
             child.send(op="open", test=test, max_size=max(sizes), host=host, events=events)
         t_end, i_end = target.reply(), initiator.reply()
-        info = {"provider": i_end.pop("provider"), "device": i_end.pop("device", None)}
+        info = {"provider": i_end.pop("provider"), "device": i_end.pop("device", None), "link": i_end.pop("link", None)}
         target.send(op="connect", peer=i_end)
         initiator.send(op="connect", peer=t_end)
         target.reply(), initiator.reply()
@@ -89,22 +89,24 @@ def run(test, sizes=None, iters=None, provider=None, host="127.0.0.1", warmup=No
             else:
                 figures = stats.bandwidth(size, result["tposted"], result["tcompleted"], result["cq_mod"])
             row = {"size": size, **figures, "initiator": result["spent"], "target": target_spent,
-                   "bytes_copied_by_cpu": _cpu_copies(t, info["provider"], size, count, result["spent"], target_spent)}
+                   "bytes_copied_by_cpu": _cpu_copies(t, info["link"], size, count, result["spent"], target_spent)}
             rows.append(row)
             if progress:
                 progress(row, n + 1, len(sizes))
     finally:
         initiator.close()
         target.close()
-    return Results(test, info["provider"], info["device"], rows, events)
+    return Results(test, info["provider"], info["device"], rows, events, info["link"])
 
 
-def _cpu_copies(test, provider, size, count, initiator, target):
-    """Bytes some CPU copied: TCP copies into and out of the kernel (its read/write byte counts);
-    the emulated NIC's initiator copies the payload standing in for DMA; a real NIC's DMA copies none."""
+def _cpu_copies(test, link, size, count, initiator, target):
+    """Bytes some CPU copied: TCP copies into and out of the kernel (its read/write byte counts); on
+    soft0's shared-memory link the initiator copies the payload, standing in for DMA; on its udp link
+    the two NIC processes copy it into packets and out of them (and the kernel moves the datagrams
+    besides); a real NIC's DMA copies none."""
     if test.transport == "tcp":
         return initiator["bytes_written"] + initiator["bytes_read"] + target["bytes_written"] + target["bytes_read"]
-    return size * count if provider == "soft" else 0
+    return {"shm": size * count, "udp": 2 * size * count}.get(link, 0)
 
 
 def compare(sizes=(8, 65536, 1 << 20), iters=None, provider=None, progress=None):

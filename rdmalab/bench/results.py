@@ -24,7 +24,7 @@ def caveats(results, cpus=None):
     does not have."""
     cpus = usable_cpus() if cpus is None else cpus
     notes = []
-    if any(r.test == "send_lat" and r.provider == "soft" and r.rows for r in results):
+    if any(r.test == "send_lat" and r.provider == "soft" and r.link != "udp" and r.rows for r in results):
         notes.append("On soft0 a SEND costs more than a WRITE: the receiving program polls a completion queue, "
                      "and the emulated NIC fills in the receive's completion, both in Python (about 2 us more "
                      "here), where a WRITE's receiver only reads its memory. On a hardware NIC the NIC does that "
@@ -62,8 +62,10 @@ LINE = "-" * 87
 class Results:
     """One test over a range of sizes: perftest's text (print it), an HTML table, JSON."""
 
-    def __init__(self, test, provider, device, rows, events=False):
+    def __init__(self, test, provider, device, rows, events=False, link=None):
+        """link: soft0's ('shm' or 'udp'); None on a real device."""
         self.test, self.provider, self.device, self.rows, self.events = test, provider, device, rows, events
+        self.link = link if provider == "soft" else None
         self.kind = TESTS[test].kind
 
     def note(self):
@@ -75,13 +77,19 @@ class Results:
 
     def label(self):
         t = TESTS[self.test]
-        where = "TCP over loopback" if t.transport == "tcp" else (
-            f"{self.device} (emulated NIC: CPU copies, no wire)" if self.provider == "soft" else f"{self.device} (pyverbs)")
+        if t.transport == "tcp":
+            where = "TCP over loopback"
+        elif self.provider != "soft":
+            where = f"{self.device} (pyverbs)"
+        elif self.link == "udp":
+            where = f"{self.device} (emulated NIC on its udp link: RoCEv2 packets between NIC processes)"
+        else:
+            where = f"{self.device} (emulated NIC: CPU copies, no wire)"
         return f"{t.title} Test{' (CQ events)' if self.events else ''}, {where}"
 
     def to_dict(self):
         return {"test": self.test, "provider": self.provider, "device": self.device,
-                "transport": TESTS[self.test].transport, "events": self.events, "rows": self.rows,
+                "transport": TESTS[self.test].transport, "link": self.link, "events": self.events, "rows": self.rows,
                 "note": self.note()}
 
     def to_json(self):

@@ -96,7 +96,14 @@ class RdmaSide:
         self.receives_posted, self.recv_wr = False, None
 
     def endpoint(self):
-        return {**self.local, "provider": self.v.PROVIDER, "device": self.route.device}
+        return {**self.local, "provider": self.v.PROVIDER, "device": self.route.device, "link": self._link()}
+
+    def _link(self):
+        """soft0's link ('shm' or 'udp'), None on a real device."""
+        if self.v.PROVIDER != "soft":
+            return None
+        from rdmalab.verbs.soft import link
+        return link.name()
 
     def connect(self, peer):
         self.peer = peer
