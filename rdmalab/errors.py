@@ -15,9 +15,11 @@ WC_STATUS_NAMES = {0: "SUCCESS", 1: "LOC_LEN_ERR", 2: "LOC_QP_OP_ERR", 4: "LOC_P
 
 STATUS_HINTS = {
     1: "a receive buffer is smaller than the message sent into it, or an SGE is longer than its MR",
-    2: "a work request names an lkey that is not a registered MR of this PD, or breaks the QP's limits",
+    2: "a work request names an lkey that is not a registered MR of this PD (Soft-RoCE and soft0 say so "
+       "with this status), or breaks the QP's limits",
     4: "the local SGE lies outside its MR, or the MR lacks the access flag the operation needs "
-       "(LOCAL_WRITE to receive into it or RDMA READ into it)",
+       "(LOCAL_WRITE to receive into it or RDMA READ into it), or (on mlx5 and other hardware NICs) its "
+       "lkey is not a registered MR of this PD",
     5: "the QP was already in ERR: an earlier completion failed; look for that one first",
     9: "the peer rejected the request: message longer than the peer accepts, or an operation its QP "
        "does not allow",

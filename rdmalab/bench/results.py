@@ -106,6 +106,7 @@ class Results:
             for side in ("initiator", "target"):
                 cells = "  ".join(f"{fn(r[side]):>16}" for _, fn in COST_COLUMNS)
                 copied = r["bytes_copied_by_cpu"] if side == "initiator" else ""
+                copied = "the kernel's: not counted" if copied is None else copied
                 lines.append(f" {r['size']:<10d} {side:<10} {cells}  {copied}")
         lines.append(LINE)
         note = self.note() if with_note else ""

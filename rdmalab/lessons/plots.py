@@ -135,9 +135,10 @@ def gpudirect_paths(ax=None):
 
 
 def registration_cost(sizes, register_us, copy_us, device, ax=None):
-    """Lesson 02's chart: registering (and deregistering) a buffer against copying it once, log-log."""
+    """Lesson 02's chart: MR(pd, size, access), which allocates, zeroes and registers a buffer, against
+    copying it once, log-log."""
     ax = _axes(ax, "Registration is expensive: do it once, reuse the buffer")
-    ax.loglog(sizes, register_us, "o-", label=f"register (+ deregister) on {device}")
+    ax.loglog(sizes, register_us, "o-", label=f"MR(): allocate, zero and register, on {device}")
     ax.loglog(sizes, copy_us, "s-", label="copy the same bytes once (numpy)")
     ax.set_xlabel("buffer size [bytes]")
     ax.set_ylabel("time [usec]")
