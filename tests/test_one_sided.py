@@ -80,3 +80,37 @@ def test_a_chain_of_wrs_rings_the_doorbell_once_where_the_doorbell_is_a_syscall(
     finally:
         b.close()
         a.close()
+
+
+def test_a_write_to_a_killed_peer_goes_unanswered():
+    # A host destroys a killed process's QPs: what is sent to them after that is never acknowledged,
+    # so the WRITE ends in RETRY_EXC_ERR once its retries are spent, and the QP in ERR flushes the next.
+    # (soft0's shared-memory link keeps the dead process's memory mapped: it must not go on taking WRITEs.)
+    import signal
+    target = subprocess.Popen([sys.executable, TARGET, "4096"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": os.path.dirname(HERE), "OPENBLAS_NUM_THREADS": "1"})
+    res = rc.Resources(mr_sizes=[4096], access=e.IBV_ACCESS_LOCAL_WRITE)
+    try:
+        remote = json.loads(target.stdout.readline())
+        mine = res.endpoint(mr=res.mr)
+        target.stdin.write(json.dumps(mine) + "\n")
+        target.stdin.flush()
+        res.connect(remote, access=0, retry_cnt=2)   # 3 tries of 67 ms each, then RETRY_EXC_ERR
+        assert json.loads(target.stdout.readline())["ready"]
+
+        def write(wr_id):
+            w = v.wr.SendWR(wr_id=wr_id, opcode=e.IBV_WR_RDMA_WRITE, num_sge=1,
+                            sg=[v.wr.SGE(res.mr.buf, 64, res.mr.lkey)], send_flags=e.IBV_SEND_SIGNALED)
+            w.set_wr_rdma(remote["rkey"], remote["addr"])
+            res.qp.post_send(w)
+            wc = rc.wait_for_completion(res.cq, timeout=30)
+            return wc.wr_id, wc.status
+        assert write(1) == (1, e.IBV_WC_SUCCESS)
+        target.send_signal(signal.SIGKILL)
+        target.wait(timeout=30)
+        assert write(2) == (2, e.IBV_WC_RETRY_EXC_ERR)
+        assert write(3) == (3, e.IBV_WC_WR_FLUSH_ERR)
+    finally:
+        res.close()
+        target.kill()
+        target.wait(timeout=30)

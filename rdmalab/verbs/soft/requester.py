@@ -55,6 +55,7 @@ WITH_IMM = (WRITE_WITH_IMM, SEND_WITH_IMM)
 # a receive slot's R_NUM_SGE and first SGE (addr, length, lkey), in one read (the words between skipped)
 RECEIVE_SGE = struct.Struct(f"={R_NUM_SGE * 8}xQ{(R_SGES - R_NUM_SGE - 1) * 8}x3Q")
 ROUTES_KEPT = 64   # request shapes a send queue remembers, as a NIC caches translations
+PEER_CHECK_S = 0.02   # how often a send queue makes sure its peer's process still lives (a clock read per WR)
 
 
 class Pending:
@@ -72,6 +73,7 @@ class SendQueue:
     def __init__(self, header, qp_num, pd, cq, sig_all):
         self.header, self.qp_num, self.pd, self.cq, self.sig_all = header, qp_num, pd, cq, sig_all
         self.pending, self.routes = deque(), {}
+        self.next_peer_check = 0.0
         self.reset()
 
     def reset(self):
@@ -85,6 +87,8 @@ class SendQueue:
 
     def post(self, wr):
         """Ring the doorbell for one checked WR: carry it out now if nothing waits before it, else queue it."""
+        if self.connected is not None and time.monotonic() >= self.next_peer_check:
+            self.check_peer()
         if self.pending or self.header[Q_STATE] == IBV_QPS_ERR:
             self.pending.append(Pending(snapshot(wr)))
             self.progress()
@@ -106,8 +110,18 @@ class SendQueue:
         post in RTS carries it out first, and a move to ERR flushes it."""
         self.pending.append(Pending(snapshot(wr)))
 
+    def check_peer(self):
+        """A peer whose process died is gone (responder.PeerQP.owner_died): what we send it from now on
+        goes unanswered, as to a QP that a dead process's host destroyed. Its segments stay mapped here,
+        so without this check its memory would go on taking WRITEs. Looked at every PEER_CHECK_S."""
+        self.next_peer_check = time.monotonic() + PEER_CHECK_S
+        if self.connected is not None:
+            self.connected.owner_died()
+
     def progress(self):
         """Work through the waiting WQEs: flush them in ERR, retry what waited long enough."""
+        if self.connected is not None and time.monotonic() >= self.next_peer_check:
+            self.check_peer()
         queue = self.pending
         while queue:
             head = queue[0]

@@ -23,6 +23,8 @@ import fcntl
 import struct
 import threading
 
+from rdmalab.proc.procstat import pid_alive
+
 from . import cq as cqmod, mr as mrmod, shm, srq as srqmod
 from .enums import (
     IBV_ACCESS_LOCAL_WRITE as LOCAL_WRITE, IBV_ACCESS_REMOTE_ATOMIC as REMOTE_ATOMIC,
@@ -36,7 +38,7 @@ from .enums import (
 from .layout import (M_ACCESS, M_ADDR, M_LENGTH, M_MR, M_PD, M_QP, M_VALID, Q_ACCESS, Q_ALIVE, Q_EXPECTED_PSN, Q_GENERATION,
                      Q_MAX_DEST_RD_ATOMIC, Q_MIN_RNR_TIMER, Q_PD, Q_RECV_CQ, Q_RQ_CONSUMED, Q_RQ_MAX_SGE, Q_RQ_POLLED, Q_RQ_POSTED,
                      Q_RQ_SIZE, Q_STATE, Q_TYPE, R_BYTE_LEN, R_FLAGS, R_IMM, R_NUM_SGE, R_OPCODE, R_SGES, R_SRC_QP,
-                     R_STATUS, R_WR_ID, Q_NUM, Q_SRQ, S_ALIVE)
+                     R_STATUS, R_WR_ID, Q_NUM, Q_SRQ, S_ALIVE, W_OWNER_PID)
 
 ACK, NO_ANSWER, RNR_NAK = IBV_WC_SUCCESS, -1, -2   # besides NAKs, which carry their completion status
 # A SEND_WITH_INV's receive: rxe passes the kernel's IB_WC_WITH_INVALIDATE (1 << 2) to user space as it is,
@@ -138,6 +140,20 @@ class PeerQP:
         try:
             return bool(self.header[Q_ALIVE])
         except (TypeError, ValueError):   # its owner closed it (this process's views released)
+            return False
+
+    def owner_died(self):
+        """True if the process that owns this QP has died without closing it (killed, say). Its QP is
+        gone then, as a dead process's QPs are destroyed on a real host: it is marked so (not alive,
+        a new generation) for every NIC that still has it mapped, and requests to it go unanswered."""
+        try:
+            h = self.header
+            if not h[Q_ALIVE] or pid_alive(h[W_OWNER_PID]):
+                return False
+            h[Q_ALIVE] = 0
+            h[Q_GENERATION] += 1
+            return True
+        except (TypeError, ValueError):
             return False
 
     def cq_segment(self):
