@@ -264,3 +264,28 @@ def test_events_sleep_on_completion_events_as_perftest_e_does(test):
 def test_events_are_refused_where_no_completion_could_carry_them(test, why):
     with pytest.raises(bench.BenchError, match=why):
         bench.run(test, sizes=[8], iters=8, events=True)
+
+
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT])
+def test_a_killed_or_interrupted_bench_takes_its_sides_with_it(how):
+    # a closed terminal, `timeout`, a Jupyter interrupt or kill -9 while the sides are busy measuring:
+    # they must not run on re-parented, and their shared memory must go with them
+    import psutil
+    from rdmalab.verbs.soft import shm
+    run = subprocess.Popen([sys.executable, "-m", "rdmalab", "bench", "write_lat", "-s", "8", "-n", "20000000"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           env=dict(os.environ, PYTHONPATH=ROOT, RDMALAB_PROVIDER="soft"))
+    try:
+        deadline = time.monotonic() + 60
+        while len(sides := psutil.Process(run.pid).children()) < 2 or not all(shm.leftovers(s.pid) for s in sides):
+            assert time.monotonic() < deadline, "the two sides never started"
+            time.sleep(0.1)
+        time.sleep(0.5)   # measuring now
+        run.send_signal(how)
+        run.wait(timeout=30)
+        gone, alive = psutil.wait_procs(sides, timeout=30)
+        assert not alive, f"sides still running after the bench ended by {how.name}: {alive}"
+        assert [name for s in sides for name in shm.leftovers(s.pid)] == []
+    finally:
+        run.kill()
+        run.wait()

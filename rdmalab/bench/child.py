@@ -3,10 +3,11 @@ opens its side of the test, connects to its peer, and serves or runs each size i
 import sys
 
 from rdmalab.bench.sides import make_side
-from rdmalab.proc.children import answer, serve
+from rdmalab.proc.children import answer, end_with_parent, serve
 
 
 def main(role):
+    end_with_parent()   # a killed or interrupted `rdmalab bench` takes its sides with it, their memory released
     state = {"side": None, "spent": None}
 
     def open_side(**test):

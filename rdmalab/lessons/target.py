@@ -14,7 +14,7 @@ import os
 import time
 
 from rdmalab.proc import waiting
-from rdmalab.proc.children import Helper, answer, serve
+from rdmalab.proc.children import Helper, answer, end_with_parent, serve
 
 SIZE = 4096
 RECEIVES = 16
@@ -62,7 +62,8 @@ class RemoteBuffer:
 
 def main():
     """The target process: registers SIZE bytes, creates a QP, says where they are, then does only
-    what it is asked."""
+    what it is asked; it ends with the notebook kernel that started it, however that ends."""
+    end_with_parent()
     import numpy as np
 
     from rdmalab import verbs as v

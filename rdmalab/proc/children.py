@@ -2,22 +2,27 @@
 target (rdmalab.lessons.target) and a cluster's watchdog (rdmalab.proc.watchdog). One way to start
 them and stop them, leaving nothing behind, and one protocol: Helper on this side, serve() on theirs.
 """
+import ctypes
 import json
 import os
 import select
+import signal
 import subprocess
 import sys
 import time
 import warnings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PARENT_ENV = "RDMALAB_HELPER_PARENT"   # the pid of the process that started a helper
+PR_SET_PDEATHSIG = 1
+CLOSE_WAIT_S = 2.0   # how long an asked helper may take to close before it is sent SIGTERM
 
 
 def spawn(module, *args, new_session=False, **env):
     """`python -m module args...` with this checkout importable and numpy's BLAS on one thread
     (its spinning threads would be counted as the helper's CPU time); `new_session` keeps signals
     sent to this process's group (a kernel being killed) away from it."""
-    environ = dict(os.environ, OPENBLAS_NUM_THREADS="1",
+    environ = dict(os.environ, OPENBLAS_NUM_THREADS="1", **{PARENT_ENV: str(os.getpid())},
                    PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), **env)
     return subprocess.Popen([sys.executable, "-m", module, *args], env=environ, text=True,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -25,24 +30,53 @@ def spawn(module, *args, new_session=False, **env):
 
 
 def stop(proc):
-    """Ask the helper to close (it releases its verbs objects), kill it if it does not, close the pipes."""
+    """Ask the helper to close (it releases its verbs objects); if it is busy, SIGTERM (which a helper
+    that called end_with_parent() takes as the same request); if it still does not end, kill it and
+    remove the shared memory it left. Then close the pipes."""
     if proc.poll() is None:
         try:
             proc.stdin.write(json.dumps({"op": "close"}) + "\n")
             proc.stdin.flush()
-            proc.wait(timeout=5)
+            proc.wait(timeout=CLOSE_WAIT_S)
         except (OSError, subprocess.TimeoutExpired, ValueError):
-            proc.kill()
             try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:   # stuck inside the kernel (state D): report it, never hang
-                warnings.warn(f"helper process {proc.pid} ({' '.join(proc.args[2:])}) does not die after SIGKILL; "
-                              f"it is stuck in the kernel (see /proc/{proc.pid}/stack)", RuntimeWarning, stacklevel=2)
+                proc.terminate()
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:   # stuck inside the kernel (state D): report it, never hang
+                    warnings.warn(f"helper process {proc.pid} ({' '.join(proc.args[2:])}) does not die after SIGKILL; "
+                                  f"it is stuck in the kernel (see /proc/{proc.pid}/stack)", RuntimeWarning,
+                                  stacklevel=2)
+    if proc.returncode:   # killed, or stopped in the middle of its cleanup: remove what it left
+        _reap_segments()
     for f in (proc.stdin, proc.stdout, proc.stderr):
         try:
             f.close()
         except (OSError, ValueError):
             pass
+
+
+def _reap_segments():
+    """Remove the soft0 segments of processes that are gone (a helper killed before it could close)."""
+    from rdmalab.verbs.soft import shm   # (here, not above: helpers need not use soft0, and it need not load)
+    shm.reap_orphans()
+
+
+def end_with_parent():
+    """Called by a helper as it starts: when the process that started it dies, however it dies, the
+    kernel sends this helper SIGTERM (Linux's PR_SET_PDEATHSIG), which, like SIGTERM from anyone,
+    ends it through SystemExit, so that its `finally` and atexit cleanup run (its verbs objects and
+    their shared memory are released) rather than it running on, re-parented, for the rest of a
+    measurement."""
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    parent = os.environ.get(PARENT_ENV)
+    if parent and os.getppid() != int(parent):   # it died before the line above: no signal will come
+        sys.exit(128 + signal.SIGTERM)
 
 
 # ---------------------------------------------------------------- one protocol, both ends
