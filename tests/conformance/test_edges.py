@@ -133,3 +133,25 @@ def test_a_wr_posted_in_rtr_is_flushed_when_the_qp_enters_err(make_pair, ctx, gi
     assert rdma_error(lambda: p.a.post_send(early)) == 22
     p.a.modify(v.qp.QPAttr(qp_state=e.IBV_QPS_ERR), e.IBV_QP_STATE)
     assert [(c["wr_id"], c["status"]) for c in poll(p.cq_a)] == [(1, e.IBV_WC_WR_FLUSH_ERR)]
+
+
+@pytest.mark.parametrize("build", [
+    "SGE length -1", "SGE length 2**32", "SGE lkey -1", "rkey -1", "remote address -1", "QPCap max_send_wr -1",
+    "RecvWR wr_id -1"])
+def test_a_field_that_does_not_fit_its_c_type_is_refused_when_set(make_pair, build):
+    # pyverbs keeps WRs, SGEs and caps in their C structs: -1 is no 4 GiB length, 2**32 no uint32_t.
+    # Nothing is posted, and the target's memory stays as it was.
+    p = make_pair()
+    p.dst.write(b"B" * 16, 16)
+    steps = {
+        "SGE length -1": lambda: v.wr.SGE(p.src.buf, -1, p.src.lkey),
+        "SGE length 2**32": lambda: v.wr.SGE(p.src.buf, 1 << 32, p.src.lkey),
+        "SGE lkey -1": lambda: v.wr.SGE(p.src.buf, 8, -1),
+        "rkey -1": lambda: send_wr(p.src, 8, e.IBV_WR_RDMA_WRITE).set_wr_rdma(-1, p.dst.buf),
+        "remote address -1": lambda: send_wr(p.src, 8, e.IBV_WR_RDMA_WRITE).set_wr_rdma(p.dst.rkey, -1),
+        "QPCap max_send_wr -1": lambda: v.qp.QPCap(max_send_wr=-1),
+        "RecvWR wr_id -1": lambda: recv_wr(p.dst, 8, wr_id=-1),
+    }
+    with pytest.raises(OverflowError):
+        steps[build]()
+    assert poll(p.cq_a, timeout=0.1) == [] and p.dst.read(16, 0) == b"B" * 16

@@ -14,14 +14,27 @@ class SGE:
     """One piece of local memory: address, length and the lkey of the MR that holds it."""
 
     def __init__(self, addr, length, lkey):
-        # pyverbs stores these in the C struct: any integer (numpy's too) becomes a plain one there
-        self.addr, self.length, self.lkey = index(addr), index(length), index(lkey)
+        # pyverbs stores these in the C struct (ibv_sge): any integer (numpy's too) that fits becomes a plain one
+        self.addr, self.length = c_unsigned(addr, 64, "uint64_t"), c_unsigned(length, 32, "uint32_t")
+        self.lkey = c_unsigned(lkey, 32, "uint32_t")
 
     def read(self, length, offset):
         return ctypes.string_at(self.addr + offset, length)
 
     def __str__(self):
         return f"{'Address':22}: {hex(self.addr):<20}\n{'Length':22}: {self.length:<20}\n{'Key':22}: {hex(self.lkey):<20}\n"
+
+
+def c_unsigned(value, bits, ctype):
+    """`value` as the C field of `bits` bits that pyverbs stores it in: an integer (numpy's too), or
+    the OverflowError or TypeError Cython raises for one that does not fit (a length of -1 is no
+    4 GiB SGE)."""
+    value = index(value)
+    if value < 0:
+        raise OverflowError(f"can't convert negative value to {ctype}")
+    if value >> bits:
+        raise OverflowError(f"value too large to convert to {ctype}")
+    return value
 
 
 def _copy_sges(sg, num_sge):
@@ -46,7 +59,7 @@ class _WR:
 class RecvWR(_WR):
     def __init__(self, wr_id=0, num_sge=0, sg=None, next_wr=None):
         self._all_sges = _copy_sges(sg, num_sge)
-        self.num_sge, self.wr_id, self.next_wr = num_sge, wr_id, next_wr
+        self.num_sge, self.wr_id, self.next_wr = num_sge, c_unsigned(wr_id, 64, "uint64_t"), next_wr
 
 
 class SendWR(_WR):
@@ -56,13 +69,13 @@ class SendWR(_WR):
                  send_flags=IBV_SEND_SIGNALED, next_wr=None):
         no_data = opcode in (IBV_WR_LOCAL_INV, IBV_WR_BIND_MW, IBV_WR_SEND_WITH_INV)
         self._all_sges = () if no_data and (num_sge < 1 or sg is None) else _copy_sges(sg, num_sge)
-        self.wr_id, self.opcode, self.num_sge, self.imm_data = wr_id, opcode, num_sge, imm_data
-        self.send_flags, self.next_wr = send_flags, next_wr
+        self.wr_id, self.opcode, self.num_sge = c_unsigned(wr_id, 64, "uint64_t"), opcode, num_sge
+        self.imm_data, self.send_flags, self.next_wr = c_unsigned(imm_data, 32, "__be32"), send_flags, next_wr
         self.remote_addr = self.rkey = self.compare_add = self.swap = 0
 
     def set_wr_rdma(self, rkey, addr):
         """Target of RDMA WRITE/READ: the peer's rkey and an address inside its MR."""
-        self.rkey, self.remote_addr = index(rkey), index(addr)
+        self.rkey, self.remote_addr = c_unsigned(rkey, 32, "uint32_t"), c_unsigned(addr, 64, "uint64_t")
 
     def set_wr_ud(self, ah, rqpn, rqkey):
         """Where a UD send goes: an address handle, the destination QP's number and its Q_Key."""
@@ -80,7 +93,8 @@ class SendWR(_WR):
 
     def set_wr_atomic(self, rkey, addr, compare_add, swap=0):
         """Target of an atomic: an 8-byte aligned word in the peer's MR."""
-        self.rkey, self.remote_addr, self.compare_add, self.swap = index(rkey), index(addr), index(compare_add), index(swap)
+        self.rkey, self.remote_addr = c_unsigned(rkey, 32, "uint32_t"), c_unsigned(addr, 64, "uint64_t")
+        self.compare_add, self.swap = c_unsigned(compare_add, 64, "uint64_t"), c_unsigned(swap, 64, "uint64_t")
 
     @property
     def sg_list(self):
