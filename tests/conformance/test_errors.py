@@ -231,6 +231,17 @@ def test_moving_to_err_flushes_posted_receives(make_pair):
     assert [(c["wr_id"], c["status"]) for c in poll(p.cq_b, 3)] == [(100 + i, e.IBV_WC_WR_FLUSH_ERR) for i in range(3)]
 
 
+def test_a_receive_posted_after_the_flush_of_err_stays_without_completion(make_pair):
+    # the receives a QP held were flushed when it entered ERR; rxe 6.1 takes one posted after that
+    # (no errno) and never completes it, where a send posted in ERR is flushed (below)
+    p = make_pair()
+    p.b.post_recv(recv_wr(p.dst, 64, wr_id=100))
+    p.b.modify(v.qp.QPAttr(qp_state=ERR), e.IBV_QP_STATE)
+    assert [(c["wr_id"], c["status"]) for c in poll(p.cq_b)] == [(100, e.IBV_WC_WR_FLUSH_ERR)]
+    p.b.post_recv(recv_wr(p.dst, 64, wr_id=101))
+    assert poll(p.cq_b, timeout=0.5) == []
+
+
 def test_send_posted_in_err_flushes(make_pair):
     p = make_pair()
     p.b.modify(v.qp.QPAttr(qp_state=ERR), e.IBV_QP_STATE)

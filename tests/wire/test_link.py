@@ -358,6 +358,31 @@ def test_a_program_blocked_in_get_cq_event_hears_that_its_nic_died():
     assert wait_until(lambda: not nic_processes())
 
 
+def test_a_qp_that_only_receives_hears_that_its_nic_died():
+    # nothing of b's is outstanding at its NIC: only a posted receive, and b asleep in get_cq_event. The
+    # NIC's death must still reach it: its QP enters ERR, the receive is flushed, and the event comes
+    a, b = Agent(HOST_A), Agent(HOST_B)
+    try:
+        a.info, b.info = a("setup"), b("setup", events=True)
+        a("connect", qpn=b.info["qpn"], gid=b.info["gid"], psn=b.info["psn"])
+        b("connect", qpn=a.info["qpn"], gid=a.info["gid"], psn=a.info["psn"])
+        b("recv", offset=0, length=64, wr_id=41)
+        nic = b("nic_pid")["pid"]
+        b.proc.stdin.write(json.dumps(dict(do="event")) + "\n")
+        b.proc.stdin.flush()
+        time.sleep(0.3)                                     # (b is in get_cq_event by now)
+        os.kill(nic, signal.SIGKILL)
+        answer = json.loads(b.proc.stdout.readline())
+        assert answer["got"] == "event", answer             # not the alarm 20 s later
+        [wc] = b.wcs()
+        assert (wc["wr_id"], wc["status"]) == (41, e.IBV_WC_WR_FLUSH_ERR)
+        assert b("state")["state"] == e.IBV_QPS_ERR
+    finally:
+        a.stop()
+        b.stop()
+    assert wait_until(lambda: not nic_processes())
+
+
 # ---------------------------------------------------------------- reliability: faults, retries, duplicates
 
 LOSSY = dict(RDMALAB_SOFT_LOSS="0.01", RDMALAB_SOFT_SEED="15")

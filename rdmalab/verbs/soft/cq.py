@@ -151,6 +151,8 @@ class CompChannel(Resource):
         for cq in self.cqs:
             for sq in list(cq._timed):
                 sq.progress()
+            for nic in cq._nics:
+                nic.check_alive()
             retry = cq.next_timer()
             if retry is not None:
                 due = min(due, max(retry - now, 0))
@@ -191,6 +193,7 @@ class CQ(Resource):
         self._completions = deque()  # (wr_id, status, opcode, byte_len, qp_num, imm_data, wc_flags)
         self._receive_queues = []    # of the QPs whose receives complete here: poll() reads them
         self._timed = set()          # send queues that wait for an RNR or ACK timer
+        self._nics = set()           # on the udp link, the NIC processes this CQ's receives come through
         self._segment, self.number = _new_segment("cq")
         self._events_taken = 0       # events its channel's get_cq_event() has handed out
         self.unacked_events = 0
@@ -215,6 +218,12 @@ class CQ(Resource):
     def watch_receives(self, receive_queue):
         """A QP's receives complete here: poll() harvests this receive queue."""
         self._receive_queues.append(receive_queue)
+
+    def watch_nic(self, nic):
+        """A QP whose receives complete here lives on the udp link's NIC process `nic`: poll() (and a
+        channel's get_cq_event) look now and then (nic.check_alive) whether it died, so that a QP that
+        only receives learns it too: its QP enters ERR and its receives are flushed."""
+        self._nics.add(nic)
 
     def forget_receives(self, receive_queue):
         if receive_queue in self._receive_queues:
@@ -247,6 +256,9 @@ class CQ(Resource):
         if self._timed:
             for sq in list(self._timed):
                 sq.progress()
+        if self._nics:
+            for nic in self._nics:
+                nic.check_alive()
         wcs = []
         local = self._completions
         while local and len(wcs) < num_entries:

@@ -203,6 +203,8 @@ class QP(Resource):
         self._reset_attributes()
         responder.LOCAL_QPS[self.qp_num] = responder.PeerQP(self._segment, self._rq)
         rcq.watch_receives(self._rq)
+        if self._wire:
+            rcq.watch_nic(self._send.nic)
         self._depend_on(creator, scq, rcq, srq)
         if qp_attr is not None:   # pyverbs goes as far as it can: RTS for UD, INIT for a connected QP
             (self.to_rts if self.qp_type == IBV_QPT_UD else self.to_init)(qp_attr)

@@ -22,12 +22,12 @@ import threading
 import time
 from collections import deque
 
-from .. import requester
+from .. import cq as cqmod, requester
 from ..datagram import MULTICAST_QPN, DatagramQueue
 from ..enums import (IBV_QPS_ERR, IBV_QPS_RTS, IBV_SEND_INLINE, IBV_SEND_SOLICITED, IBV_WC_FATAL_ERR,
                      IBV_WC_LOC_QP_OP_ERR, IBV_WC_WR_FLUSH_ERR, IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD,
                      IBV_QPT_UC, IBV_WR_RDMA_READ, IBV_WR_SEND_WITH_IMM)
-from ..layout import Q_STATE, Q_TYPE
+from ..layout import Q_RECV_CQ, Q_RQ_POLLED, Q_RQ_POSTED, Q_STATE, Q_TYPE
 from ..pyverbs_error import PyverbsRDMAError
 from ..responder import ATOMICS, NEEDS_ACCESS, PSN_MOD, enter, packets
 from rdmalab.proc import waiting
@@ -288,9 +288,12 @@ class WireSendQueue:
             requester.local_operation(self, outstanding.popleft()[2])
 
     def nic_lost(self, more=()):
-        """The NIC died: what it held fails (FATAL_ERR first, then WR_FLUSH_ERR), and the QP is in ERR."""
+        """The NIC died: what it held fails (FATAL_ERR first, then WR_FLUSH_ERR), and the QP is in ERR,
+        which flushes its posted receives: its receive CQ is told (its event raised, if armed)."""
         if self.header is not None and self.header[Q_STATE] != IBV_QPS_ERR:
             enter(self.header, IBV_QPS_ERR)
+            if self.header[Q_RQ_POSTED] != self.header[Q_RQ_POLLED]:
+                cqmod.announce(self.header[Q_RECV_CQ])
         status = IBV_WC_FATAL_ERR
         for _, wr_id, *_ in list(self.outstanding) + list(more):
             self.cq.push(wr_id, status, 0, 0, self.qp_num)
