@@ -27,6 +27,7 @@ import socket
 import sys
 import time
 
+from rdmalab import settings
 from rdmalab.allreduce import ranks as engine   # what each engine runs (here `ranks` is their number)
 from rdmalab.allreduce.algorithms import stage_bytes, validate
 from rdmalab.allreduce.transports import TRANSPORTS
@@ -90,7 +91,7 @@ class Cluster:
             if shutil.which("mpiexec") is None:
                 raise ClusterError("launcher='mpi' needs mpiexec: pip install mpi4py mpich")
         # engines can take minutes to start on a slow or emulated machine (60 s is ipyparallel's default)
-        timeout = float(os.environ.get("RDMALAB_ENGINE_TIMEOUT", 300))
+        timeout = settings.number("RDMALAB_ENGINE_TIMEOUT", 300, 1, 86400, "a time in seconds, 1 to 86400")
         # and the controller drops an engine that has not finished registering within 30 s: under CPU
         # emulation four engines starting at once take about that long, so it gets the same patience
         options = {"engine_timeout": timeout,

@@ -15,20 +15,19 @@ No receive is posted, no copy is made, and the peer's CPU does nothing until it 
 TCP (TcpTransport): put sends a header and the bytes on the socket to the peer; wait reads the next
 message from that peer's socket straight into the region named in its header.
 """
-import os
 import struct
 import threading
 
 import numpy as np
 
-from rdmalab import sockets
+from rdmalab import settings, sockets
 from rdmalab.proc import waiting
 
 TRANSPORTS = ("rdma", "tcp")   # RdmaTransport, TcpTransport
 REGIONS = ("data", "stage")
 # a peer silent for this long while we wait is treated as dead (RDMALAB_TIME_SCALE stretches it on
 # slow machines, as the Soft-RoCE guest under CPU emulation is)
-PEER_TIMEOUT = 10.0 * float(os.environ.get("RDMALAB_TIME_SCALE", 1))
+PEER_TIMEOUT = 10.0 * settings.number("RDMALAB_TIME_SCALE", 1, 0.01, 1000, "a factor between 0.01 and 1000")
 
 
 class PeerLost(RuntimeError):

@@ -33,9 +33,10 @@ import platform
 import sys
 import time
 
+from rdmalab import settings
 from rdmalab.proc.cpus import usable_cpus
 
-SPIN_S = float(os.environ.get("RDMALAB_SPIN_US", 50)) * 1e-6   # with two CPUs or more, and one per peer
+SPIN_S = settings.number("RDMALAB_SPIN_US", 50, 0, 1e6, "a spin time in microseconds, 0 to 1000000") * 1e-6   # with two CPUs or more, and one per peer
 PEERS_ENV = "RDMALAB_LOCAL_PEERS"   # processes on this host that wait for each other (a cluster's local ranks)
 YIELDS = 100                 # with fewer than two: about 2 us each when the peer shares our CPU
 SLEEP_CHUNK_S = 0.002        # a sleeper checks at least this often (a lost wake-up costs no more)

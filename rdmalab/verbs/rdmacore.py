@@ -261,7 +261,8 @@ def run_unittest(argv, install_soft):
             print(test.id())
         return 0
 
-    scale = float(os.environ.get("RDMALAB_TIME_SCALE") or 1)
+    from rdmalab import settings
+    scale = settings.number("RDMALAB_TIME_SCALE", 1, 0.01, 1000, "a factor between 0.01 and 1000")
     timeout = int(options.timeout * scale) if options.timeout > 0 else 0
     previous = signal.signal(signal.SIGALRM, _alarm) if timeout else None
     result = Recorder(verbose=bool(config.get("verbosity")), timeout=timeout)

@@ -41,6 +41,10 @@ def directory():
     depends on the size of /dev/shm, never on what is free in it."""
     chosen = os.environ.get("RDMALAB_SHM_DIR")
     if chosen:
+        if not (os.path.isdir(chosen) and os.access(chosen, os.W_OK | os.X_OK)):
+            raise SystemExit(f"rdmalab: RDMALAB_SHM_DIR={chosen!r} is not a directory this user can write, "
+                             f"where the emulated NIC would keep registered memory: create it (the same for "
+                             f"every process of the lab), or unset it for /dev/shm")
         return chosen
     if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
         fs = os.statvfs("/dev/shm")

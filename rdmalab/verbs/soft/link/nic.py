@@ -39,6 +39,7 @@ from ..wire.icrc import ICRC_SIZE, icrc_bytes, icrc_of_trailer, ip_id_delta
 from ..wire.packet import sender_ip_id
 from ..wire.opcodes import Op
 from . import gid_of, transport
+from rdmalab import settings
 from rdmalab.proc.cpus import usable_cpus
 from rdmalab.proc.procstat import pid_alive
 
@@ -112,14 +113,7 @@ class Faults:
 
 
 def _rate(environ, name):
-    text = environ.get(name, "0") or "0"
-    try:
-        rate = float(text)
-    except ValueError:
-        rate = -1
-    if not 0 <= rate <= 1:
-        raise SystemExit(f"error: {name}={text!r} is not a rate between 0 and 1 (e.g. 0.01 for 1%)")
-    return rate
+    return settings.number(name, 0.0, 0, 1, "a rate between 0 and 1 (e.g. 0.01 for 1%)", environ)
 
 
 class Connection:
