@@ -9,9 +9,12 @@ import errno
 class ProviderError(RuntimeError):
     """The provider asked for cannot run here; the message says what to do."""
 
-WC_STATUS_NAMES = {0: "SUCCESS", 1: "LOC_LEN_ERR", 2: "LOC_QP_OP_ERR", 4: "LOC_PROT_ERR",
-                   5: "WR_FLUSH_ERR", 9: "REM_INV_REQ_ERR", 10: "REM_ACCESS_ERR", 11: "REM_OP_ERR",
-                   12: "RETRY_EXC_ERR", 13: "RNR_RETRY_EXC_ERR", 20: "RESP_TIMEOUT_ERR"}
+# every ibv_wc_status, as libibverbs numbers them
+WC_STATUS_NAMES = dict(enumerate((
+    "SUCCESS", "LOC_LEN_ERR", "LOC_QP_OP_ERR", "LOC_EEC_OP_ERR", "LOC_PROT_ERR", "WR_FLUSH_ERR", "MW_BIND_ERR",
+    "BAD_RESP_ERR", "LOC_ACCESS_ERR", "REM_INV_REQ_ERR", "REM_ACCESS_ERR", "REM_OP_ERR", "RETRY_EXC_ERR",
+    "RNR_RETRY_EXC_ERR", "LOC_RDD_VIOL_ERR", "REM_INV_RD_REQ_ERR", "REM_ABORT_ERR", "INV_EECN_ERR",
+    "INV_EEC_STATE_ERR", "FATAL_ERR", "RESP_TIMEOUT_ERR", "GENERAL_ERR", "TM_ERR", "TM_RNDV_INCOMPLETE")))
 
 STATUS_HINTS = {
     1: "a receive buffer is smaller than the message sent into it, or an SGE is longer than its MR",
@@ -29,6 +32,8 @@ STATUS_HINTS = {
     12: "the peer never answered: wrong destination QP number or PSN, the peer QP not in RTR/RTS, or "
         "a GID that cannot route (on RoCE use the IPv4-mapped RoCE v2 GID: rdmalab.verbs.routable_gid_index)",
     13: "the peer had no receive posted for a SEND (RNR) after all retries: post_recv before the peer sends",
+    19: "the device itself failed (on soft0's udp link: this host's NIC process died; `rdmalab doctor` "
+        "shows the NIC; a new program starts a new one)",
 }
 
 ERRNO_HINTS = {

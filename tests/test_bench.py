@@ -114,7 +114,8 @@ def test_compare_gives_both_transports_and_their_ratios():
 @pytest.mark.parametrize("kwargs, message", [
     (dict(test="ib_write_lat"), "unknown test 'ib_write_lat'"),
     (dict(test="write_lat", sizes=[0]), "sizes must be whole numbers of bytes from 1"),
-    (dict(test="write_lat", iters=3), "at least 8"),
+    (dict(test="write_lat", iters=3), "from 8"),
+    (dict(test="write_lat", iters=10 ** 12), "to 100,000,000"),
 ])
 def test_bad_arguments_say_what_is_wrong(kwargs, message):
     with pytest.raises(bench.BenchError, match=message):

@@ -35,6 +35,7 @@ from rdmalab.proc import procstat
 from rdmalab.proc.children import Helper
 
 REPLY_TIMEOUT = 120.0
+MAX_ITERS = 100_000_000  # iterations per size: their timestamps (a list of ints) must fit in memory
 
 
 def _side(role, provider):
@@ -60,8 +61,9 @@ def run(test, sizes=None, iters=None, provider=None, host="127.0.0.1", warmup=No
         raise BenchError(f"--events applies to {', '.join(EVENT_TESTS)}: {test} "
                          + ("waits on memory, as perftest's does: no completion tells it the peer wrote"
                             if test == "write_lat" else "uses TCP, which always sleeps in the kernel"))
-    if iters is not None and (not isinstance(iters, int) or iters < 8):
-        raise BenchError(f"iterations must be a whole number of at least 8 (perftest drops the top 2 samples); got {iters!r}")
+    if iters is not None and (not isinstance(iters, int) or not 8 <= iters <= MAX_ITERS):
+        raise BenchError(f"iterations must be a whole number from 8 (perftest drops the top 2 samples) to "
+                         f"{MAX_ITERS:,} (each is timed and kept in memory); got {iters!r}")
     target, initiator = _side("target", provider), _side("initiator", provider)
     rows, info = [], {}
     try:
