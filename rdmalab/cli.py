@@ -159,7 +159,12 @@ def main(argv=None):
             return _class(args)
         if args.command == "capture":
             from rdmalab.verbs.soft.link.capture import run as capture
-            return capture(args.output, args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd)
+            previous = {s: signal.signal(s, _stop) for s in STOP_SIGNALS}   # SIGTERM: stop, and keep the capture
+            try:
+                return capture(args.output, args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd)
+            finally:
+                for s, handler in previous.items():
+                    signal.signal(s, handler)
         return _bench(args)
     except (ProviderError, BenchError, ValueError, RuntimeError) as error:
         print(f"rdmalab: {error}", file=sys.stderr)

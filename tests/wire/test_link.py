@@ -19,6 +19,7 @@ import pytest
 from rdmalab import verbs as v
 from rdmalab.proc.procstat import pid_alive
 from rdmalab.verbs.soft import shm
+from rdmalab.verbs.soft.wire import read_pcap
 
 pytestmark = pytest.mark.skipif(v.PROVIDER != "soft", reason="the udp link belongs to the emulated NIC, soft0")
 e = v.enums
@@ -570,6 +571,44 @@ def test_rdmalab_capture_writes_a_pcap_tshark_dissects(tmp_path):
     for r in rows:
         assert r["_ws.malformed"] == "" and r["_ws.expert.severity"] == "", r
         assert r["ip.checksum.status"] == r["udp.checksum.status"] == "1", r
+
+
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGINT])
+def test_a_stopped_capture_stops_its_command_and_keeps_what_it_captured(tmp_path, how):
+    out = tmp_path / "stopped.pcap"
+    driver = DRIVER.format(here=os.path.dirname(os.path.abspath(__file__))) + \
+        "import time\nprint('exchanged', flush=True)\ntime.sleep(120)\n"
+    capture = subprocess.Popen([sys.executable, "-m", "rdmalab", "capture", "-o", str(out), "--", sys.executable,
+                                "-c", driver], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "PYTHONPATH": ROOT}, start_new_session=True)
+    try:
+        assert "exchanged" in capture.stdout.readline() + capture.stdout.readline()
+        command = [p for p in psutil_children(capture.pid)]
+        # Ctrl-C in a terminal reaches the whole foreground group; SIGTERM (timeout, a batch system) only capture
+        os.killpg(capture.pid, how) if how == signal.SIGINT else capture.send_signal(how)
+        assert capture.wait(timeout=60) == 128 + how
+        assert "7 packets from 2 NIC(s)" in capture.stderr.read()
+        assert len(read_pcap(str(out))[1]) == 7
+        assert wait_until(lambda: not any(p.is_running() and p.status() != "zombie" for p in command))
+        assert wait_until(lambda: not nic_processes())
+    finally:
+        capture.kill()
+        capture.wait()
+
+
+@pytest.mark.parametrize("output, command, says", [
+    ("/nonexistent-dir/x.pcap", ["true"], "cannot write /nonexistent-dir/x.pcap"),
+    ("{tmp}/x.pcap", ["no-such-program-rdmalab"], "cannot run no-such-program-rdmalab"),
+    ("{tmp}/x.pcap", [], "needs a command")])
+def test_capture_refuses_what_it_cannot_do_before_running_anything(tmp_path, output, command, says):
+    run = subprocess.run([sys.executable, "-m", "rdmalab", "capture", "-o", output.format(tmp=tmp_path), "--",
+                          *command], capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": ROOT})
+    assert run.returncode == 1 and says in run.stderr and "Traceback" not in run.stderr, run.stderr
+
+
+def psutil_children(pid):
+    import psutil
+    return psutil.Process(pid).children(recursive=True)
 
 
 def test_doctor_shows_the_nic_counters(hosts):

@@ -11,6 +11,7 @@ import glob
 import ipaddress
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -25,15 +26,39 @@ NIC_EXIT_WAIT_S = 15
 
 
 def run(output, command):
-    """Run `command` on the udp link, capturing; returns its exit status."""
+    """Run `command` on the udp link, capturing; returns its exit status. Interrupted (Ctrl-C, or
+    SIGTERM, which rdmalab's command line turns into the same), it stops the command and still writes
+    what was captured until then."""
     if not command:
-        raise ValueError("rdmalab capture needs a command to run: rdmalab capture -o FILE.pcap -- python prog.py")
+        raise ValueError("capture needs a command to run: rdmalab capture -o FILE.pcap -- python prog.py")
+    try:   # before the command runs, not after: a capture with nowhere to go is lost
+        with open(output, "ab"):
+            pass
+    except OSError as error:
+        raise ValueError(f"capture cannot write {output}: {error.strerror}; give -o a file in a "
+                         f"directory you can write") from None
+    host = os.environ.get("RDMALAB_SOFT_HOST") or "127.0.0.1"
+    if _nic_running(host):
+        print(f"rdmalab capture: a NIC for host {host} runs already (another program of yours started it): "
+              f"what this command sends through it is not captured. End that program first, or give this "
+              f"one another host (RDMALAB_SOFT_HOST=127.0.0.2).", file=sys.stderr)
     workdir = tempfile.mkdtemp(prefix="rdmalab-capture-")
     base = os.path.join(workdir, "nic.pcap")
     env = {**os.environ, "RDMALAB_PROVIDER": os.environ.get("RDMALAB_PROVIDER", "soft"), "RDMALAB_SOFT_LINK": "udp",
            "RDMALAB_SOFT_CAPTURE": base}
     try:
-        status = subprocess.call(command, env=env)
+        try:
+            child = subprocess.Popen(command, env=env)
+        except OSError as error:
+            raise ValueError(f"capture cannot run {command[0]}: {error.strerror}") from None
+        try:
+            status = child.wait()
+        except KeyboardInterrupt as stopped:   # Ctrl-C reached the command too; SIGTERM did not: stop it either way
+            _stop(child)
+            signum = stopped.args[0] if stopped.args and isinstance(stopped.args[0], int) else signal.SIGINT
+            print(f"rdmalab capture: stopped by {signal.Signals(signum).name}; writing what was captured",
+                  file=sys.stderr)
+            status = 128 + signum
         hosts = _hosts(base)
         deadline = time.monotonic() + NIC_EXIT_WAIT_S
         while any(_nic_running(host) for host in hosts) and time.monotonic() < deadline:
@@ -44,6 +69,18 @@ def run(output, command):
         return status
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _stop(child, patience=2):
+    """End the captured command (it may be ending already), SIGTERM first, SIGKILL if it lingers."""
+    for send in (None, child.terminate, child.kill):
+        if send is not None:
+            send()
+        try:
+            child.wait(timeout=patience)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def merge(base, output):
