@@ -16,6 +16,7 @@ peer's NIC finds it as it finds an MR, and sees it die (M_VALID 0) when it is in
 """
 import errno
 import random
+from operator import index
 
 from . import shm
 from .base import Resource, absent, not_supported
@@ -49,6 +50,7 @@ class MR(Resource):
             raise PyverbsUserError(
                 "The emulated NIC registers only memory it allocates: use MR(pd, length, access) and "
                 "view the buffer with rdmalab.verbs.as_array(mr)")
+        length = index(length)   # (pyverbs passes it to C as a size_t: 1.5 bytes is a TypeError there too)
         needs_local_write = access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)
         if length <= 0 or (needs_local_write and not access & IBV_ACCESS_LOCAL_WRITE) or access & UNKNOWN_TO_LINUX_6_1:
             raise PyverbsRDMAError(
