@@ -117,7 +117,7 @@ def test_a_full_shared_memory_directory_is_enomem_at_registration_and_leaves_not
         assert set(shm.leftovers(os.getpid())) == before
 
 
-def test_a_small_dev_shm_is_passed_over_for_the_temp_directory(monkeypatch):
+def test_a_small_dev_shm_is_passed_over_for_the_temp_directory(monkeypatch, tmp_path):
     real_statvfs = os.statvfs
 
     def shm_of(size):
@@ -133,5 +133,8 @@ def test_a_small_dev_shm_is_passed_over_for_the_temp_directory(monkeypatch):
     assert shm.directory() != "/dev/shm"
     monkeypatch.setattr(os, "statvfs", shm_of(8 << 30))
     assert shm.directory() == "/dev/shm"
-    monkeypatch.setenv("RDMALAB_SHM_DIR", "/somewhere/roomy")
-    assert shm.directory() == "/somewhere/roomy"
+    monkeypatch.setenv("RDMALAB_SHM_DIR", str(tmp_path))   # a roomier directory, chosen by hand
+    assert shm.directory() == str(tmp_path)
+    monkeypatch.setenv("RDMALAB_SHM_DIR", "/somewhere/roomy")   # one that is not there: said, not crashed on later
+    with pytest.raises(SystemExit, match="RDMALAB_SHM_DIR='/somewhere/roomy' is not a directory this user can write"):
+        shm.directory()
