@@ -24,6 +24,7 @@ def as_array(mr, dtype="uint8"):
     """A numpy array over an MR's buffer: writes to it are what the NIC reads, and vice versa."""
     import numpy as np
     if chosen()["PROVIDER"] == "soft":
+        mr.check_open()   # (a closed MR's buffer is gone: PyverbsUserError, not an AttributeError)
         return mr.data.view(dtype)
     import ctypes
     raw = (ctypes.c_char * mr.length).from_address(mr.buf)
