@@ -229,6 +229,7 @@ def test_soft0s_send_latency_says_what_a_hardware_nic_would_not_cost(test, provi
     assert ("SEND and WRITE latencies are within tens of percent" in note) == says
 
 
+@pytest.mark.host_only   # soft0's own link (on the Soft-RoCE guest, rxe holds UDP port 4791)
 def test_a_run_on_soft0s_udp_link_says_so_and_counts_the_nics_copies():
     out = subprocess.run([sys.executable, "-m", "rdmalab", "bench", "write_lat", "-s", "8", "-n", "50", "--json"],
                          capture_output=True, text=True, timeout=120,
@@ -267,6 +268,7 @@ def test_events_are_refused_where_no_completion_could_carry_them(test, why):
         bench.run(test, sizes=[8], iters=8, events=True)
 
 
+@pytest.mark.host_only   # process plumbing, on soft0: the device takes no part
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT])
 def test_a_killed_or_interrupted_bench_takes_its_sides_with_it(how):
     # a closed terminal, `timeout`, a Jupyter interrupt or kill -9 while the sides are busy measuring:
