@@ -37,14 +37,22 @@ def stat_fields(pid):
         return f.read().rsplit(")", 1)[1].split()
 
 
-def pid_alive(pid):
-    """Is process `pid` still there, holding memory? (A zombie, killed but not yet waited for, is not.)"""
+def pid_exists(pid):
+    """Is there a process `pid` (a zombie, killed but not yet waited for, included)? One kill(pid, 0):
+    no file is read, so a data path may ask now and then without a read or write system call."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
+    return True
+
+
+def pid_alive(pid):
+    """Is process `pid` still there, holding memory? (A zombie, killed but not yet waited for, is not.)"""
+    if not pid_exists(pid):
+        return False
     try:
         return stat_fields(pid)[0] != "Z"
     except OSError:

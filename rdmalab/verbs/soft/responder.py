@@ -23,7 +23,7 @@ import fcntl
 import struct
 import threading
 
-from rdmalab.proc.procstat import pid_alive
+from rdmalab.proc.procstat import pid_exists
 
 from . import cq as cqmod, mr as mrmod, shm, srq as srqmod
 from .enums import (
@@ -145,10 +145,12 @@ class PeerQP:
     def owner_died(self):
         """True if the process that owns this QP has died without closing it (killed, say). Its QP is
         gone then, as a dead process's QPs are destroyed on a real host: it is marked so (not alive,
-        a new generation) for every NIC that still has it mapped, and requests to it go unanswered."""
+        a new generation) for every NIC that still has it mapped, and requests to it go unanswered.
+        (Asked from the data path, so with kill(pid, 0) alone: a killed process counts as gone once its
+        parent has waited for it, which a shell, a notebook server or rdmalab does at once.)"""
         try:
             h = self.header
-            if not h[Q_ALIVE] or pid_alive(h[W_OWNER_PID]):
+            if not h[Q_ALIVE] or pid_exists(h[W_OWNER_PID]):
                 return False
             h[Q_ALIVE] = 0
             h[Q_GENERATION] += 1
