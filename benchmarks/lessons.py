@@ -4,7 +4,7 @@
 
 Targets (issue 12): pinned to one CPU (Binder, a workshop server, a small VM), each lesson takes at
 most 2x its time on all the CPUs this process may use, and lesson 04's RDMA-vs-TCP line still shows
-the RDMA WRITE faster than TCP at its largest size (64 KiB).
+the RDMA WRITE faster than TCP at its largest size (1 MiB; 64 KiB with QUICK).
 The lessons run one at a time, in order, the two conditions alternating lesson by lesson so that both
 see the same machine; each condition keeps its own learner folder (later lessons read what earlier
 ones recorded). --quick runs them with QUICK=True, as `make test` does: a smoke run, whose times say
