@@ -1,5 +1,6 @@
 """rdmalab.proc.waiting: spin, yield, then sleep until woken; the policy follows the usable CPUs and backs
 off when spinning gets preempted. (How soft0's NIC wakes a sleeper: tests/soft/test_wakeups.py.)"""
+import errno
 import threading
 
 import pytest
@@ -117,4 +118,29 @@ def test_without_futexes_waits_nap_say_so_once_and_still_end(monkeypatch, capsys
     waiting.until(lambda: bool(box), 10, "the timer", bell=Bell(), busy=False)
     waiting.until(lambda: True, 10, "nothing")
     waiting.until(lambda: bool(box), 10, "the timer again", bell=Bell(), busy=False)
+    assert capsys.readouterr().err.count("no futex") == 1
+
+
+def test_a_futex_that_will_not_sleep_turns_waits_into_naps_not_a_spin(monkeypatch, capsys):
+    # a sandbox without futexes on shared memory answers at once (ENOSYS, EPERM): a wait that went on
+    # asking would spin, and on one CPU hold off the peer it waits for until the scheduler's next tick
+    monkeypatch.setattr(waiting, "_libc", None)
+    monkeypatch.setattr(waiting, "_warned", False)
+    refused = []
+
+    class Bell:
+        def arm(self):
+            return 0
+
+        def sleep(self, token, seconds):
+            refused.append(seconds)
+            return errno.ENOSYS
+
+        def disarm(self):
+            pass
+
+    box = []
+    threading.Timer(0.05, box.append, [1]).start()
+    waiting.until(lambda: bool(box), 10, "the timer", bell=Bell(), busy=False)
+    assert len(refused) == 1 and not waiting.futex_works()   # asked once, then napped
     assert capsys.readouterr().err.count("no futex") == 1

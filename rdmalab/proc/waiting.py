@@ -28,6 +28,7 @@ straight to sleep, because on a machine with CPU-bound work a process that sleep
 of it, while one that spins waits for its turn. docs/emulated-nic.md explains the policy.
 """
 import ctypes
+import errno
 import os
 import platform
 import sys
@@ -36,7 +37,8 @@ import time
 from rdmalab import settings
 from rdmalab.proc.cpus import usable_cpus
 
-SPIN_S = settings.number("RDMALAB_SPIN_US", 50, 0, 1e6, "a spin time in microseconds, 0 to 1000000") * 1e-6   # with two CPUs or more, and one per peer
+# with two CPUs or more, and one per peer
+SPIN_S = settings.number("RDMALAB_SPIN_US", 50, 0, 1e6, "a spin time in microseconds, 0 to 1000000") * 1e-6
 PEERS_ENV = "RDMALAB_LOCAL_PEERS"   # processes on this host that wait for each other (a cluster's local ranks)
 YIELDS = 100                 # with fewer than two: about 2 us each when the peer shares our CPU
 SLEEP_CHUNK_S = 0.002        # a sleeper checks at least this often (a lost wake-up costs no more)
@@ -45,6 +47,8 @@ SLICE_S = 1e-3               # a yield that kept us off the CPU this long: a CPU
 CALM_S = (0.5, 8.0)          # after a preempted spin, sleep at once for this long, doubling each time
 FUTEX_SYSCALL = {"x86_64": 202, "amd64": 202, "aarch64": 98, "arm64": 98}.get(platform.machine().lower())
 FUTEX_WAIT, FUTEX_WAKE = 0, 1
+# what futex_wait returns when it did its job: woken (0), the word had changed already, a signal, time up
+FUTEX_SLEPT = (0, errno.EAGAIN, errno.EINTR, errno.ETIMEDOUT)
 yield_cpu = getattr(os, "sched_yield", lambda: time.sleep(0))
 
 
@@ -150,7 +154,8 @@ def until(ready, timeout, what="the peer", bell=None, alive=None, busy=True):
             try:
                 if ready():
                     return
-                bell.sleep(token, min(SLEEP_CHUNK_S, max(deadline - clock(), 0)))
+                if bell.sleep(token, min(SLEEP_CHUNK_S, max(deadline - clock(), 0))) not in FUTEX_SLEPT:
+                    futex_failed()   # (it returned at once: naps from now on, or this loop would spin)
             finally:
                 bell.disarm()
         else:
@@ -190,7 +195,8 @@ _warned = False
 
 
 def futex_works():
-    """True where futex wait/wake are available (Linux on x86-64 or arm64); else warns once."""
+    """True where futex wait/wake are available (Linux on x86-64 or arm64) and have not failed; else
+    warns once."""
     global _libc, _warned
     if _libc is None:
         if sys.platform.startswith("linux") and FUTEX_SYSCALL is not None:
@@ -199,9 +205,18 @@ def futex_works():
             _libc = False
     if not _libc and not _warned:
         _warned = True
-        print(f"rdmalab: no futex on {sys.platform}/{platform.machine()}: waits sleep in short naps instead "
-              f"(correct, a little slower to wake)", file=sys.stderr)
+        print(f"rdmalab: no futex (or none that sleeps) on {sys.platform}/{platform.machine()}: waits sleep "
+              f"in short naps instead (correct, a little slower to wake)", file=sys.stderr)
     return bool(_libc)
+
+
+def futex_failed():
+    """A futex wait refused to sleep (a sandbox without futexes on shared memory, a seccomp filter):
+    use naps from now on. A wait whose sleep returns at once would spin, and on one CPU keep the peer
+    it waits for off the CPU until the scheduler's next tick, message after message."""
+    global _libc
+    _libc = False
+    futex_works()
 
 
 class _Timespec(ctypes.Structure):
