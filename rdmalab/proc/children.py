@@ -39,17 +39,7 @@ def stop(proc):
             proc.stdin.flush()
             proc.wait(timeout=CLOSE_WAIT_S)
         except (OSError, subprocess.TimeoutExpired, ValueError):
-            try:
-                proc.terminate()
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                try:
-                    proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:   # stuck inside the kernel (state D): report it, never hang
-                    warnings.warn(f"helper process {proc.pid} ({' '.join(proc.args[2:])}) does not die after SIGKILL; "
-                                  f"it is stuck in the kernel (see /proc/{proc.pid}/stack)", RuntimeWarning,
-                                  stacklevel=2)
+            end(proc)
     if proc.returncode:   # killed, or stopped in the middle of its cleanup: remove what it left
         _reap_segments()
     for f in (proc.stdin, proc.stdout, proc.stderr):
@@ -57,6 +47,20 @@ def stop(proc):
             f.close()
         except (OSError, ValueError):
             pass
+
+
+def end(proc, patience=5):
+    """End a process that will not end by itself: SIGTERM, then SIGKILL if it lingers `patience` s."""
+    try:
+        proc.terminate()
+        proc.wait(timeout=patience)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:   # stuck inside the kernel (state D): report it, never hang
+            warnings.warn(f"process {proc.pid} ({' '.join(map(str, proc.args))}) does not die after SIGKILL; "
+                          f"it is stuck in the kernel (see /proc/{proc.pid}/stack)", RuntimeWarning, stacklevel=3)
 
 
 def _reap_segments():

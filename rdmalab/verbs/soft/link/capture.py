@@ -18,6 +18,8 @@ import sys
 import tempfile
 import time
 
+from rdmalab.proc import children
+
 from ..wire import PcapWriter, read_pcap
 from ..wire.encap import parse_ipv4_udp
 from .nic import doorbell_name
@@ -72,15 +74,11 @@ def run(output, command):
 
 
 def _stop(child, patience=2):
-    """End the captured command (it may be ending already), SIGTERM first, SIGKILL if it lingers."""
-    for send in (None, child.terminate, child.kill):
-        if send is not None:
-            send()
-        try:
-            child.wait(timeout=patience)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+    """End the captured command: Ctrl-C reached it too, so it may be ending already; else SIGTERM."""
+    try:
+        child.wait(timeout=patience)
+    except subprocess.TimeoutExpired:
+        children.end(child, patience)
 
 
 def merge(base, output):
