@@ -12,7 +12,8 @@ Prints a summary and writes JSON with every figure and the targets (issues 4 and
             write_bw >= 0.8 x numpy's copy; the target's CPU during write_bw <= 1% of the initiator's;
   loaded    beside one CPU-bound process per usable CPU: write_lat <= tcp_lat.
 Latency rounds alternate RDMA and TCP, and bandwidth rounds write_bw, numpy's copy and tcp_bw, so
-that all see the same machine; each ratio is taken from the medians of all rounds. Timing on a shared machine is noisy: compare ratios, not absolute times.
+that all see the same machine; each ratio is taken from the medians of all rounds. Timing on a
+shared machine is noisy: compare ratios, not absolute times.
 """
 import argparse
 import os

@@ -87,8 +87,8 @@ def test_a_write_to_a_killed_peer_goes_unanswered():
     # so the WRITE ends in RETRY_EXC_ERR once its retries are spent, and the QP in ERR flushes the next.
     # (soft0's shared-memory link keeps the dead process's memory mapped: it must not go on taking WRITEs.)
     import signal
-    target = subprocess.Popen([sys.executable, TARGET, "4096"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                              env={**os.environ, "PYTHONPATH": os.path.dirname(HERE), "OPENBLAS_NUM_THREADS": "1"})
+    target = subprocess.Popen([sys.executable, TARGET, "4096"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True, env={**os.environ, "PYTHONPATH": os.path.dirname(HERE), "OPENBLAS_NUM_THREADS": "1"})
     res = rc.Resources(mr_sizes=[4096], access=e.IBV_ACCESS_LOCAL_WRITE)
     try:
         remote = json.loads(target.stdout.readline())

@@ -39,7 +39,7 @@ from .layout import (Q_ACCESS, Q_ALIVE, Q_EXPECTED_PSN, Q_MAX_DEST_RD_ATOMIC, Q_
 from .pd import PD
 from .pyverbs_error import PyverbsRDMAError, PyverbsUserError
 from .srq import SRQ
-from .wr import SendWR, c_unsigned
+from .wr import SendWR, c_uint32
 
 EPERM, EINVAL, ENOMEM, ENODATA, EOPNOTSUPP = 1, 22, 12, 61, 95
 STATE_NAMES = {0: "RESET", 1: "INIT", 2: "RTR", 3: "RTS", 4: "SQD", 5: "SQE", 6: "ERR"}
@@ -105,9 +105,9 @@ def _report(bad_wr, wr):
 class QPCap:
     def __init__(self, max_send_wr=1, max_recv_wr=10, max_send_sge=1, max_recv_sge=1, max_inline_data=0):
         # ibv_qp_cap's fields are uint32_t, as pyverbs checks when it stores them
-        self.max_send_wr, self.max_recv_wr = c_unsigned(max_send_wr, 32, "uint32_t"), c_unsigned(max_recv_wr, 32, "uint32_t")
-        self.max_send_sge, self.max_recv_sge = c_unsigned(max_send_sge, 32, "uint32_t"), c_unsigned(max_recv_sge, 32, "uint32_t")
-        self.max_inline_data = c_unsigned(max_inline_data, 32, "uint32_t")
+        self.max_send_wr, self.max_recv_wr = c_uint32(max_send_wr), c_uint32(max_recv_wr)
+        self.max_send_sge, self.max_recv_sge = c_uint32(max_send_sge), c_uint32(max_recv_sge)
+        self.max_inline_data = c_uint32(max_inline_data)
 
 
 class QPInitAttr:

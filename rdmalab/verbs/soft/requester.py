@@ -115,8 +115,7 @@ class SendQueue:
         goes unanswered, as to a QP that a dead process's host destroyed. Its segments stay mapped here,
         so without this check its memory would go on taking WRITEs. Looked at every PEER_CHECK_S."""
         self.next_peer_check = time.monotonic() + PEER_CHECK_S
-        if self.connected is not None:
-            self.connected.owner_died()
+        self.connected.owner_died()
 
     def progress(self):
         """Work through the waiting WQEs: flush them in ERR, retry what waited long enough."""

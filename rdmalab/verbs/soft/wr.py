@@ -15,8 +15,8 @@ class SGE:
 
     def __init__(self, addr, length, lkey):
         # pyverbs stores these in the C struct (ibv_sge): any integer (numpy's too) that fits becomes a plain one
-        self.addr, self.length = c_unsigned(addr, 64, "uint64_t"), c_unsigned(length, 32, "uint32_t")
-        self.lkey = c_unsigned(lkey, 32, "uint32_t")
+        self.addr, self.length = c_unsigned(addr, 64, "uint64_t"), c_uint32(length)
+        self.lkey = c_uint32(lkey)
 
     def read(self, length, offset):
         return ctypes.string_at(self.addr + offset, length)
@@ -35,6 +35,10 @@ def c_unsigned(value, bits, ctype):
     if value >> bits:
         raise OverflowError(f"value too large to convert to {ctype}")
     return value
+
+
+def c_uint32(value):
+    return c_unsigned(value, 32, "uint32_t")
 
 
 def _copy_sges(sg, num_sge):
@@ -75,7 +79,7 @@ class SendWR(_WR):
 
     def set_wr_rdma(self, rkey, addr):
         """Target of RDMA WRITE/READ: the peer's rkey and an address inside its MR."""
-        self.rkey, self.remote_addr = c_unsigned(rkey, 32, "uint32_t"), c_unsigned(addr, 64, "uint64_t")
+        self.rkey, self.remote_addr = c_uint32(rkey), c_unsigned(addr, 64, "uint64_t")
 
     def set_wr_ud(self, ah, rqpn, rqkey):
         """Where a UD send goes: an address handle, the destination QP's number and its Q_Key."""
@@ -93,7 +97,7 @@ class SendWR(_WR):
 
     def set_wr_atomic(self, rkey, addr, compare_add, swap=0):
         """Target of an atomic: an 8-byte aligned word in the peer's MR."""
-        self.rkey, self.remote_addr = c_unsigned(rkey, 32, "uint32_t"), c_unsigned(addr, 64, "uint64_t")
+        self.rkey, self.remote_addr = c_uint32(rkey), c_unsigned(addr, 64, "uint64_t")
         self.compare_add, self.swap = c_unsigned(compare_add, 64, "uint64_t"), c_unsigned(swap, 64, "uint64_t")
 
     @property
