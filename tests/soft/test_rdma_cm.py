@@ -17,7 +17,7 @@ from rdmalab.verbs.soft import cmid as cm, datagram, shm
 from rdmalab.verbs.soft.addr import AH
 from rdmalab.verbs.soft.cq import CQ
 from rdmalab.verbs.soft.device import Context
-from rdmalab.verbs.soft.enums import (IBV_QP_TIMEOUT, IBV_QPS_ERR, IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS,
+from rdmalab.verbs.soft.constants import (IBV_QP_TIMEOUT, IBV_QPS_ERR, IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS,
                                       IBV_QPT_RC, IBV_QPT_UD, IBV_SEND_SIGNALED,
                                       IBV_WC_SUCCESS)
 from rdmalab.verbs.soft.librdmacm_enums import RAI_PASSIVE, rdma_cm_event_type as EV, rdma_port_space
@@ -150,7 +150,7 @@ def test_ack_timeout_option_reaches_the_qp(pair):
 def test_the_qps_get_what_each_side_asked(pair):
     """Retries as the REQ asks, RNR retries as the receiving peer asks, READ/atomic depths no more than
     the other side takes, and READ/atomic access only for a side that answers READs."""
-    from rdmalab.verbs.soft.enums import IBV_ACCESS_REMOTE_READ, IBV_ACCESS_REMOTE_WRITE
+    from rdmalab.verbs.soft.constants import IBV_ACCESS_REMOTE_READ, IBV_ACCESS_REMOTE_WRITE
     p = pair()
     p.active.create_qp(p.qp_attr())
     p.active.connect(cm.ConnParam(resources=0, depth=4, retry=3, rnr_retry=6))

@@ -1,8 +1,7 @@
-"""librdmacm enums as pyverbs <= 58 spells them (`pyverbs.cm_enums`): flat integer names."""
-from .librdmacm_enums import _ENUMS
-from . import librdmacm_enums as _flat
+"""librdmacm enums as pyverbs <= 58 spells them (`pyverbs.cm_enums`): IntEnum classes, and every
+member as a flat name (old_style_enums.py says why)."""
+from . import librdmacm_enums as _new
+from .old_style_enums import as_int_enums as _as_int_enums
 
-globals().update({name: int(value) for name, value in vars(_flat).items() if name.isupper() or name.startswith("RAI_")})
-for _enum in _ENUMS:
-    globals().update({name: int(member) for name, member in _enum.__members__.items()})
-del _enum, _flat
+globals().update(_as_int_enums(_new))
+del _new, _as_int_enums

@@ -15,7 +15,7 @@ raises PyverbsUserError naming the flag). rxe reports the standard fields only: 
 timestamp, VLAN, flow tag or tag-matching info is EOPNOTSUPP at creation.
 """
 from .cq import CQ, CqInitAttrEx
-from .enums import (IBV_CQ_INIT_ATTR_MASK_FLAGS as MASK_FLAGS, IBV_CQ_INIT_ATTR_MASK_PD as MASK_PD,
+from .constants import (IBV_CQ_INIT_ATTR_MASK_FLAGS as MASK_FLAGS, IBV_CQ_INIT_ATTR_MASK_PD as MASK_PD,
                     IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN as IGNORE_OVERRUN)
 from .libibverbs_enums import ibv_create_cq_wc_flags as FLAGS
 from .pyverbs_error import PyverbsRDMAError, PyverbsUserError

@@ -25,7 +25,7 @@ import struct
 from . import requester, responder, shm
 from .addr import IPV4_MAPPED
 from .device import GIDS, active_mtu
-from .enums import (IBV_QPS_ERR, IBV_QPS_RTR, IBV_QPS_RTS, IBV_QPT_UD, IBV_SEND_SOLICITED, IBV_WC_GRH,
+from .constants import (IBV_QPS_ERR, IBV_QPS_RTR, IBV_QPS_RTS, IBV_QPT_UD, IBV_SEND_SOLICITED, IBV_WC_GRH,
                     IBV_WC_LOC_QP_OP_ERR, IBV_WC_RECV, IBV_WC_SUCCESS, IBV_WC_WITH_IMM, IBV_WR_SEND,
                     IBV_WR_SEND_WITH_IMM)
 from .layout import Q_ALIVE, Q_PD, Q_QKEY, Q_RQ_CONSUMED, Q_RQ_POSTED, Q_STATE, Q_TYPE

@@ -9,7 +9,7 @@ import weakref
 from . import shm
 from .addr import GID
 from .base import Resource
-from .enums import (IBV_ATOMIC_HCA, IBV_DEVICE_MEM_WINDOW, IBV_DEVICE_MEM_WINDOW_TYPE_2B, IBV_DEVICE_SRQ_RESIZE,
+from .constants import (IBV_ATOMIC_HCA, IBV_DEVICE_MEM_WINDOW, IBV_DEVICE_MEM_WINDOW_TYPE_2B, IBV_DEVICE_SRQ_RESIZE,
                                IBV_LINK_LAYER_ETHERNET, IBV_MTU_256, IBV_MTU_1024, IBV_MTU_4096,
                                IBV_NODE_CA, IBV_PORT_ACTIVE, IBV_TRANSPORT_IB)
 from .pyverbs_error import PyverbsRDMAError, PyverbsUserError

@@ -1,6 +1,7 @@
-"""libibverbs enums as pyverbs <= 58 spells them (`import pyverbs.enums as e`): flat integer names."""
-from . import libibverbs_enums as _flat
+"""libibverbs enums as pyverbs <= 58 spells them (`import pyverbs.enums as e`): IntEnum classes, and
+every member as a flat name (old_style_enums.py says why)."""
+from . import libibverbs_enums as _new
+from .old_style_enums import as_int_enums as _as_int_enums
 
-globals().update({name: int(value) for name, value in vars(_flat).items()
-                  if name.lstrip("_").startswith("IBV_") and isinstance(value, int)})
-del _flat
+globals().update(_as_int_enums(_new))
+del _new, _as_int_enums

@@ -21,7 +21,7 @@ from operator import index
 from . import shm
 from .base import Resource, absent, not_supported
 from .layout import M_ACCESS, M_ADDR, M_LENGTH, M_MR, M_MW_TYPE, M_PD, M_QP, M_VALID
-from .enums import (IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_MW_BIND, IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_REMOTE_READ,
+from .constants import (IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_MW_BIND, IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_REMOTE_READ,
                                IBV_ACCESS_REMOTE_WRITE, IBV_ACCESS_ZERO_BASED, IBV_MW_TYPE_1, IBV_MW_TYPE_2)
 from .pd import PD
 from .pyverbs_error import PyverbsRDMAError, PyverbsUserError

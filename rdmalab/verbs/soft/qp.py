@@ -17,7 +17,7 @@ from .addr import AHAttr
 from .base import Record, Resource, not_supported
 from .cq import CQ
 from .device import DEVICE_ATTR, GIDS, GID_TABLE_LEN, PORT_ATTR, active_mtu
-from .enums import (
+from .constants import (
     IBV_QP_ACCESS_FLAGS as ACCESS_FLAGS, IBV_QP_ALT_PATH as ALT_PATH, IBV_QP_AV as AV,
     IBV_QP_CUR_STATE as CUR_STATE, IBV_QP_DEST_QPN as DEST_QPN,
     IBV_QP_MAX_DEST_RD_ATOMIC as MAX_DEST_RD_ATOMIC, IBV_QP_MAX_QP_RD_ATOMIC as MAX_QP_RD_ATOMIC,

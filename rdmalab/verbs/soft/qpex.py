@@ -22,7 +22,7 @@ pointer; wr_start twice: a spinlock taken twice), soft0 raises PyverbsUserError 
 import ctypes
 import socket
 
-from .enums import (
+from .constants import (
     IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD,
     IBV_WR_ATOMIC_WRITE, IBV_WR_BIND_MW, IBV_WR_FLUSH, IBV_WR_LOCAL_INV, IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE,
     IBV_WR_RDMA_WRITE_WITH_IMM, IBV_WR_SEND, IBV_WR_SEND_WITH_IMM, IBV_WR_SEND_WITH_INV)

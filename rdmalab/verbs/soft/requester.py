@@ -29,7 +29,7 @@ from collections import deque
 
 from . import cq as cqmod, responder
 from .device import GIDS
-from .enums import (
+from .constants import (
     IBV_ACCESS_LOCAL_WRITE as LOCAL_WRITE, IBV_QPS_ERR, IBV_SEND_INLINE, IBV_SEND_SIGNALED, IBV_SEND_SOLICITED,
     IBV_WC_COMP_SWAP, IBV_WC_FETCH_ADD, IBV_WC_LOC_PROT_ERR, IBV_WC_LOC_QP_OP_ERR, IBV_WC_RDMA_READ,
     IBV_WC_RDMA_WRITE, IBV_WC_RETRY_EXC_ERR, IBV_WC_RNR_RETRY_EXC_ERR, IBV_WC_SEND, IBV_WC_SUCCESS,

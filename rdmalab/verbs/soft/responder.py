@@ -26,7 +26,7 @@ import threading
 from rdmalab.proc.procstat import pid_exists
 
 from . import cq as cqmod, mr as mrmod, shm, srq as srqmod
-from .enums import (
+from .constants import (
     IBV_ACCESS_LOCAL_WRITE as LOCAL_WRITE, IBV_ACCESS_REMOTE_ATOMIC as REMOTE_ATOMIC,
     IBV_ACCESS_REMOTE_READ as REMOTE_READ, IBV_ACCESS_REMOTE_WRITE as REMOTE_WRITE,
     IBV_QPS_ERR, IBV_QPS_RTR, IBV_QPS_RTS, IBV_QPT_UC, IBV_SEND_SOLICITED, IBV_WC_GRH, IBV_WC_LOC_QP_OP_ERR,

@@ -22,7 +22,7 @@ from .base import Record, Resource, not_supported
 from .device import DEVICE_ATTR, AsyncEvent, Context
 from .layout import R_NUM_SGE, R_SGES, R_WR_ID, S_ALIVE, S_EVENTS, S_LIMIT, S_MAX_SGE, S_POSTED, S_SIZE, S_TAKEN
 from .libibverbs_enums import IBV_WR_TAG_ADD, IBV_OPS_SIGNALED
-from .enums import IBV_EVENT_SRQ_LIMIT_REACHED, IBV_SRQ_LIMIT, IBV_SRQ_MAX_WR, IBV_SRQT_BASIC
+from .constants import IBV_EVENT_SRQ_LIMIT_REACHED, IBV_SRQ_LIMIT, IBV_SRQ_MAX_WR, IBV_SRQT_BASIC
 from .pd import PD
 from .pyverbs_error import PyverbsRDMAError, PyverbsUserError
 

@@ -6,7 +6,7 @@ change the request.
 import ctypes
 from operator import index
 
-from .enums import IBV_SEND_SIGNALED, IBV_WR_BIND_MW, IBV_WR_LOCAL_INV, IBV_WR_SEND, IBV_WR_SEND_WITH_INV
+from .constants import IBV_SEND_SIGNALED, IBV_WR_BIND_MW, IBV_WR_LOCAL_INV, IBV_WR_SEND, IBV_WR_SEND_WITH_INV
 from .pyverbs_error import PyverbsUserError
 
 

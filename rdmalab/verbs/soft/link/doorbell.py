@@ -24,7 +24,7 @@ from collections import deque
 
 from .. import cq as cqmod, requester
 from ..datagram import MULTICAST_QPN, DatagramQueue
-from ..enums import (IBV_QPS_ERR, IBV_QPS_RTS, IBV_SEND_INLINE, IBV_SEND_SOLICITED, IBV_WC_FATAL_ERR,
+from ..constants import (IBV_QPS_ERR, IBV_QPS_RTS, IBV_SEND_INLINE, IBV_SEND_SOLICITED, IBV_WC_FATAL_ERR,
                      IBV_WC_LOC_QP_OP_ERR, IBV_WC_WR_FLUSH_ERR, IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD,
                      IBV_QPT_UC, IBV_WR_RDMA_READ, IBV_WR_SEND_WITH_IMM)
 from ..layout import Q_RECV_CQ, Q_RQ_POLLED, Q_RQ_POSTED, Q_STATE, Q_TYPE

@@ -32,7 +32,7 @@ import time
 import traceback
 
 from .. import cq as cqmod, datagram, responder as verbs_responder
-from ..enums import IBV_QPS_ERR, IBV_QPS_RESET, IBV_QPS_RTR, IBV_QPS_RTS, IBV_WC_WR_FLUSH_ERR
+from ..constants import IBV_QPS_ERR, IBV_QPS_RESET, IBV_QPS_RTR, IBV_QPS_RTS, IBV_WC_WR_FLUSH_ERR
 from ..layout import M_ACCESS, M_ADDR, M_LENGTH, M_PD, M_VALID, Q_PD, Q_STATE, W_OWNER_PID
 from ..wire import DETH, BadICRC, Flow, ImmDt, Packet, PcapWriter, WireError, encap
 from ..wire.icrc import ICRC_SIZE, icrc_bytes, icrc_of_trailer, ip_id_delta

@@ -32,7 +32,7 @@ import struct
 from collections import deque
 
 from .. import responder as verbs_responder
-from ..enums import (
+from ..constants import (
     IBV_ACCESS_LOCAL_WRITE as LOCAL_WRITE, IBV_QPS_ERR, IBV_QPS_RTR, IBV_QPS_RTS, IBV_SEND_SIGNALED,
     IBV_SEND_SOLICITED, IBV_WC_LOC_PROT_ERR, IBV_WC_REM_ACCESS_ERR, IBV_WC_REM_INV_REQ_ERR,
     IBV_WC_REM_OP_ERR, IBV_WC_RETRY_EXC_ERR, IBV_WC_RNR_RETRY_EXC_ERR, IBV_WC_SUCCESS, IBV_WC_WITH_IMM,
