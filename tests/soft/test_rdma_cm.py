@@ -17,6 +17,7 @@ from rdmalab.verbs.soft import cmid as cm, datagram, shm
 from rdmalab.verbs.soft.addr import AH
 from rdmalab.verbs.soft.cq import CQ
 from rdmalab.verbs.soft.device import Context
+from rdmalab.verbs.soft.pd import PD
 from rdmalab.verbs.soft.constants import (IBV_QP_TIMEOUT, IBV_QPS_ERR, IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS,
                                       IBV_QPT_RC, IBV_QPT_UD, IBV_SEND_SIGNALED,
                                       IBV_WC_SUCCESS)
@@ -349,6 +350,43 @@ def test_synchronous_ids_wait_for_each_step(port):
     assert active.query_qp(0)[0].qp_state == IBV_QPS_RTS and child.query_qp(0)[0].qp_state == IBV_QPS_RTS
     for cmid in (child, active, listen):
         cmid.close()
+
+
+def test_a_server_as_librdmacm_runs_it(port):
+    """The shape of rdma-core's own CMID example: QPInitAttr without a qp_type (pyverbs' default is UD), an
+    RC QP anyway (librdmacm takes the type from the AddrInfo's port space), PD(cmid), and an accepted id
+    that keeps its PD, QP and MRs after the listener that made it is closed."""
+    listen = cm.CMID(creator=cm.AddrInfo(src="127.0.0.1", src_service=port, flags=RAI_PASSIVE),
+                     qp_init_attr=QPInitAttr(cap=QPCap(4, 4)))
+    listen.listen()
+    got = {}
+
+    def serve_one_client_then_stop_listening():
+        child = got["child"] = listen.get_request()
+        got["recv"] = child.reg_msgs(16)
+        child.post_recv(got["recv"])
+        child.accept()
+        listen.close()
+    thread = threading.Thread(target=serve_one_client_then_stop_listening, daemon=True)   # (a failure must not hang)
+    thread.start()
+    init = QPInitAttr(cap=QPCap(4, 4))
+    active = cm.CMID(creator=cm.AddrInfo(src="127.0.0.1", dst="127.0.0.1", dst_service=port), qp_init_attr=init)
+    assert init.qp_type == IBV_QPT_RC and active.qp.qp_type == IBV_QPT_RC
+    assert PD(active) is active.pd
+    active.connect()
+    thread.join(60)
+    assert not thread.is_alive()
+    child, recv = got["child"], got["recv"]
+    assert child.qp.qp_type == IBV_QPT_RC and not child.pd.closed and not recv.closed   # the listener is gone
+    send = active.reg_msgs(16)
+    send.write(b"after the close", 15)
+    active.post_send(send, length=15)
+    assert active.get_send_comp().status == IBV_WC_SUCCESS
+    wc = child.get_recv_comp()
+    assert wc.status == IBV_WC_SUCCESS and recv.read(15, 0) == b"after the close"
+    for cmid in (child, active):
+        cmid.close()
+    assert recv.closed and send.closed   # an id's reg_msgs() MRs close with it
 
 
 def _listen_then_die(port, ready):

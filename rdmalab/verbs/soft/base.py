@@ -22,6 +22,10 @@ class Resource:
         """`child` is closed before this object is (pyverbs closes dependants first)."""
         self._dependants.add(child)
 
+    @property
+    def closed(self):
+        return self._closed
+
     def check_open(self):
         if self._closed:
             raise PyverbsUserError(f"This {type(self).__name__} is closed; create a new one")
@@ -82,8 +86,15 @@ def not_supported(what):
 
 
 class Record:
-    """A pyverbs attribute structure (QPInitAttrEx, SrqAttr, ...): its fields as plain attributes."""
+    """A pyverbs attribute structure (QPInitAttrEx, SrqAttr, ...): its fields as plain attributes. pyverbs'
+    are Cython classes with fixed fields: setting one they lack (a typo) is an AttributeError there, and here."""
     _fields = {}
+    _also = ()   # fields a subclass sets besides _fields' (views of them, names pyverbs gives them too)
+
+    def __setattr__(self, name, value):
+        if name not in self._fields and name not in self._also and not name.startswith("_"):
+            raise AttributeError(f"'{type(self).__name__}' object has no attribute {name!r}")
+        object.__setattr__(self, name, value)
 
     def __init__(self, *args, **kwargs):
         values = dict(self._fields)

@@ -19,6 +19,7 @@ RDMA_CM_EVENT_UNREACHABLE, an established one with RDMA_CM_EVENT_DISCONNECTED; n
 for a dead process.
 """
 import collections
+import copy
 import errno
 import ipaddress
 import json
@@ -100,6 +101,32 @@ def _resolve(host, service):
     return _ip(found[0][4][0]), port
 
 
+class _DefaultDevice:
+    """librdmacm opens a device once per process, with one PD that every id made without a PD of its own
+    uses (ucma_get_device, ucma_put_device): a listener and the ids it accepted share them, and the
+    device closes when the last of them closes, not with the listener."""
+
+    def __init__(self):
+        self.ctx = self.pd = None
+        self.users = 0
+
+    def take(self):
+        if self.ctx is None or self.ctx.closed:
+            self.ctx = Context(name="soft0")
+            self.pd, self.users = PD(self.ctx), 0
+        self.users += 1
+        return self.ctx, self.pd
+
+    def let_go(self):
+        self.users -= 1
+        if self.users <= 0 and self.ctx is not None:
+            self.ctx.close()   # (what was made on its PD closes with it)
+            self.ctx = self.pd = None
+
+
+_DEFAULT_DEVICE = _DefaultDevice()
+
+
 class AddrInfo(Resource):
     """rdma_getaddrinfo's answer: a source and/or destination address (ip, port) for a port space.
     With flags=RAI_PASSIVE it is the address to listen on (src, src_service)."""
@@ -122,6 +149,8 @@ class AddrInfo(Resource):
 class ConnParam:
     """rdma_conn_param: what a side asks of a connection (READ/atomic depths, retries, a QP number
     when the QP is not the CM id's own, and private data for the peer)."""
+    __slots__ = ("responder_resources", "initiator_depth", "flow_control", "retry_count", "rnr_retry_count", "srq",
+                 "qp_num", "data_len", "_private")
 
     def __init__(self, resources=1, depth=1, flow_control=0, retry=5, rnr_retry=5, srq=0, qp_num=0, data_len=0):
         self.responder_resources, self.initiator_depth, self.flow_control = resources, depth, flow_control
@@ -285,7 +314,8 @@ class CMID(Resource):
         self._timeout = None
         self._groups = {}               # multicast group GID -> attachment
         self._qp_init_attr = qp_init_attr
-        self._sync = self._passive = self._own_device = False
+        self._sync = self._passive = self._holds_device = False
+        self._mrs = []                  # reg_msgs/reg_read/reg_write's MRs, deregistered when the id closes
         if creator is None:
             return
         if isinstance(creator, CMEventChannel):
@@ -386,11 +416,19 @@ class CMID(Resource):
         return self.qp.qp_num if self.qp is not None else None
 
     def _open_device(self):
-        """The device the address belongs to, and a PD on it (librdmacm's default PD for the device)."""
+        """The device the address belongs to, and a PD on it: the one the id was given, else librdmacm's
+        default PD of the device, which every id of this process without a PD of its own shares."""
         if self.ctx is None:
-            self.ctx, self._own_device = Context(name="soft0"), True
+            self.ctx, default_pd = _DEFAULT_DEVICE.take()
+            self._holds_device = True
+            self.pd = self.pd or default_pd
         if self.pd is None:
             self.pd = PD(self.ctx)
+
+    def protection_domain(self):
+        """PD(cmid): the id's PD (pyverbs wraps the rdma_cm_id's pd)."""
+        self._open_device()
+        return self.pd
 
     def bind_addr(self, lai):
         """Take a local address (an AddrInfo's source): one of soft0's, or the wildcard. A port other than
@@ -458,14 +496,21 @@ class CMID(Resource):
     # ------------------------------------------------------------ synchronous ids (rdma_create_ep)
 
     def _create_ep(self, ai, qp_init_attr):
+        """rdma_create_ep. The QP's type comes from the address (RDMA_PS_TCP: RC, RDMA_PS_UDP: UD), whatever
+        qp_init_attr says: librdmacm overwrites it, in the caller's attributes for an active id and in
+        the copy a listener keeps for the ids it accepts."""
         self.port_space = ai.port_space
         self._use_channel(CMEventChannel(), sync=True)
         if ai.flags & RAI_PASSIVE:
+            if qp_init_attr is not None:
+                self._qp_init_attr = copy.copy(qp_init_attr)
+                self._qp_init_attr.qp_type = QP_TYPE_OF[ai.port_space]
             self.bind_addr(ai)
             return
         self.resolve_addr(ai)
         self.resolve_route()
         if qp_init_attr is not None:
+            qp_init_attr.qp_type = QP_TYPE_OF[ai.port_space]
             self.create_qp(qp_init_attr)
 
     def get_request(self):
@@ -488,6 +533,9 @@ class CMID(Resource):
         if listen_id.ctx is None:
             listen_id._open_device()
         self.ctx, self.pd = listen_id.ctx, listen_id.pd
+        if listen_id._holds_device:   # the accepted id outlives its listener, and keeps the device open
+            _DEFAULT_DEVICE.take()
+            self._holds_device = True
 
     # ------------------------------------------------------------ connecting
 
@@ -711,14 +759,20 @@ class CMID(Resource):
 
     # ------------------------------------------------------------ data path (librdmacm's rdma_verbs.h)
 
+    def _register(self, size, access):
+        """An MR on the id's PD that closes with the id (pyverbs' CMID keeps the MRs its reg_* made)."""
+        mr = MR(self.pd, size, access)
+        self._mrs.append(mr)
+        return mr
+
     def reg_msgs(self, size):
-        return MR(self.pd, size, IBV_ACCESS_LOCAL_WRITE)
+        return self._register(size, IBV_ACCESS_LOCAL_WRITE)
 
     def reg_read(self, size=0):
-        return MR(self.pd, size, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ)
+        return self._register(size, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ)
 
     def reg_write(self, size=0):
-        return MR(self.pd, size, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE)
+        return self._register(size, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE)
 
     def _qp(self):
         if self.qp is None:
@@ -788,12 +842,13 @@ class CMID(Resource):
                 except FileNotFoundError:
                     pass
             self._listener = None
-        for thing in [self.qp] + self._own_cqs:
+        for thing in [self.qp] + self._own_cqs + self._mrs:
             if thing is not None:
                 thing.close()
-        self.qp, self._own_cqs = None, []
-        if self._own_device:   # (closing it closes what was made on its PD too, MRs of reg_msgs() included)
-            self.ctx.close()
+        self.qp, self._own_cqs, self._mrs = None, [], []
+        if self._holds_device:
+            self._holds_device = False
+            _DEFAULT_DEVICE.let_go()
         if self.event_channel is not None and self in self.event_channel.ids:
             self.event_channel.ids.remove(self)
             if self._sync:

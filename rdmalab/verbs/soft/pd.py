@@ -10,10 +10,17 @@ _numbers = itertools.count(1)
 
 
 class PD(Resource):
+    def __new__(cls, creator=None):
+        if hasattr(creator, "protection_domain"):   # PD(cmid): the CM id's own PD, as pyverbs wraps it
+            return creator.protection_domain()
+        return super().__new__(cls)
+
     def __init__(self, creator):
+        if hasattr(creator, "protection_domain"):   # (made already, by the CM id)
+            return
         super().__init__()
         if not isinstance(creator, Context):
-            raise PyverbsUserError(f"Expected Context, got {type(creator)}")
+            raise PyverbsUserError(f"Expected Context or CMID, got {type(creator)}")
         creator.check_open()
         self.ctx = creator
         self.handle = (os.getpid() << 20) | next(_numbers)  # unique across processes on this host
