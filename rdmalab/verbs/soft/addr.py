@@ -35,6 +35,7 @@ class GID:
 
 class GlobalRoute:
     """The GRH part of an address vector: which GID to send to, from which of ours."""
+    __slots__ = ("dgid", "flow_label", "sgid_index", "hop_limit", "traffic_class")   # (fixed, as pyverbs')
 
     def __init__(self, dgid=None, flow_label=0, sgid_index=0, hop_limit=1, traffic_class=0):
         self.dgid = dgid if dgid is not None else GID()
@@ -46,6 +47,7 @@ class GlobalRoute:
 
 class AHAttr:
     """An address vector. On RoCE (Ethernet link layer) it must be global: is_global=1 and a gr."""
+    __slots__ = ("dlid", "sl", "src_path_bits", "static_rate", "is_global", "port_num", "gr")
 
     def __init__(self, dlid=0, sl=0, src_path_bits=0, static_rate=0, is_global=0, port_num=1, gr=None):
         self.dlid = dlid

@@ -39,7 +39,7 @@ from .layout import (Q_ACCESS, Q_ALIVE, Q_EXPECTED_PSN, Q_MAX_DEST_RD_ATOMIC, Q_
 from .pd import PD
 from .pyverbs_error import PyverbsRDMAError, PyverbsUserError
 from .srq import SRQ
-from .wr import SendWR, c_uint32
+from .wr import SendWR, c_uint32, fill_from
 
 EPERM, EINVAL, ENOMEM, ENODATA, EOPNOTSUPP = 1, 22, 12, 61, 95
 STATE_NAMES = {0: "RESET", 1: "INIT", 2: "RTR", 3: "RTS", 4: "SQD", 5: "SQE", 6: "ERR"}
@@ -99,10 +99,15 @@ TWENTY_FOUR_BITS = ("rq_psn", "sq_psn", "dest_qp_num")
 def _report(bad_wr, wr):
     """pyverbs' bad_wr: the WR object given is filled with the one that failed."""
     if bad_wr is not None:
-        bad_wr.__dict__.update(vars(wr))
+        fill_from(bad_wr, wr)
 
+
+# pyverbs' attribute classes are Cython classes with fixed fields: `attr.timout = 14` is an AttributeError
+# there, not a field nobody reads, and __slots__ makes it one here.
 
 class QPCap:
+    __slots__ = ("max_send_wr", "max_recv_wr", "max_send_sge", "max_recv_sge", "max_inline_data")
+
     def __init__(self, max_send_wr=1, max_recv_wr=10, max_send_sge=1, max_recv_sge=1, max_inline_data=0):
         # ibv_qp_cap's fields are uint32_t, as pyverbs checks when it stores them
         self.max_send_wr, self.max_recv_wr = c_uint32(max_send_wr), c_uint32(max_recv_wr)
@@ -111,6 +116,8 @@ class QPCap:
 
 
 class QPInitAttr:
+    __slots__ = ("qp_type", "qp_context", "send_cq", "recv_cq", "srq", "cap", "sq_sig_all")
+
     def __init__(self, qp_type=IBV_QPT_UD, qp_context=None, scq=None, rcq=None, srq=None, cap=None, sq_sig_all=1):
         for cq in (scq, rcq):
             if cq is not None and not isinstance(cq, CQ):
@@ -133,6 +140,10 @@ class QPInitAttr:
 
 class QPAttr:
     """Attributes for modify(); fields not named in the mask are ignored, as in ibv_modify_qp."""
+    __slots__ = ("qp_state", "cur_qp_state", "port_num", "path_mtu", "qp_access_flags", "pkey_index", "dest_qp_num",
+                 "rq_psn", "sq_psn", "max_rd_atomic", "max_dest_rd_atomic", "min_rnr_timer", "timeout", "retry_cnt",
+                 "rnr_retry", "qkey", "path_mig_state", "alt_pkey_index", "alt_port_num", "alt_timeout",
+                 "en_sqd_async_notify", "sq_draining", "rate_limit", "ah_attr", "alt_ah_attr", "cap")
 
     def __init__(self, qp_state=INIT, cur_qp_state=RESET, port_num=1, path_mtu=IBV_MTU_1024):
         self.qp_state, self.cur_qp_state, self.port_num, self.path_mtu = qp_state, cur_qp_state, port_num, path_mtu
@@ -461,6 +472,7 @@ class QPInitAttrEx(Record):
     _fields = dict(qp_type=IBV_QPT_UD, qp_context=None, scq=None, rcq=None, srq=None, cap=None, sq_sig_all=0,
                    comp_mask=0, pd=None, xrcd=None, create_flags=0, max_tso_header=0, source_qpn=0,
                    hash_conf=None, ind_table=None, send_ops_flags=0)
+    _also = ("send_cq", "recv_cq")
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

@@ -25,6 +25,7 @@ from .libibverbs_enums import IBV_WR_TAG_ADD, IBV_OPS_SIGNALED
 from .constants import IBV_EVENT_SRQ_LIMIT_REACHED, IBV_SRQ_LIMIT, IBV_SRQ_MAX_WR, IBV_SRQT_BASIC
 from .pd import PD
 from .pyverbs_error import PyverbsRDMAError, PyverbsUserError
+from .wr import fill_from
 
 EINVAL, ENOMEM = 22, 12
 LOCAL = {}       # number -> Ring of this process's SRQs
@@ -196,7 +197,7 @@ class SRQ(Resource):
             error = ENOMEM if ring.count() >= ring.size else EINVAL if len(wr.sges) > self.max_sge else 0
             if error:
                 if bad_wr is not None:
-                    bad_wr.__dict__.update(vars(wr))
+                    fill_from(bad_wr, wr)
                 raise PyverbsRDMAError("Failed to post receive to SRQ.", error)
             ring.post(wr.wr_id, wr.sges)
             wr = wr.next_wr

@@ -1,7 +1,8 @@
 """Work requests and scatter/gather elements, as pyverbs.wr has them.
 
 As in pyverbs, a work request copies its SGEs when it is built: changing an SGE afterwards does not
-change the request.
+change the request. pyverbs' classes are Cython classes with fixed fields, so a misspelt one
+(`sge.lenght = 8`) raises AttributeError there; __slots__ does the same here.
 """
 import ctypes
 from operator import index
@@ -12,6 +13,7 @@ from .pyverbs_error import PyverbsUserError
 
 class SGE:
     """One piece of local memory: address, length and the lkey of the MR that holds it."""
+    __slots__ = ("addr", "length", "lkey")
 
     def __init__(self, addr, length, lkey):
         # pyverbs stores these in the C struct (ibv_sge): any integer (numpy's too) that fits becomes a plain one
@@ -50,6 +52,7 @@ def _copy_sges(sg, num_sge):
 class _WR:
     """What send and receive WRs share: the SGEs they copied, of which the NIC uses the first num_sge
     (a program may lower num_sge after building the WR, as the C struct allows: 0 makes it empty)."""
+    __slots__ = ("_all_sges", "_num_sge", "sges")
 
     @property
     def num_sge(self):
@@ -61,13 +64,19 @@ class _WR:
 
 
 class RecvWR(_WR):
+    __slots__ = ("wr_id", "next_wr")
+
     def __init__(self, wr_id=0, num_sge=0, sg=None, next_wr=None):
-        self._all_sges = _copy_sges(sg, num_sge)
+        # no SGEs is a receive of nothing: what a WRITE_WITH_IMM's notification or an empty SEND consumes
+        self._all_sges = _copy_sges(sg, num_sge) if num_sge > 0 and sg is not None else ()
         self.num_sge, self.wr_id, self.next_wr = num_sge, c_unsigned(wr_id, 64, "uint64_t"), next_wr
 
 
 class SendWR(_WR):
-    ah, remote_qpn, remote_qkey = None, 0, 0   # a UD send's destination (set_wr_ud)
+    __slots__ = ("wr_id", "opcode", "imm_data", "send_flags", "next_wr", "remote_addr", "rkey", "compare_add", "swap",
+                 "ah", "remote_qpn", "remote_qkey",        # a UD send's destination (set_wr_ud)
+                 "bind_mw", "bind_info", "mw_rkey",        # a BIND_MW's window (set_bind_wr)
+                 "inline_data")                            # the bytes of an inline send, read when posted
 
     def __init__(self, wr_id=0, opcode=IBV_WR_SEND, num_sge=0, imm_data=0, sg=None,
                  send_flags=IBV_SEND_SIGNALED, next_wr=None):
@@ -75,7 +84,8 @@ class SendWR(_WR):
         self._all_sges = () if no_data and (num_sge < 1 or sg is None) else _copy_sges(sg, num_sge)
         self.wr_id, self.opcode, self.num_sge = c_unsigned(wr_id, 64, "uint64_t"), opcode, num_sge
         self.imm_data, self.send_flags, self.next_wr = c_unsigned(imm_data, 32, "__be32"), send_flags, next_wr
-        self.remote_addr = self.rkey = self.compare_add = self.swap = 0
+        self.remote_addr = self.rkey = self.compare_add = self.swap = self.remote_qpn = self.remote_qkey = 0
+        self.ah = self.bind_mw = self.bind_info = self.mw_rkey = self.inline_data = None
 
     def set_wr_rdma(self, rkey, addr):
         """Target of RDMA WRITE/READ: the peer's rkey and an address inside its MR."""
@@ -108,3 +118,11 @@ class SendWR(_WR):
     def sg_list(self, sge):
         self._all_sges = ((sge.addr, sge.length, sge.lkey),)
         self.num_sge = 1
+
+
+def fill_from(target, wr):
+    """pyverbs' bad_wr: the WR object a program gave is filled with the one that failed."""
+    for cls in type(wr).__mro__:
+        for name in getattr(cls, "__slots__", ()):
+            if hasattr(wr, name):
+                setattr(target, name, getattr(wr, name))

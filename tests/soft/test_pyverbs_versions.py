@@ -1,0 +1,71 @@
+"""Programs written for the pyverbs learners have (Debian 12's 44, Ubuntu 24.04's 50, PyPI's 59) run on soft0:
+the enum modules of each, and pyverbs' fixed fields, which turn a misspelt attribute into an error."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from rdmalab.verbs import run
+from rdmalab.verbs.soft import addr, qp, wr
+
+
+@pytest.fixture(scope="module")
+def pyverbs():
+    run.install()
+    import pyverbs
+    return pyverbs
+
+
+def test_the_enum_modules_up_to_58_are_int_enums_with_flat_names(pyverbs):
+    import pyverbs.cm_enums as ce
+    import pyverbs.enums as e
+    assert [f.name for f in e.ibv_create_cq_wc_flags][:2] == ["IBV_WC_EX_WITH_BYTE_LEN", "IBV_WC_EX_WITH_IMM"]
+    assert e.IBV_ACCESS_REMOTE_WRITE is e.ibv_access_flags.IBV_ACCESS_REMOTE_WRITE
+    assert e.IBV_WR_RDMA_READ.value == 4 and e.IBV_WR_RDMA_READ.name == "IBV_WR_RDMA_READ"
+    assert e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE == 3
+    assert ce.RDMA_PS_TCP == 0x106 and ce.rdma_port_space(0x106) is ce.RDMA_PS_TCP and ce.RAI_PASSIVE == 1
+
+
+def test_the_enum_modules_from_59_are_int_flags(pyverbs):
+    import pyverbs.libibverbs_enums as e
+    import pyverbs.librdmacm_enums as ce
+    assert e.ibv_access_flags.IBV_ACCESS_REMOTE_READ == e.IBV_ACCESS_REMOTE_READ == 4
+    assert isinstance(e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE, e.ibv_access_flags)
+    assert ce.rdma_port_space.RDMA_PS_UDP == 0x111
+
+
+@pytest.mark.parametrize("make, typo", [
+    (lambda: qp.QPAttr(), "timout"), (lambda: qp.QPAttr(), "qp_acces_flags"), (lambda: qp.QPCap(), "max_send_wrs"),
+    (lambda: wr.SGE(0, 8, 1), "lenght"), (lambda: wr.SendWR(num_sge=1, sg=[wr.SGE(0, 8, 1)]), "send_flag"), (lambda: wr.RecvWR(), "wrid"),
+    (lambda: qp.QPInitAttr(), "qp_typ"), (lambda: addr.AHAttr(), "is_globl"), (lambda: addr.GlobalRoute(), "sgid_idx"),
+    (lambda: qp.QPInitAttrEx(), "comp_msk"),
+])
+def test_a_misspelt_field_is_an_attribute_error_as_in_pyverbs(make, typo):
+    obj = make()
+    with pytest.raises(AttributeError, match=typo):
+        setattr(obj, typo, 14)
+
+
+def test_the_fields_themselves_can_be_set():
+    attr, sge = qp.QPAttr(), wr.SGE(0, 8, 1)
+    attr.timeout, attr.qp_access_flags, sge.length = 14, 7, 16
+    init = qp.QPInitAttr()
+    init.max_send_wr = 9   # (pyverbs exposes the caps flat too)
+    assert (attr.timeout, attr.qp_access_flags, sge.length, init.cap.max_send_wr) == (14, 7, 16, 9)
+
+
+def test_a_receive_without_sges_is_a_receive_of_nothing(pyverbs):
+    """pyverbs' RecvWR() takes no SGE (a WRITE_WITH_IMM's notification consumes one such receive)."""
+    empty = wr.RecvWR(wr_id=7)
+    assert empty.num_sge == 0 and empty.wr_id == 7
+
+
+def test_a_program_imports_the_module_beside_it(tmp_path):
+    """`python3 prog.py` puts prog.py's folder first on sys.path; the runner does too."""
+    (tmp_path / "helpers_beside.py").write_text("ANSWER = 42\n")
+    (tmp_path / "prog.py").write_text("import helpers_beside\nimport pyverbs.device\nprint('got', helpers_beside.ANSWER)\n")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    result = subprocess.run([sys.executable, "-m", "rdmalab.verbs.run", str(tmp_path / "prog.py")],
+                            capture_output=True, text=True, timeout=120, cwd=root)
+    assert result.returncode == 0 and "got 42" in result.stdout, result.stderr
