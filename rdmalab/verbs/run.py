@@ -75,6 +75,8 @@ def main(argv=None):
         return 2
     install()
     sys.argv = list(argv)
+    # as `python3 program.py` does: the program's own folder first, so a module beside it imports
+    sys.path.insert(0, os.path.dirname(os.path.abspath(argv[0])))
     runpy.run_path(argv[0], run_name="__main__")
     return 0
 
