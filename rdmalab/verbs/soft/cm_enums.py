@@ -3,5 +3,5 @@ member as a flat name (old_style_enums.py says why)."""
 from . import librdmacm_enums as _new
 from .old_style_enums import as_int_enums as _as_int_enums
 
-globals().update(_as_int_enums(_new))
+globals().update(_as_int_enums(_new, __name__))
 del _new, _as_int_enums

@@ -8,13 +8,14 @@ makes them IntFlag classes (libibverbs_enums.py). Anonymous enums are plain ints
 from enum import IntEnum, IntFlag
 
 
-def as_int_enums(module):
-    """{name: value} for a module of pyverbs >= 59's enums, as pyverbs <= 58 spells them."""
+def as_int_enums(module, old_module):
+    """{name: value} for a module of pyverbs >= 59's enums, as pyverbs <= 58 spells them in `old_module`
+    (named, so that the classes pickle: a program's WR crosses to a NIC process so on the udp link)."""
     names = {}
     for name, value in vars(module).items():
         if isinstance(value, type) and issubclass(value, IntFlag) and value is not IntFlag:
             old = IntEnum(name, [(member, int(v)) for member, v in value.__members__.items()],
-                          module=module.__name__)
+                          module=old_module)
             names[name] = old
             names.update(old.__members__)
     for name, value in vars(module).items():   # the anonymous enums and private constants: plain ints
