@@ -58,18 +58,21 @@ class AHAttr:
         self.port_num = port_num
         self.gr = gr if gr is not None else GlobalRoute()
 
-    # pyverbs exposes the GRH fields flat on AHAttr as well
-    @property
-    def dgid(self):
-        return self.gr.dgid
+    # pyverbs exposes the GRH fields flat on AHAttr as well: read as None unless the AH is global
+    def _grh_field(name, doc, convert=lambda value: value):
+        def get(self):
+            return getattr(self.gr, name) if self.is_global else None
 
-    @property
-    def sgid_index(self):
-        return self.gr.sgid_index
+        def set_(self, value):
+            setattr(self.gr, name, convert(value))
+        return property(get, set_, doc=doc)
 
-    @property
-    def hop_limit(self):
-        return self.gr.hop_limit
+    dgid = _grh_field("dgid", "the destination GID", lambda gid: GID(gid) if isinstance(gid, str) else gid)
+    sgid_index = _grh_field("sgid_index", "which of our GIDs is the source")
+    hop_limit = _grh_field("hop_limit", "the GRH's hop limit (IPv4 TTL on RoCE v2)")
+    flow_label = _grh_field("flow_label", "the GRH's flow label")
+    traffic_class = _grh_field("traffic_class", "the GRH's traffic class (DSCP and ECN on RoCE v2)")
+    del _grh_field
 
 
 from .base import Resource  # noqa: E402
