@@ -6,8 +6,10 @@ TCP_NODELAY, so that small messages go out at once instead of waiting to be batc
 The data path uses plain read() and write() on the socket, as C programs often do, so that
 /proc/<pid>/io counts every call (it does not count recv() and send()).
 
-The four loops the benchmarks use, one per side and pattern, each returning its timestamps (ns):
+The loops the benchmarks use, one per side and pattern, each returning its timestamps (ns):
     pingpong_client / pingpong_server   latency: send `size` bytes, wait for them to come back
+    request_client / request_server     a remote read: an 8-byte request (an offset), `size` bytes back
+                                        from the server's memory; what RDMA READ does without the server
     stream_send / stream_receive        bandwidth: `iters` messages of `size` bytes, one ack at the end
 """
 import os
@@ -77,6 +79,32 @@ def pingpong_server(sock, size, iters):
     for _ in range(iters):
         recv_exactly(sock, buf)
         send_all(sock, buf)
+
+
+REQUEST_BYTES = 8
+
+
+def request_client(sock, size, iters):
+    """Ask for `size` bytes at offset 0 of the server's memory and wait for them, `iters` times; returns
+    the post timestamp of every iteration."""
+    request, back = (0).to_bytes(REQUEST_BYTES, "little"), memoryview(bytearray(size))
+    tposted = [0] * iters
+    clock = time.perf_counter_ns
+    for i in range(iters):
+        tposted[i] = clock()
+        send_all(sock, request)
+        recv_exactly(sock, back)
+    return tposted
+
+
+def request_server(sock, memory, size, iters):
+    """Answer `iters` requests: read the 8-byte offset, write back `size` bytes of `memory` from there.
+    Every answer needs this process to be scheduled: the kernel can only queue the request."""
+    request, view = memoryview(bytearray(REQUEST_BYTES)), memoryview(memory)
+    for _ in range(iters):
+        recv_exactly(sock, request)
+        offset = int.from_bytes(request, "little")
+        send_all(sock, view[offset:offset + size])
 
 
 def stream_send(sock, size, iters, ack=True):

@@ -62,7 +62,8 @@ def test_bandwidth_statistics_follow_perftest_on_known_samples():
     assert b["bw_avg_gbps"] == pytest.approx(80.0) and b["msg_rate_mpps"] == pytest.approx(10.0)
 
 
-@pytest.mark.parametrize("test", ["write_lat", "read_lat", "send_lat", pytest.param("tcp_lat", marks=pytest.mark.host_only)])
+@pytest.mark.parametrize("test", ["write_lat", "read_lat", "send_lat", pytest.param("tcp_lat", marks=pytest.mark.host_only),
+                                  pytest.param("tcp_rr", marks=pytest.mark.host_only)])
 def test_latency_tests_run_and_report_perftests_columns(test):
     seen = []
     r = bench.run(test, sizes=[8, 4096], iters=60, progress=lambda row, done, total: seen.append((done, total)))
@@ -91,6 +92,16 @@ def test_write_bw_leaves_the_target_idle_and_makes_no_syscalls():
     copied = 200 << 20 if r.provider == "soft" else None if r.device.startswith("rxe") else 0
     assert row["bytes_copied_by_cpu"] == copied
     assert "BW peak[MiB/sec] BW average[MiB/sec] BW average[Gb/sec] MsgRate[Mpps]" in r.text()
+
+
+@pytest.mark.host_only
+def test_tcp_request_response_needs_the_server_to_run_for_every_answer():
+    """tcp_rr is read_lat's work done through the server's CPU: a read() and a write() of it per request."""
+    r = bench.run("tcp_rr", sizes=[64], iters=50, warmup=0)
+    row = r.rows[0]
+    assert row["target"]["read_syscalls"] >= 50 and row["target"]["write_syscalls"] >= 50
+    assert row["target"]["cpu_s"] > 0
+    assert "TCP Request/Response" in r.text()
 
 
 @pytest.mark.host_only
@@ -197,7 +208,7 @@ def test_self_measurement_counts_no_syscalls_for_a_loop_without_any():
 
 @pytest.mark.host_only
 @pytest.mark.parametrize("script, targets", [
-    ("compare.py", 11), ("allreduce.py", 7), ("idle.py", 2)])
+    ("compare.py", 12), ("allreduce.py", 7), ("idle.py", 2)])
 def test_benchmark_scripts_write_json_with_their_targets(script, targets, tmp_path):
     out = tmp_path / "result.json"
     run = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", script), "--quick", "--out", str(out)],

@@ -16,6 +16,8 @@ Tests (perftest's names, plus the TCP baseline from rdmalab.sockets):
     write_lat  RDMA WRITE ping-pong, half round trip      read_lat  RDMA READ, full round trip
     send_lat   SEND/RECV ping-pong, half round trip       write_bw  RDMA WRITE stream, target passive
     tcp_lat    TCP ping-pong, half round trip             tcp_bw    TCP stream
+    tcp_rr     TCP request/response (8 B asks, the server answers from its memory), full round trip:
+               read_lat's work, done through the server's CPU
 """
 from rdmalab.bench import stats
 from rdmalab.bench.catalogue import (  # noqa: F401

@@ -17,6 +17,8 @@ TESTS = {t.name: t for t in [
     Test("send_lat", "Send Latency", "lat", "rdma"),
     Test("write_bw", "RDMA_Write BW", "bw", "rdma", passive_target=True),
     Test("tcp_lat", "TCP Latency", "lat", "tcp"),
+    # a remote read through the server's CPU: 8 B request, `size` bytes back, full round trip like read_lat
+    Test("tcp_rr", "TCP Request/Response", "lat", "tcp", rtt_factor=1),
     Test("tcp_bw", "TCP BW", "bw", "tcp"),
 ]}
 ALL_SIZES = [2 ** k for k in range(1, 24)]          # perftest -a: 2 B .. 8 MiB

@@ -33,11 +33,12 @@ def caveats(results, cpus=None):
     two_sided = [r for r in results if not TESTS[r.test].passive_target and r.rows]
     if cpus < 2 and two_sided:
         soft = any(r.provider == "soft" for r in two_sided)
-        notes.append(f"This process may use {cpus:g} CPU, so the two sides of a ping-pong take turns on it: every "
-                     f"message waits for the scheduler to switch from one to the other. A real NIC needs no CPU "
-                     f"turn" + ("; soft0's initiator copies the data itself, so on one CPU it pays what TCP pays (a "
-                                "switch) plus a Python copy" if soft else "") +
-                     ". Compare the ratio on two free CPUs (the lab's quiet figures).")
+        notes.append(f"This process may use {cpus:g} CPU, so the two programs of a ping-pong or a request/response "
+                     f"take turns on it: every message waits for a context switch, on any device, a hardware NIC "
+                     f"included. That measures the scheduler, not the transport" +
+                     ("; and soft0's initiator also copies the data itself" if soft else "") +
+                     ". What one CPU cannot slow down is a one-sided operation: read_lat's target runs nothing. "
+                     "Compare read_lat with tcp_rr here, and ping-pongs on two free CPUs.")
     worst = max((waited_for_cpu(row) for r in results for row in r.rows), default=0.0)
     if worst >= CONTENDED and cpus >= 2:   # on one CPU each side waits for the other: said above
         notes.append(f"A side waited for a CPU {worst:.0%} of its run: other work was using the CPUs, so these "

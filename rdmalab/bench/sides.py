@@ -36,6 +36,7 @@ class TcpSide:
         self.sock = self.server = None
         if role == "target":
             self.server, self.port = sockets.listen(host)
+            self.memory = bytearray(max_size) if test == "tcp_rr" else None   # what tcp_rr's requests read
 
     def endpoint(self):
         info = {"port": self.port} if self.role == "target" else {"provider": "tcp", "device": "loopback"}
@@ -54,13 +55,16 @@ class TcpSide:
         """The target's part; returns what its measured iterations cost."""
         if self.test == "tcp_lat":
             return _measured(lambda n: sockets.pingpong_server(self.sock, size, n), warmup, iters)[1]
+        if self.test == "tcp_rr":
+            return _measured(lambda n: sockets.request_server(self.sock, self.memory, size, n), warmup, iters)[1]
         if warmup:
             sockets.stream_receive(self.sock, size, warmup, ack=False)
         return _measured(lambda n: sockets.stream_receive(self.sock, size, n), 0, iters)[1]
 
     def run(self, size, iters, warmup):
-        if self.test == "tcp_lat":
-            stamps, spent = _measured(lambda n: sockets.pingpong_client(self.sock, size, n), warmup, iters)
+        if self.test in ("tcp_lat", "tcp_rr"):
+            loop = sockets.pingpong_client if self.test == "tcp_lat" else sockets.request_client
+            stamps, spent = _measured(lambda n: loop(self.sock, size, n), warmup, iters)
             return {"tposted": stamps, "spent": spent}
         # the target receives warmup + iters messages as one stream: the warm-up part goes first, unacknowledged
         if warmup:
