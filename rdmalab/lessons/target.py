@@ -13,6 +13,7 @@ The child runs `python -m rdmalab.lessons.target`, speaking JSON lines on stdin/
 import os
 import time
 
+from rdmalab import sockets
 from rdmalab.proc import waiting
 from rdmalab.proc.children import Helper, answer, end_with_parent, serve
 
@@ -45,6 +46,22 @@ class RemoteBuffer:
 
     def sent_times(self):
         return self.helper.reply()["posted"]
+
+    def tcp_listen(self):
+        """The target listens on a TCP port of 127.0.0.1 too (freeze.experiment): returns the port."""
+        return self.helper.ask(op="tcp_listen")["port"]
+
+    def tcp_accept(self):
+        """The target accepts the connection made to that port."""
+        return self.helper.ask(op="tcp_accept")
+
+    def start_draining(self):
+        """The target starts reading its socket until the sender closes it (send the rest, then close)."""
+        self.helper.send(op="tcp_drain")
+
+    def drained(self):
+        """The bytes the target received on its socket."""
+        return self.helper.reply(timeout=120)["received"]
 
     def wait_for_mail(self, timeout=10.0):
         """The target spins on the 8-byte flag at offset 0 of its buffer, then reads the message after it."""
@@ -108,9 +125,29 @@ def main():
         flag[0] = 0
         return {"flag": length, "message": text.hex()}
 
+    tcp = {}
+
+    def tcp_listen():
+        tcp["server"], port = sockets.listen()
+        return {"port": port}
+
+    def tcp_accept():
+        tcp["conn"] = sockets.accept(tcp.pop("server"))
+        return {"ok": True}
+
+    def tcp_drain():
+        conn, buf, received = tcp.pop("conn"), bytearray(1 << 20), 0
+        with conn:
+            while True:
+                n = conn.recv_into(buf)
+                if not n:
+                    return {"received": received}
+                received += n
+
     try:
         answer({**mine, "pid": os.getpid(), "size": SIZE})
         serve({"connect": connect, "poll": poll, "send": send, "mailbox": mailbox,
+               "tcp_listen": tcp_listen, "tcp_accept": tcp_accept, "tcp_drain": tcp_drain,
                "read": lambda length, offset: {"hex": mem[offset:offset + length].tobytes().hex()}})
     finally:
         res.close()
