@@ -69,3 +69,43 @@ def test_a_program_imports_the_module_beside_it(tmp_path):
     result = subprocess.run([sys.executable, "-m", "rdmalab.verbs.run", str(tmp_path / "prog.py")],
                             capture_output=True, text=True, timeout=120, cwd=root)
     assert result.returncode == 0 and "got 42" in result.stdout, result.stderr
+
+
+def test_a_buffer_deregistered_as_soon_as_its_message_arrived_fails_nothing(monkeypatch):
+    """A peer that closes (or drops a reg_msgs() MR) right after a SEND or WRITE landed: the completion is
+    the sender's outcome; the NIC's note of the route must not raise in post_send (it did: AttributeError
+    on None, where pyverbs raises nothing once the request was accepted)."""
+    from rdmalab.verbs.soft import requester
+    from rdmalab.verbs.soft.constants import IBV_WC_SUCCESS
+    from rdmalab.verbs import rc
+    from rdmalab import verbs as v
+    e = v.enums
+    ctx = v.device.Context(name="soft0")
+    pd = v.pd.PD(ctx)
+    cq = v.cq.CQ(ctx, 16)
+    init = v.qp.QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=v.qp.QPCap(4, 4))
+    a, b = v.qp.QP(pd, init), v.qp.QP(pd, init)
+    src = v.mr.MR(pd, 64, e.IBV_ACCESS_LOCAL_WRITE)
+    for opcode in (e.IBV_WR_SEND, e.IBV_WR_RDMA_WRITE):
+        dst = v.mr.MR(pd, 64, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE)
+        a_end, b_end = rc.endpoint(ctx, a), rc.endpoint(ctx, b, dst)
+        if opcode == e.IBV_WR_SEND:
+            rc.connect(ctx, a, a_end, b_end)
+            rc.connect(ctx, b, b_end, a_end)
+            b.post_recv(v.wr.RecvWR(wr_id=5, num_sge=1, sg=[v.wr.SGE(dst.buf, 64, dst.lkey)]))
+        real = requester.respond
+
+        def respond_then_deregister(*args, real=real, dst=dst):
+            answer = real(*args)
+            dst.close()                     # the peer lets go of the buffer at once
+            return answer
+        monkeypatch.setattr(requester, "respond", respond_then_deregister)
+        wr = v.wr.SendWR(wr_id=1, opcode=opcode, num_sge=1, sg=[v.wr.SGE(src.buf, 8, src.lkey)])
+        if opcode == e.IBV_WR_RDMA_WRITE:
+            wr.set_wr_rdma(b_end["rkey"], b_end["addr"])
+        a.post_send(wr)                     # raised AttributeError before the fix
+        monkeypatch.setattr(requester, "respond", real)
+        statuses = [wc.status for wc in cq.poll(4)[1]]
+        assert statuses and all(s == IBV_WC_SUCCESS for s in statuses)
+    for obj in (a, b, src, cq, pd, ctx):
+        obj.close()

@@ -215,6 +215,8 @@ class Route:
         route.remote = route.receive = None
         if NEEDS_ACCESS[wqe.opcode]:
             seg = responder.mr_segment(wqe.rkey)
+            if seg is None:   # deregistered by its owner since the request was carried out: nothing to remember
+                return
             h = seg.header
             route.remote_segment, route.remote_header, route.remote = seg, h, seg.bytes
             route.remote_base, route.remote_length = responder.region_of(seg)
@@ -230,6 +232,8 @@ class Route:
                 if num_sge != 1:
                     return
                 seg = responder.mr_segment(route.receive_key)
+                if seg is None:   # (the receiver deregistered that buffer as soon as its message arrived)
+                    return
                 route.receive, route.receive_header = seg.bytes, seg.header
                 route.receive_base, route.receive_length = responder.region_of(seg)
         if len(sq.routes) >= ROUTES_KEPT:
