@@ -31,6 +31,36 @@ def test_no_answer_yet_is_not_yet_with_a_hint():
     assert "reference solution" in str(f)
 
 
+def test_the_welcome_skeleton_gets_a_nudge_not_the_answer():
+    f = feedback("welcome.write", None)
+    assert f.status == "not yet" and "the WRITE posted above" in f.hint
+    assert "rkey" not in f.hint and "64" not in f.hint and "lkey" not in f.hint
+
+
+def test_every_solution_is_shown_as_code_a_learner_could_write():
+    import ast
+    for name in exercises.REGISTRY:
+        shown = exercises.solution_source(name)
+        assert "@reference" not in shown and not shown.startswith("def _"), (name, shown[:80])
+        assert isinstance(ast.parse(shown).body[0], ast.FunctionDef), name
+
+
+def test_a_solution_is_shown_under_the_learners_own_function_name(capsys):
+    def my_prediction():
+        return None
+
+    exercises.attempt("socket-path.predict", my_prediction)
+    assert exercises.solution_source("socket-path.predict").startswith("def my_prediction():")
+    assert exercises.solution_source("on-the-wire.packets").startswith("def my_packets(length, mtu):")
+
+
+def test_a_prediction_is_shown_beside_the_measurement_and_never_fails(capsys):
+    assert exercises.compare("sleeps per message", 3, 1.0, "why") == {"predicted": 3, "measured": 1.0}
+    assert exercises.compare("sleeps per message", None, 1) == {"predicted": None, "measured": 1}
+    shown = capsys.readouterr().out
+    assert "you predicted 3, measured 1" in shown and "why" in shown and "you wrote no prediction" in shown
+
+
 def run_welcome(ctx, pd, write):
     """The welcome lesson's exercise as the lesson runs it: `write` posts on a fresh Pair, the check judges."""
     with lessons.Pair(ctx, pd) as pair:

@@ -8,11 +8,17 @@ In a lesson:
 attempt() runs the learner's function and checks what it returns. Right: a green note, and its
 result. Not done yet or wrong: feedback (what is wrong, a hint), then the lesson goes on with the
 reference solution's result, so later cells still work. Every exercise shows a "Show solution" button
-under its feedback (`exercises.solution(name)` does the same from code).
+under its feedback (`exercises.solution(name)` does the same from code): the reference as the learner
+would write it, under the learner's function's name (solution_source()).
 Every check is tested to accept the reference and reject typical wrong answers (tests/test_exercises.py).
+
+A predict-first check is lighter: the learner writes a number down in one cell, the next cell measures
+and shows both (`exercises.compare(...)`); nothing is judged right or wrong, and it is no exercise.
 """
+import ast
 import html
 import inspect
+import textwrap
 
 from rdmalab.errors import explain_error
 from rdmalab.lessons import classroom
@@ -35,6 +41,7 @@ class Wrong(Exception):
 class Exercise:
     def __init__(self, name, title, check, reference, hints):
         self.name, self.title, self.check, self.reference, self.hints = name, title, check, reference, hints
+        self.answer_name = None   # the learner's function's name, once attempt() has seen it
 
 
 def exercise(name, title, hints=()):
@@ -104,6 +111,8 @@ def attempt(name, fn, *args, check_args=()):
     correct result either way: the learner's when it passed, else the reference solution's."""
     from IPython.display import display
     ex = REGISTRY[name]
+    if getattr(fn, "__name__", "").isidentifier():   # not a lambda: the solution is shown under this name
+        ex.answer_name = fn.__name__
     try:
         answer = fn(*args)
         feedback = check(name, answer, *args, *check_args)
@@ -116,10 +125,48 @@ def attempt(name, fn, *args, check_args=()):
     return answer if feedback.passed else ex.reference(*args)
 
 
+def solution_source(name):
+    """The reference solution as the learner would write it, without the checks module's plumbing (its
+    decorator and private name). A reference that takes nothing and returns a function (the lesson asks
+    for a function: `attempt(name, lambda: my_fn)`) is shown as that function; any other is shown under
+    the name of the learner's function (`def my_write(...)`), or its own without a leading underscore."""
+    ex = REGISTRY[name]
+    reference = ex.reference
+    if not inspect.signature(reference).parameters:
+        made = reference()
+        if inspect.isfunction(made):
+            return textwrap.dedent(inspect.getsource(made))
+    source = textwrap.dedent(inspect.getsource(reference))
+    definition = ast.parse(source).body[0]
+    lines = source.splitlines(keepends=True)[definition.lineno - 1:]   # from `def`: decorators left out
+    shown = ex.answer_name or reference.__name__.lstrip("_") or "solution"
+    lines[0] = lines[0].replace(f"def {reference.__name__}(", f"def {shown}(", 1)
+    return "".join(lines)
+
+
 def solution(name):
     """The reference solution's source, to read after trying."""
     from IPython.display import Code, display
-    display(Code(inspect.getsource(REGISTRY[name].reference), language="python"))
+    display(Code(solution_source(name), language="python"))
+
+
+def _shown(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    return f"{value:,}" if isinstance(value, int) else f"{value:,.3g}"
+
+
+def compare(what, predicted, measured, meaning=""):
+    """A predict-first check: what the learner wrote down before a measurement (`predicted`, a number or
+    a choice; None if they wrote nothing) beside what was measured, and what the measurement means. It
+    judges nothing and never fails: a prediction is for learning, and a noisy machine moves measurements.
+    Returns {"predicted": ..., "measured": ...}, to keep with the lesson's figures."""
+    if predicted is None:
+        said = f"{what}: measured {_shown(measured)} (you wrote no prediction: next time, write it first)."
+    else:
+        said = f"{what}: you predicted {_shown(predicted)}, measured {_shown(measured)}."
+    print(said + (f"\n{meaning}" if meaning else ""))
+    return {"predicted": predicted, "measured": measured}
 
 
 def solution_button(name):

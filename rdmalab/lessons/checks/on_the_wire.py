@@ -52,9 +52,9 @@ def check(predict):
 
 @reference("on-the-wire.packets")
 def _reference():
-    def predict(length, mtu):
+    def my_packets(length, mtu):
         n = max(1, -(-length // mtu))   # ceil(length / mtu), and a zero-length WRITE still sends one packet
         if n == 1:
             return [("only", length)]
         return [("first", mtu)] + [("middle", mtu)] * (n - 2) + [("last", length - (n - 1) * mtu)]
-    return predict
+    return my_packets

@@ -5,8 +5,8 @@ OFFSET = 64   # where in the peer's buffer the learner's WRITE must land
 
 
 @exercise("welcome.write", "Post an RDMA WRITE of your message to byte 64 of the peer's buffer",
-          hints=["Two places take a key and an address: the SGE names your bytes (local_mr.buf, local_mr.lkey); "
-                 "set_wr_rdma names where they go in the peer's memory (remote['rkey'], remote['addr'] + 64)."])
+          hints=["Start from the WRITE posted above: the same three steps (an SGE, a SendWR, set_wr_rdma) "
+                 "with this exercise's names. Which buffer does each key and address name: yours, or the peer's?"])
 def _check_write(request, qp, local_mr, length, remote, pair):
     """Run by attempt() after the learner's function posted `request` on pair.a: its completion, what
     landed in the peer's memory, and that the peer's CQ stayed empty."""
