@@ -28,6 +28,7 @@ import sys
 from rdmalab.verbs import ENUM_MODULES, MODULES
 
 SOFT = "rdmalab.verbs.soft"
+SHIM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pyverbs_shim")
 
 
 class _SoftPyverbs(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -74,6 +75,8 @@ def main(argv=None):
         print(f"rdmalab.verbs.run: no such program: {argv[0]}", file=sys.stderr)
         return 2
     install()
+    # processes the program starts with sys.executable get soft0's pyverbs too (pyverbs_shim/)
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (SHIM, os.environ.get("PYTHONPATH")) if p)
     sys.argv = list(argv)
     # as `python3 program.py` does: the program's own folder first, so a module beside it imports
     sys.path.insert(0, os.path.dirname(os.path.abspath(argv[0])))

@@ -109,3 +109,18 @@ def test_a_buffer_deregistered_as_soon_as_its_message_arrived_fails_nothing(monk
         assert statuses and all(s == IBV_WC_SUCCESS for s in statuses)
     for obj in (a, b, src, cq, pd, ctx):
         obj.close()
+
+
+def test_a_process_the_program_starts_gets_soft0s_pyverbs_too(tmp_path):
+    """A driver that starts its server with [sys.executable, "server.py"] (rdma_cm examples do): on rxe the
+    child imports the installed pyverbs; under the runner it must get soft0's."""
+    (tmp_path / "server.py").write_text("import pyverbs.device as d\nprint(d.get_device_list()[0].name.decode())\n")
+    (tmp_path / "driver.py").write_text(
+        "import os, subprocess, sys\n"
+        "here = os.path.dirname(os.path.abspath(__file__))\n"
+        "out = subprocess.run([sys.executable, os.path.join(here, 'server.py')], capture_output=True, text=True)\n"
+        "print('child:', out.stdout.strip(), out.stderr.strip()[-200:])\n")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    result = subprocess.run([sys.executable, "-m", "rdmalab.verbs.run", str(tmp_path / "driver.py")],
+                            capture_output=True, text=True, timeout=120, cwd=root)
+    assert "child: soft0" in result.stdout, (result.stdout, result.stderr)
