@@ -39,7 +39,7 @@ from report import emit  # noqa: E402
 from rdmalab import allreduce, bench
 from rdmalab.allreduce import model  # noqa: E402
 from rdmalab.allreduce.cluster import Cluster  # noqa: E402
-from rdmalab.proc.cpus import usable_cpus  # noqa: E402
+from rdmalab.proc.cpus import pinned_to_one_cpu, usable_cpus  # noqa: E402
 
 MiB = 1 << 20
 ROUNDS = {True: 3, False: 9}     # --quick: 3 rounds; else 9 (the median of each size over rounds)
@@ -64,12 +64,8 @@ def ring_times(transport, sizes, iters, ranks=2, rounds=3):
 
 def on_one_cpu(run):
     """run() with this process, and every rank it starts, pinned to its first CPU (as taskset -c does)."""
-    keep = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, {min(keep)})
-    try:
+    with pinned_to_one_cpu():
         return run()
-    finally:
-        os.sched_setaffinity(0, keep)
 
 
 def copy_rates(sizes):

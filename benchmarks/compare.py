@@ -36,7 +36,7 @@ import numpy as np  # noqa: E402
 from report import emit  # noqa: E402
 
 from rdmalab import bench  # noqa: E402
-from rdmalab.proc.cpus import usable_cpus  # noqa: E402
+from rdmalab.proc.cpus import pinned_to_one_cpu, usable_cpus  # noqa: E402
 
 BW_SIZE = 16 << 20
 MODES = ("quiet", "one-core", "loaded", "freeze")
@@ -53,23 +53,13 @@ def numpy_copy_mib_s(size, copies):
 
 
 def latencies(tests, rounds, iters, switches=None):
-    """Median t_typical at 8 B of each test over `rounds` rounds, the order rotating every round. If
-    `switches` is a dict, it gets each test's context switches per message (voluntary and involuntary,
-    each side), the medians over the rounds."""
-    lat = {t: [] for t in tests}
-    per_message = {t: {"initiator": [], "target": []} for t in tests}
-    for r in range(rounds):
-        order = tests[r % len(tests):] + tests[:r % len(tests)]
-        for test in order:
-            row = bench.run(test, sizes=[8], iters=iters).rows[0]
-            lat[test].append(row["t_typical"])
-            for side in ("initiator", "target"):
-                per_message[test][side].append(
-                    (row[side]["voluntary_switches"] + row[side]["involuntary_switches"]) / row["iterations"])
-            print(f"round {r + 1}/{rounds} {test:9} 8 B  t_typical {lat[test][-1]:.2f} us", file=sys.stderr)
+    """Median t_typical at 8 B of each test over `rounds` rounds, the order rotating every round
+    (bench.alternating). If `switches` is a dict, it gets each test's context switches per message."""
+    said = lambda test, r, t: print(f"round {r}/{rounds} {test:9} 8 B  t_typical {t:.2f} us", file=sys.stderr)  # noqa: E731
+    measured = bench.alternating(tests, 8, iters, rounds, progress=said)
     if switches is not None:
-        switches.update({t: {side: statistics.median(v) for side, v in sides.items()} for t, sides in per_message.items()})
-    return {t: statistics.median(v) for t, v in lat.items()}, lat
+        switches.update({t: m["switches_per_message"] for t, m in measured.items()})
+    return {t: m["t_typical"] for t, m in measured.items()}, {t: m["rounds"] for t, m in measured.items()}
 
 
 def bandwidths(rounds, iters):
@@ -123,14 +113,11 @@ def quiet(rounds, lat_iters, bw_iters):
 
 def one_core(rounds, lat_iters, bw_iters):
     """Everything pinned to this process's first CPU, as `taskset -c N` does: the sides inherit it."""
-    keep, switches = os.sched_getaffinity(0), {}
-    os.sched_setaffinity(0, {min(keep)})
-    try:
+    switches = {}
+    with pinned_to_one_cpu() as cpu:
         med, lat = latencies(["read_lat", "tcp_rr", "write_lat", "tcp_lat"], rounds, lat_iters, switches)
         bw, results = bandwidths(rounds, bw_iters)
-    finally:
-        os.sched_setaffinity(0, keep)
-    figures = {"cpu": min(keep), "read_lat_8B_us": med["read_lat"], "tcp_rr_8B_us": med["tcp_rr"],
+    figures = {"cpu": cpu, "read_lat_8B_us": med["read_lat"], "tcp_rr_8B_us": med["tcp_rr"],
                "read_lat_over_tcp_rr": med["read_lat"] / med["tcp_rr"],
                "pingpong_scheduler_bound": {
                    "why": "both sides of a ping-pong are programs: on one CPU every message waits for a context "

@@ -116,6 +116,28 @@ def _cpu_copies(test, info, size, count, initiator, target):
     return None if str(info["device"]).startswith("rxe") else 0
 
 
+def alternating(tests, size=8, iters=1000, rounds=3, progress=None):
+    """Latency tests measured side by side: `rounds` rounds, each running every test once at `size`, the
+    order rotating every round so that all see the same machine. Returns {test: {"t_typical": the median
+    over the rounds, "rounds": each round's, "switches_per_message": {side: median context switches
+    (voluntary + involuntary) per message}}}. `progress(test, round, t_typical)` after each run."""
+    import statistics
+    tests = list(tests)
+    seen = {t: {"rounds": [], "initiator": [], "target": []} for t in tests}
+    for r in range(rounds):
+        for test in tests[r % len(tests):] + tests[:r % len(tests)]:
+            row = run(test, sizes=[size], iters=iters).rows[0]
+            seen[test]["rounds"].append(row["t_typical"])
+            for side in ("initiator", "target"):
+                spent = row[side]
+                seen[test][side].append((spent["voluntary_switches"] + spent["involuntary_switches"]) / row["iterations"])
+            if progress:
+                progress(test, r + 1, row["t_typical"])
+    return {t: {"t_typical": statistics.median(s["rounds"]), "rounds": s["rounds"],
+                "switches_per_message": {side: statistics.median(s[side]) for side in ("initiator", "target")}}
+            for t, s in seen.items()}
+
+
 def compare(sizes=(8, 65536, 1 << 20), iters=None, provider=None, progress=None):
     """RDMA and TCP side by side in one run: write_lat vs tcp_lat, write_bw vs tcp_bw."""
     pairs = [("write_lat", "tcp_lat"), ("write_bw", "tcp_bw")]

@@ -1,6 +1,19 @@
-"""How many CPUs this process can really use: its affinity, and its cgroup's CPU quota."""
+"""How many CPUs this process can really use (its affinity, its cgroup's CPU quota), and running on one."""
+import contextlib
 import math
 import os
+
+
+@contextlib.contextmanager
+def pinned_to_one_cpu():
+    """This process, and every process it starts meanwhile, on its first CPU only (as `taskset -c N` does):
+    where many learners are (a VM with one vCPU, a busy laptop). Yields that CPU's number."""
+    keep = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(keep)})
+    try:
+        yield min(keep)
+    finally:
+        os.sched_setaffinity(0, keep)
 
 
 def usable_cpus(cgroup_root="/sys/fs/cgroup", proc_cgroup="/proc/self/cgroup"):
