@@ -8,6 +8,7 @@ shown as Wireshark shows them, and the bytes a message puts on an Ethernet link.
     ladder(packets)    a ladder diagram: the two hosts as lines, each packet an arrow between them
     psn_plot(...)      a requester's PSNs against time: go-back-N after a loss, at a glance
     on_the_wire(...)   how many packets and bytes a message of some size takes at a path MTU
+    write_request(...) the first packet of an RDMA WRITE: what it carries to the target's NIC
     exchange(...)      run a WRITE, a READ and a SEND between two hosts on soft0's wire link, captured
                        (rdmalab capture, the program rdmalab.lessons.wire_demo), optionally losing packets
 """
@@ -196,6 +197,16 @@ def on_the_wire(kind, length, mtu, ethernet=True):
     if ethernet:
         total += len(ops) * (ETHERNET_HEADER + ETHERNET_FCS)
     return len(ops), total
+
+
+def write_request(remote_addr, rkey, length, dest_qp, psn, mtu=1024, payload=b""):
+    """The first packet of an RDMA WRITE of `length` bytes to `remote_addr` under `rkey`, as any RoCEv2 NIC
+    builds it (soft0's codec, checked against Linux's Soft-RoCE and Wireshark): its BTH names the QP and
+    PSN, its RETH the address, key and length. Read it with fields()."""
+    first = message_opcodes("RDMA_WRITE", length, mtu)[0]
+    size = segments(length, mtu)[0][1]
+    return Packet(first, destqp=dest_qp, psn=psn, payload=(payload or bytes(size))[:size],
+                  reth=RETH(remote_addr, rkey, length), a=first.name.endswith("ONLY"))
 
 
 @dataclass
