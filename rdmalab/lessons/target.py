@@ -19,6 +19,7 @@ from rdmalab.proc.children import Helper, answer, end_with_parent, serve
 
 SIZE = 4096
 RECEIVES = 16
+INBOX = SIZE - 64   # where a SEND's bytes land: the receives the target keeps posted point here
 
 
 class RemoteBuffer:
@@ -64,7 +65,9 @@ class RemoteBuffer:
         return self.helper.reply(timeout=120)["received"]
 
     def wait_for_mail(self, timeout=10.0):
-        """The target spins on the 8-byte flag at offset 0 of its buffer, then reads the message after it."""
+        """The target waits for mail, however it is announced: a receive completion (a WRITE_WITH_IMM, whose
+        immediate is the message's length, or a SEND of the 8-byte length) or the 8-byte flag at offset 0
+        becoming non-zero. Then it reads the message at offset 8. Returns {"how", "flag", "message"}."""
         return self.helper.ask(reply_within=timeout + 5, op="mailbox", timeout=timeout)
 
     def close(self):
@@ -93,10 +96,13 @@ def main():
     mine = res.endpoint(mr=mr)
     mem = v.as_array(mr)
 
+    def post_receive():
+        qp.post_recv(v.wr.RecvWR(wr_id=1, num_sge=1, sg=[v.wr.SGE(mr.buf + INBOX, 64, mr.lkey)]))
+
     def connect(peer):
         res.connect(peer)
         for _ in range(RECEIVES):
-            qp.post_recv(v.wr.RecvWR(wr_id=1, num_sge=1, sg=[v.wr.SGE(mr.buf, 0, mr.lkey)]))
+            post_receive()
         return {"ok": True}
 
     def poll():
@@ -115,15 +121,28 @@ def main():
         return {"posted": posted}
 
     def mailbox(timeout):
-        flag = mem[:8].view(np.uint64)
+        flag, inbox = mem[:8].view(np.uint64), mem[INBOX:INBOX + 8].view(np.uint64)
+        mail = {}
+
+        def arrived():
+            n, wcs = cq.poll(1)
+            if n and wcs[0].opcode in (e.IBV_WC_RECV, e.IBV_WC_RECV_RDMA_WITH_IMM):
+                post_receive()   # (kept topped up)
+                wc = wcs[0]
+                if wc.status != e.IBV_WC_SUCCESS:
+                    raise RuntimeError(f"the mailbox's receive completed with status {wc.status}")
+                with_imm = wc.opcode == e.IBV_WC_RECV_RDMA_WITH_IMM
+                mail.update(how="immediate" if with_imm else "send", flag=wc.imm_data if with_imm else int(inbox[0]))
+            elif flag[0]:
+                mail.update(how="flag", flag=int(flag[0]))
+            return bool(mail)
         try:
-            waiting.memory(lambda: flag[0] != 0, mr, timeout, "the mailbox's writer")
+            waiting.until(arrived, timeout, "the mailbox's writer")
         except TimeoutError:
-            raise TimeoutError("no mail: the flag at offset 0 was never set") from None
-        length = int(flag[0])
-        text = mem[8:8 + min(length, SIZE - 8)].tobytes()
+            raise TimeoutError("no mail: no receive completion came, and the flag at offset 0 was never set") from None
+        text = mem[8:8 + min(mail["flag"], SIZE - 8)].tobytes()
         flag[0] = 0
-        return {"flag": length, "message": text.hex()}
+        return {**mail, "message": text.hex()}
 
     tcp = {}
 
