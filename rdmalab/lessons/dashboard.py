@@ -4,10 +4,18 @@
     Dashboard()                      # in a notebook: the controls, a progress bar, the charts
 
 Everything the buttons do is callable without a browser (tests and papermill use it):
-    d = Dashboard(tests=("write_lat", "tcp_lat"), sizes=(8, 4096), iters=200)
-    d.run()          # runs, updates the progress bar after every size and the chart as it goes
-    d.results        # {test: rdmalab.bench.Results}
+    d = Dashboard(tests=("write_lat", "tcp_lat"), sizes=(8, 4096), iters=200, repeats=3)
+    display(d); d.run()   # shown first, so the progress bar moves; the chart grows as sizes complete
+    d.results             # {test: rdmalab.bench.Results}: per size, the median of the repeats
+
+The headline panel is the one whose answer is the same on every device: the CPU the receiving side spent
+per KiB while data streamed into it (an RDMA WRITE's target: none; a TCP receiver: every byte). The
+latency panel is a ping-pong, in which perftest's peers both busy-poll: there the target's CPU is busy by
+design, and says nothing about RDMA. With repeats, each point is the median of its runs and a point
+whose runs differ by more than 1.5x is marked noisy.
 """
+import os
+import statistics
 import time
 
 import ipywidgets as w
@@ -26,7 +34,7 @@ class Dashboard(w.VBox):
     redraw_share = 0.25
 
     def __init__(self, tests=("write_lat", "tcp_lat", "write_bw", "tcp_bw"), sizes=(2, 1 << 20), iters=1000,
-                 provider=None):
+                 provider=None, repeats=1):
         low, high = min(sizes), max(sizes)
         exponents = [k for k in range(1, 24)]
         self.size_range = w.SelectionRangeSlider(
@@ -40,7 +48,7 @@ class Dashboard(w.VBox):
         self.progress = w.IntProgress(value=0, min=0, max=1, description="idle", bar_style="info")
         self.chart = w.Image(format="png", layout=w.Layout(max_width="100%"))
         self.status = w.HTML()
-        self.provider, self.results = provider, {}
+        self.provider, self.results, self.repeats = provider, {}, repeats
         self.run_button.on_click(lambda _: self.run())
         super().__init__([
             w.HBox([self.size_range, self.iterations]),
@@ -65,23 +73,26 @@ class Dashboard(w.VBox):
             self.status.value = "<b>Choose at least one test.</b>"
             return self.results
         self.results, self._next_redraw = {}, 0.0
-        self.progress.max, self.progress.value, self.progress.bar_style = len(tests) * len(sizes), 0, "info"
+        self.progress.max, self.progress.value, self.progress.bar_style = len(tests) * len(sizes) * self.repeats, 0, "info"
         self.run_button.disabled = True
         try:
             for test in tests:
-                self.progress.description = test
-                partial = bench.Results(test, None, None, [])
-                self.results[test] = partial
+                runs = []
+                for repeat in range(self.repeats):
+                    self.progress.description = test if self.repeats == 1 else f"{test} {repeat + 1}/{self.repeats}"
+                    partial = bench.Results(test, None, None, [])
+                    if not runs:          # the first run is drawn as it grows; later ones join the medians
+                        self.results[test] = partial
 
-                def grew(row, done, total, partial=partial):
-                    partial.rows.append(row)
-                    self.progress.value += 1
-                    if time.monotonic() >= self._next_redraw:
-                        self.redraw()
+                    def grew(row, done, total, partial=partial):
+                        partial.rows.append(row)
+                        self.progress.value += 1
+                        if time.monotonic() >= self._next_redraw:
+                            self.redraw()
 
-                finished = bench.run(test, sizes=sizes, iters=self.iterations.value, provider=self.provider,
-                                     progress=grew)
-                self.results[test] = finished
+                    runs.append(bench.run(test, sizes=sizes, iters=self.iterations.value, provider=self.provider,
+                                          progress=grew))
+                    self.results[test] = medians(runs)
                 self.redraw()
             self.progress.bar_style, self.progress.description = "success", "done"
             self.status.value = self._summary()
@@ -92,55 +103,127 @@ class Dashboard(w.VBox):
         return self.results
 
     def figure(self):
-        """The charts of what has run so far: latency, bandwidth, and what each side spent."""
+        """The charts of what has run so far: the receiving side's CPU while data streams in (the headline),
+        latency, bandwidth."""
         lat = [r for t, r in self.results.items() if t in LATENCY_TESTS and r.rows]
         bw = [r for t, r in self.results.items() if t in BANDWIDTH_TESTS and r.rows]
-        panels = [p for p, used in (("lat", lat), ("bw", bw), ("cost", lat + bw)) if used]
-        fig, axes = plt.subplots(1, max(len(panels), 1), figsize=(5.2 * max(len(panels), 1), 3.8), squeeze=False)
+        panels = [p for p, used in (("receiver", bw), ("lat", lat), ("bw", bw)) if used]
+        fig, axes = plt.subplots(1, max(len(panels), 1), figsize=(4.3 * max(len(panels), 1), 3.9), squeeze=False)
         for ax, panel in zip(axes[0], panels):
-            if panel == "lat":
+            if panel == "receiver":
+                plots.receiver_cpu(bw, ax)
+            elif panel == "lat":
                 plots.latency(lat, ax)
-            elif panel == "bw":
-                plots.bandwidth(bw, ax)
             else:
-                plots.costs(lat + bw, ax)
+                plots.bandwidth(bw, ax)
         fig.tight_layout()
         return fig
 
     def redraw(self):
         started = time.monotonic()
         fig = self.figure()
-        self.chart.value = plots.png(fig)
+        self.chart.value = plots.png(fig, dpi=80)   # about 1000 px wide: 10 px text where JupyterLab shows it
         plt.close(fig)
         spent = time.monotonic() - started
         self._next_redraw = time.monotonic() + spent * (1 / self.redraw_share - 1)
 
     def _summary(self):
-        parts = []
-        for rdma, tcp, key, what in (("write_lat", "tcp_lat", "t_typical", "latency"),
-                                     ("write_bw", "tcp_bw", "bw_avg_mib", "bandwidth")):
-            if rdma in self.results and tcp in self.results:
-                a, b = self.results[rdma].rows[-1], self.results[tcp].rows[-1]
-                parts.append(f"{what} at {_pretty(a['size'])}: RDMA/TCP = {a[key] / b[key]:.2f}")
-        note = bench.caveats(self.results.values())
-        if note:
-            parts.append(f"<b>Read with care:</b> {note}")
-        return "<br>".join(parts)
+        return "<br>".join(summary(self.results, self.repeats))
 
 
-def record_one_sided(spent, writes, results):
+def record_one_sided(spent, writes, results, frozen=None, one_cpu=None):
     """Keep the one-sided lesson's figures for the AllReduce lesson's closing view (rdmalab.lessons.evidence,
-    key "one-sided"): what the target spent
-    while `writes` WRITEs landed (`spent`, procstat.since), and the dashboard's last rows."""
+    key "one-sided"): what the target spent while `writes` WRITEs landed (`spent`, procstat.since), the
+    dashboard's smallest latency row (8 B: the figure that stands for a message's fixed cost) and its
+    streaming row, the freeze-the-target experiment (`frozen`, a freeze.FreezeResult) and the one-CPU
+    comparison (`one_cpu`, a one_cpu.OneCpu). Context switches are counted alike on both transports:
+    voluntary and involuntary."""
     from rdmalab.lessons import evidence
-    lat, tcp, bw, tbw = (results[t].rows[-1] for t in ("write_lat", "tcp_lat", "write_bw", "tcp_bw"))
+    from rdmalab.lessons.answer import kind_of
+    lat, tcp = (min(results[t].rows, key=lambda row: row["size"]) for t in ("write_lat", "tcp_lat"))
+    bw, tbw = (results[t].rows[-1] for t in ("write_bw", "tcp_bw"))
     share = lambda row: float(row["target"]["cpu_s"] / max(row["initiator"]["cpu_s"], 1e-9))   # noqa: E731
-    return evidence.record("one-sided", writes=writes,
-                           rdma_target_syscalls=spent["read_syscalls"] + spent["write_syscalls"],
-                           rdma_target_switches=spent["voluntary_switches"] + spent["involuntary_switches"],
-                           rdma_target_cpu_ms=spent["cpu_s"] * 1e3, write_lat_us=float(lat["t_typical"]),
-                           tcp_lat_us=float(tcp["t_typical"]), lat_size=int(lat["size"]), bw_size=int(bw["size"]),
-                           rdma_target_cpu_share=share(bw), tcp_receiver_cpu_share=share(tbw))
+    copied = bw["bytes_copied_by_cpu"]   # by the initiator on soft0, 0 by a NIC's DMA, None on rxe (its kernels')
+    figures = dict(writes=writes, rdma_target_syscalls=spent["read_syscalls"] + spent["write_syscalls"],
+                   rdma_target_switches=spent["voluntary_switches"] + spent["involuntary_switches"],
+                   rdma_target_cpu_ms=spent["cpu_s"] * 1e3, write_lat_us=float(lat["t_typical"]),
+                   tcp_lat_us=float(tcp["t_typical"]), lat_size=int(lat["size"]), bw_size=int(bw["size"]),
+                   rdma_target_cpu_share=share(bw), tcp_receiver_cpu_share=share(tbw),
+                   rdma_copies_per_byte=None if copied is None else copied / (bw["size"] * bw["iterations"]),
+                   device_kind=kind_of(results["write_bw"].device, results["write_bw"].provider))
+    if frozen is not None:
+        d = frozen.data
+        figures.update(frozen_rdma_completed=d["rdma_completed"], frozen_rdma_posted=d["rdma_posted"],
+                       frozen_target_found=d["target_found_pattern"], frozen_tcp_stalled=d["tcp_stalled"],
+                       frozen_tcp_bytes=d["tcp_bytes_before_stall"])
+    if one_cpu is not None:
+        tests = one_cpu.data["tests"]
+        figures.update(one_cpu_read_us=tests["read_lat"]["t_typical"], one_cpu_request_us=tests["tcp_rr"]["t_typical"])
+    return evidence.record("one-sided", **figures)
+
+
+def medians(runs):
+    """One Results from several runs of a test over the same sizes: per size, the run whose figure (t_typical,
+    or BW average) is the median, with "spread": the largest figure over the smallest."""
+    key = "t_typical" if runs[0].kind == "lat" else "bw_avg_mib"
+    rows = []
+    for same_size in zip(*(r.rows for r in runs)):
+        ranked = sorted(same_size, key=lambda row: row[key])
+        low = max(ranked[0][key], 1e-12)
+        rows.append({**ranked[(len(ranked) - 1) // 2], "spread": ranked[-1][key] / low, "repeats": len(ranked)})
+    first = runs[0]
+    return bench.Results(first.test, first.provider, first.device, rows, first.events, first.link)
+
+
+NOISY = 1.5   # a point whose repeats differ by more than this factor is marked noisy
+
+
+def summary(results, repeats=1):
+    """The dashboard's conclusion over every size, in sentences: where RDMA won and lost, what the receiving
+    side spent while data streamed in, and what to do when the machine could not measure fairly."""
+    out = []
+    pairs = (("write_lat", "tcp_lat", "t_typical", "latency", "lower", lambda a, b: a < b),
+             ("write_bw", "tcp_bw", "bw_avg_mib", "bandwidth", "higher", lambda a, b: a > b))
+    for rdma, tcp, key, what, better, wins in pairs:
+        if rdma in results and tcp in results:
+            both = list(zip(results[rdma].rows, results[tcp].rows))
+            won = [a["size"] for a, b in both if wins(a[key], b[key])]
+            lost = [_pretty(a["size"]) for a, b in both if not wins(a[key], b[key])]
+            first, last = both[0], both[-1]
+            out.append(f"RDMA {what} {better} than TCP's at <b>{len(won)} of {len(both)}</b> sizes"
+                       + (f" (not at {', '.join(lost[:6])}{'...' if len(lost) > 6 else ''})" if lost else "")
+                       + f"; at {_pretty(first[0]['size'])} {first[0][key]:.3g} vs {first[1][key]:.3g}, at "
+                       f"{_pretty(last[0]['size'])} {last[0][key]:.3g} vs {last[1][key]:.3g}"
+                       + (" us" if key == "t_typical" else " MiB/s") + ".")
+    if "write_bw" in results and "tcp_bw" in results:
+        a, b = (plots.cpu_per_kib(results[t].rows[-1], "target") for t in ("write_bw", "tcp_bw"))
+        out.append(f"<b>While {_pretty(results['write_bw'].rows[-1]['size'])} messages streamed in, the RDMA target "
+                   f"spent {a:.3g} ns of CPU per KiB; the TCP receiver {b:.3g} ns</b>: on every device the "
+                   f"one-sided target runs nothing.")
+    if "write_lat" in results:
+        out.append("In the latency tests both sides busy-poll (perftest's ping-pong): their target's CPU is busy by "
+                   "design there, and is no measure of RDMA.")
+    noisy = sorted({row["size"] for r in results.values() for row in r.rows if row.get("spread", 1) > NOISY})
+    if noisy:
+        out.append(f"Noisy (repeats differ by more than {NOISY}x) at {', '.join(map(_pretty, noisy[:8]))}"
+                   f"{'...' if len(noisy) > 8 else ''}: marked x in the charts.")
+    note = bench.caveats(results.values())
+    if note:
+        out.append(f"<b>Read with care:</b> {note} {_what_to_do(repeats)}")
+    return out
+
+
+def _what_to_do(repeats):
+    """What a learner can do about a machine short of CPUs, with this machine's numbers."""
+    from rdmalab.proc.cpus import usable_cpus
+    cpus, load = usable_cpus(), os.getloadavg()[0]
+    advice = (f"Here: {cpus:g} usable CPUs, {load:.1f} processes wanting one on average over the last minute "
+              f"(a ping-pong needs two free CPUs: its two sides, besides this notebook).")
+    if load > cpus:
+        advice += " Stop other running notebooks (Kernel > Shut Down All Kernels) and anything else busy, then press Run."
+    if repeats < 3:
+        advice += " Or raise the repeats to 3: each point becomes the median of three runs."
+    return advice
 
 
 def _pretty(size):

@@ -8,19 +8,18 @@ import matplotlib.pyplot as plt
 
 # Published figures, for scale. Sources as given in the lab's reference notes (FACTS.md).
 PUBLISHED_LATENCY_US = [
-    (0.93, "ConnectX (mlx5) ib_write_lat, inline: 0.93 us [perftest issue 131]"),
-    (1.32, "ConnectX (mlx5) ib_write_lat: 1.32 us [perftest issue 131]"),
+    (0.93, "mlx5 ib_write_lat inline 0.93 us [perftest #131]"),
 ]
 PUBLISHED_BANDWIDTH_GBPS = [
-    (96.6, "EDR 100G ib_write_bw: 96.6 Gb/s [NVIDIA forum]"),
-    (400.0, "NDR 400 Gb/s line rate, ConnectX-7 [NVIDIA]"),
+    (96.6, "EDR ib_write_bw 96.6 Gb/s [NVIDIA forum]"),
 ]
 
 
 def _axes(ax, title):
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 4.2))
-    ax.set_title(title)
+    ax.set_title(title, fontsize=11)
+    ax.tick_params(labelsize=10)
     ax.grid(True, which="both", alpha=0.3)
     return ax
 
@@ -29,43 +28,105 @@ def _references(ax, published):
     """Dashed horizontal lines for published figures, each annotated with its source."""
     for value, label in published:
         ax.axhline(value, linestyle="--", linewidth=1, color="grey", alpha=0.7)
-        ax.annotate(label, (0.01, value), xycoords=("axes fraction", "data"), fontsize=7, color="grey", va="bottom")
+        ax.annotate(label, (0.01, value), xycoords=("axes fraction", "data"), fontsize=9, color="grey", va="bottom")
+
+
+def _legend_below(ax):
+    """The legend under the axes, off the data."""
+    ax.legend(fontsize=9, loc="upper center", bbox_to_anchor=(0.5, -0.2), frameon=False)
+
+
+def _short_label(r):
+    """A legend entry that fits a small panel: the test and the device (the full label is in the tables)."""
+    if r.test.startswith("tcp"):
+        where = "TCP loopback"
+    elif r.provider == "soft":
+        where = f"{r.device}: emulated NIC" + (", udp link" if r.link == "udp" else "")
+    else:
+        where = f"{r.device}: " + ("Soft-RoCE" if str(r.device).startswith("rxe") else "hardware")
+    return f"{r.test} ({where})"
+
+
+def _mark_noisy(ax, r, key, factor=1.5):
+    """An x over each point whose repeats differed by more than `factor` (rows carry "spread" when repeated)."""
+    noisy = [row for row in r.rows if row.get("spread", 1) > factor]
+    if noisy:
+        labelled = any(h.get_label().startswith("noisy") for h in ax.collections)
+        ax.scatter([row["size"] for row in noisy], [row[key] for row in noisy], marker="x", s=60, color="black",
+                   zorder=5, label="_" if labelled else f"noisy (repeats differ > {factor}x)")
 
 
 def _size_axis(ax):
     ax.set_xscale("log", base=2)
-    ax.set_xlabel("message size [bytes]")
+    ax.set_xlabel("message size [bytes]", fontsize=10)
 
 
 def latency(results, ax=None, published=True):
     """t_typical (median) against size, log-log, with the min..99% range shaded."""
-    ax = _axes(ax, "Latency (perftest t_typical; write/send: half round trip)")
+    ax = _axes(ax, "Latency: ping-pong, half round trip")
     for r in results:
         sizes = [row["size"] for row in r.rows]
-        line, = ax.plot(sizes, [row["t_typical"] for row in r.rows], marker="o", label=r.label())
+        line, = ax.plot(sizes, [row["t_typical"] for row in r.rows], marker="o", label=_short_label(r))
         ax.fill_between(sizes, [row["t_min"] for row in r.rows], [row["p99"] for row in r.rows],
                         color=line.get_color(), alpha=0.15)
+        _mark_noisy(ax, r, "t_typical")
     if published:
         _references(ax, PUBLISHED_LATENCY_US)
     _size_axis(ax)
     ax.set_yscale("log")
-    ax.set_ylabel("latency [usec]")
-    ax.legend(fontsize=8)
+    ax.set_ylabel("t_typical [usec]", fontsize=10)
+    _legend_below(ax)
     return ax
 
 
 def bandwidth(results, ax=None, published=True):
     """BW average against size, in Gb/s (perftest --report_gbits)."""
-    ax = _axes(ax, "Bandwidth (perftest BW average)")
+    ax = _axes(ax, "Bandwidth (BW average)")
     for r in results:
-        ax.plot([row["size"] for row in r.rows], [row["bw_avg_gbps"] for row in r.rows], marker="o", label=r.label())
+        ax.plot([row["size"] for row in r.rows], [row["bw_avg_gbps"] for row in r.rows], marker="o", label=_short_label(r))
+        _mark_noisy(ax, r, "bw_avg_gbps")
     if published:
         _references(ax, PUBLISHED_BANDWIDTH_GBPS)
     _size_axis(ax)
     ax.set_yscale("log")
-    ax.set_ylabel("bandwidth [Gb/s]")
-    ax.legend(fontsize=8, loc="lower right")
+    ax.set_ylabel("bandwidth [Gb/s]", fontsize=10)
+    _legend_below(ax)
     return ax
+
+
+def cpu_per_kib(row, side):
+    """A side's CPU time per KiB delivered in a bandwidth row, in nanoseconds."""
+    return row[side]["cpu_s"] * 1e9 / (row["size"] * row["iterations"] / 1024)
+
+
+def receiver_cpu(results, ax=None):
+    """The headline: CPU each side spent per KiB while data streamed (the largest size of each bandwidth
+    test), the receiving side beside the sending one. The one-sided target's bar is zero on every device."""
+    ax = _axes(ax, "CPU per KiB delivered, streaming")
+    labels, sent, received = [], [], []
+    for r in results:
+        row = r.rows[-1]
+        labels.append(("RDMA WRITE" if r.test == "write_bw" else "TCP") + f"\n{_size_label(row['size'])}")
+        sent.append(cpu_per_kib(row, "initiator"))
+        received.append(cpu_per_kib(row, "target"))
+    x = range(len(labels))
+    ax.bar([i - 0.2 for i in x], sent, 0.4, label="sender", color="#8c959f")
+    bars = ax.bar([i + 0.2 for i in x], received, 0.4, label="receiver / target", color="#0969da")
+    for bar, value in zip(bars, received):
+        ax.annotate(f"{value:.3g} ns", (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center",
+                    va="bottom", fontsize=10, fontweight="bold")
+    ax.set_xticks(list(x), labels, fontsize=10)
+    ax.set_ylim(0, max(sent + received + [1]) * 1.3)
+    ax.set_ylabel("CPU time per KiB [ns]", fontsize=10)
+    ax.legend(fontsize=9, loc="upper left")
+    return ax
+
+
+def _size_label(size):
+    for unit, shift in (("MiB", 20), ("KiB", 10)):
+        if size >= 1 << shift and size % (1 << shift) == 0:
+            return f"{size >> shift} {unit}"
+    return f"{size} B"
 
 
 def costs(results, ax=None, size=None):
@@ -101,6 +162,15 @@ def png(fig, dpi=90):
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
     return buf.getvalue()
+
+
+def png_base64(fig, dpi=90):
+    """A figure as base64 PNG text, for an <img> in HTML output; the figure is closed."""
+    import base64
+    try:
+        return base64.b64encode(png(fig, dpi)).decode()
+    finally:
+        plt.close(fig)
 
 
 def gpudirect_paths(ax=None):
