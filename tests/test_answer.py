@@ -64,6 +64,29 @@ def test_the_view_answers_with_the_learners_own_numbers():
     assert "<table>" in html and "data:image/png;base64," in html and "your choice" in html
 
 
+def test_the_evidence_that_holds_on_every_device_leads_the_view():
+    frozen = {**FULL, "one-sided": {**FULL["one-sided"], "frozen_rdma_completed": 4, "frozen_rdma_posted": 4,
+                                    "frozen_tcp_stalled": True, "frozen_tcp_bytes": 3 << 20, "frozen_target_found": True,
+                                    "one_cpu_read_us": 3.4, "one_cpu_request_us": 21.0,
+                                    "rdma_copies_per_byte": 1.0, "device_kind": "soft"}}
+    view = answer.closing_view(device="soft0", kept=frozen, answers={})
+    first = view.rows[0]
+    assert "stopped (SIGSTOP) target" in first[0] and first[1] == "stalled after 3.0 MiB" and first[2] == "4 of 4"
+    assert view.rows[1][1:3] == (21.0, 3.4)
+    copies = next(r for r in view.rows if r[0] == "CPU copies per byte delivered")
+    assert copies[1] == 2.0 and "initiator's CPU" in copies[2]   # soft0 copies once, and says who
+    assert "4 of 4 RDMA operations on its memory completed while a TCP sender to it stalled" in str(view)
+    hardware = {**frozen, "one-sided": {**frozen["one-sided"], "rdma_copies_per_byte": 0.0, "device_kind": "hardware"}}
+    copies = next(r for r in answer.rows(hardware) if r[0] == "CPU copies per byte delivered")
+    assert copies[2].startswith("0: none")
+
+
+def test_the_view_ends_by_challenging_its_answer():
+    text = str(answer.closing_view(device="soft0", kept=FULL, answers={}))
+    for name in ("devmem TCP", "GPUDirect-TCPX", "SRD"):
+        assert name in text
+
+
 def test_a_run_where_rdma_lost_is_said_so_not_counted_as_evidence_for_it():
     slow = {**FULL, "allreduce": {**FULL["allreduce"], "busbw_rdma": [0.98, 0.43], "busbw_tcp": [0.33, 2.07]}}
     text = str(answer.closing_view(device="soft0", kept=slow, answers={}))

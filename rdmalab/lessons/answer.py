@@ -10,9 +10,7 @@ side spent through TCP against an RDMA WRITE's target, the latency ratio, the ri
 transports. A lesson not run yet leaves its rows empty and says which lesson fills them; nothing fails.
 It also says who copied the bytes on the device that produced them: soft0, Soft-RoCE or a hardware NIC.
 """
-import base64
 import html
-import io
 
 from rdmalab.lessons import evidence
 from rdmalab.lessons.quiz import ANSWER, CHOICES, WHY, load_answers
@@ -29,8 +27,10 @@ WHO_COPIES = {
             "pays for the copy, so the ratios here set one CPU copy against TCP's two copies and its syscalls.",
     "rxe": "Soft-RoCE (rdma_rxe): the NIC is kernel code on both hosts. Each post_send is a system call (rxe's "
            "doorbell); the initiator's kernel copies the payload into packets, and the target's kernel copies "
-           "it into the registered memory in softirq context (a tasklet in Linux 6.1), charged to no process: "
-           "the target process's counters stay flat while its host's CPU works. Good for correctness, not speed.",
+           "it into the registered memory in softirq context (a tasklet in Linux 6.1; kworker threads in later "
+           "kernels), not charged to the target process (softirq time lands on whatever task it interrupted, or "
+           "on ksoftirqd): the target process's counters stay flat while its host's CPU works. Good for "
+           "correctness, not speed.",
     "hardware": "A hardware NIC (mlx5, ...): the NIC's DMA engine reads the initiator's memory and writes the "
                 "target's. No CPU touches the payload on either side; the initiator's CPU only writes a work "
                 "request and rings a doorbell, and polls a completion.",
@@ -76,21 +76,36 @@ def _per(total, count):
     return None if total is None or not count else total / count
 
 
+COPIER = {"soft": "the initiator's CPU (soft0 stands in for DMA)", "rxe": "both kernels, in softirq: not counted",
+          "hardware": "none: the NICs' DMA"}
+
+
 def rows(kept):
-    """The table: (what, through TCP, by RDMA WRITE, lesson that measured it); None where not measured."""
+    """The table: (what, through TCP, by RDMA, lesson that measured it); None where not measured. The
+    freeze-the-target experiment leads: its answer does not depend on how the device is built."""
     one, four, five = kept.get("socket-path", {}), kept.get("one-sided", {}), kept.get("allreduce", {})
     writes = four.get("writes")
+    frozen = "frozen_rdma_posted" in four
+    copies = four.get("rdma_copies_per_byte")
+    kind = four.get("device_kind")
     out = [
+        ("operations that completed against a stopped (SIGSTOP) target",
+         f"stalled after {four['frozen_tcp_bytes'] / (1 << 20):.1f} MiB" if frozen and four.get("frozen_tcp_stalled")
+         else None, f"{four['frozen_rdma_completed']} of {four['frozen_rdma_posted']}" if frozen else None, ONE_SIDED),
+        ("one CPU: read 8 B of remote memory, us (full round trip)", four.get("one_cpu_request_us"),
+         four.get("one_cpu_read_us"), ONE_SIDED),
         ("receiver's syscalls per message", one.get("tcp_syscalls_per_message"),
          _per(four.get("rdma_target_syscalls"), writes), f"{SOCKETS} / {ONE_SIDED}"),
         ("receiver's context switches per message", one.get("tcp_switches_per_message"),
          _per(four.get("rdma_target_switches"), writes), f"{SOCKETS} / {ONE_SIDED}"),
-        ("CPU copies per byte delivered", one.get("tcp_copies_per_byte"), None, f"{SOCKETS} (RDMA: see who copies)"),
-        ("receiver's CPU time, ms, for the 4 KiB writes", None, four.get("rdma_target_cpu_ms"), ONE_SIDED),
+        ("CPU copies per byte delivered", one.get("tcp_copies_per_byte"),
+         (f"{copies:g}: {COPIER[kind]}" if copies is not None and kind in COPIER else COPIER.get(kind)),
+         f"{SOCKETS} / {ONE_SIDED}"),
         (f"receiver CPU / sender CPU, streaming {_size(four.get('bw_size'))}",
          four.get("tcp_receiver_cpu_share", one.get("tcp_receiver_cpu_share")),
          four.get("rdma_target_cpu_share"), f"{ONE_SIDED} (TCP: {SOCKETS} if {ONE_SIDED} is missing)"),
-        (f"latency at {_size(four.get('lat_size'))}, us", four.get("tcp_lat_us"), four.get("write_lat_us"), ONE_SIDED),
+        (f"latency at {_size(four.get('lat_size'))}, us (half round trip)", four.get("tcp_lat_us"),
+         four.get("write_lat_us"), ONE_SIDED),
     ]
     for size, t, r in zip(five.get("sizes", []), five.get("busbw_tcp", []), five.get("busbw_rdma", [])):
         out.append((f"ring AllReduce busbw at {_size(size)}, GB/s ({five['ranks']} ranks)", t, r, ALLREDUCE))
@@ -130,6 +145,10 @@ def _numbers(kept):
                     f"busbw was {ratio:.1f}x TCP's at {_size(five['sizes'][-1])}: what differs is what a byte "
                     f"costs the CPUs.")
     bits = []
+    if "frozen_rdma_posted" in four:
+        bits.append(f"with the target process stopped, {four['frozen_rdma_completed']} of {four['frozen_rdma_posted']} "
+                    f"RDMA operations on its memory completed while a TCP sender to it stalled after "
+                    f"{four['frozen_tcp_bytes'] / (1 << 20):.1f} MiB ({ONE_SIDED})")
     if one.get("tcp_syscalls_per_message") is not None:
         bits.append(f"a TCP receiver made {one['tcp_syscalls_per_message']:.1f} syscalls and "
                     f"{one.get('tcp_switches_per_message', 0):.1f} context switches per message ({SOCKETS})")
@@ -177,43 +196,56 @@ def _fmt(x):
 
 
 def chart(kept, kind=None):
-    """Two panels: what the receiving side spent per message (TCP vs RDMA), and busbw per size."""
+    """Two panels, one idea each: what the receiver did per message (TCP against an RDMA target), and the ring's
+    busbw per size over both transports."""
     import matplotlib.pyplot as plt
     one, four, five = kept.get("socket-path", {}), kept.get("one-sided", {}), kept.get("allreduce", {})
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.8))
-    labels = ["syscalls / msg", "switches / msg", "CPU: receiver / sender"]
-    tcp = [one.get("tcp_syscalls_per_message"), one.get("tcp_switches_per_message"),
-           four.get("tcp_receiver_cpu_share", one.get("tcp_receiver_cpu_share"))]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8), gridspec_kw={"width_ratios": [1, 1.4]})
+    labels = ["syscalls", "context switches"]
+    tcp = [one.get("tcp_syscalls_per_message"), one.get("tcp_switches_per_message")]
     writes = four.get("writes")
-    rdma = [_per(four.get("rdma_target_syscalls"), writes), _per(four.get("rdma_target_switches"), writes),
-            four.get("rdma_target_cpu_share")]
+    rdma = [_per(four.get("rdma_target_syscalls"), writes), _per(four.get("rdma_target_switches"), writes)]
     xs = range(len(labels))
-    left.bar([x - 0.2 for x in xs], [v or 0 for v in tcp], 0.4, label=f"TCP receiver ({SOCKETS}, {ONE_SIDED})",
-             color="#cf222e")
-    left.bar([x + 0.2 for x in xs], [v or 0 for v in rdma], 0.4, label=f"RDMA WRITE target ({ONE_SIDED})",
+    left.bar([x - 0.2 for x in xs], [v or 0 for v in tcp], 0.4, label=f"TCP receiver (lesson {SOCKETS})", color="#cf222e")
+    left.bar([x + 0.2 for x in xs], [v or 0 for v in rdma], 0.4, label=f"RDMA WRITE target (lesson {ONE_SIDED})",
              color="#1a7f37")
+    top = max([v for v in tcp + rdma if v] + [1])
     for x, t, r in zip(xs, tcp, rdma):
         for dx, v in ((-0.2, t), (0.2, r)):
-            left.annotate("not run" if v is None else f"{v:.2g}", (x + dx, v or 0), ha="center", va="bottom",
-                          fontsize=8)
-    left.set_xticks(list(xs), labels)
-    left.set_title("What the receiving side spent")
-    left.legend(fontsize=8)
+            left.annotate("not run" if v is None else f"{v:.2g}", (x + dx, v or 0), ha="center", va="bottom", fontsize=10)
+    left.set_ylim(0, top * 1.5)
+    left.set_xticks(list(xs), labels, fontsize=10)
+    left.set_ylabel("per message delivered", fontsize=10)
+    left.set_title("What the receiving process did", fontsize=11)
+    left.legend(fontsize=9, loc="upper right")
     if five.get("sizes"):
         right.plot(five["sizes"], five["busbw_rdma"], "o-", color="#1a7f37", label="ring over RDMA (yours)")
         right.plot(five["sizes"], five["busbw_tcp"], "o-", color="#cf222e", label="ring over TCP (yours)")
         right.plot(five["sizes"], [busbw(s, t, five["ranks"]) for s, t in zip(five["sizes"], five["mpi_s"])],
                    "s--", color="grey", label="MPICH, shared memory (one host)")
         right.set_xscale("log", base=2)
-        right.set_xlabel("AllReduce size [bytes]")
-        right.legend(fontsize=8)
+        right.set_xlabel("AllReduce size [bytes]", fontsize=10)
+        right.legend(fontsize=9, loc="upper left")
     else:
         right.text(0.5, 0.5, f"run lesson {ALLREDUCE}'s measurements", ha="center", transform=right.transAxes)
-    right.set_ylabel("busbw [GB/s]")
-    right.set_title(f"Ring AllReduce, {five.get('ranks', '?')} ranks")
-    fig.suptitle(f"Your measurements, on {DEVICE_LABEL.get(kind, 'this machine')}", fontsize=10)
+    right.set_ylabel("busbw [GB/s]", fontsize=10)
+    right.set_title(f"Ring AllReduce, {five.get('ranks', '?')} ranks", fontsize=11)
+    fig.suptitle(f"Your measurements, on {DEVICE_LABEL.get(kind, 'this machine')}", fontsize=11)
     fig.tight_layout()
     return fig
+
+
+# What the answer does not settle: systems that keep one part of RDMA's recipe and drop another.
+CHALLENGES = [
+    ("devmem TCP (Linux)", "payloads go from the NIC straight into device (GPU) memory while headers take the "
+     "kernel's TCP path (Documentation/networking/devmem.rst): zero copy of the data without kernel bypass. "
+     "If it matches RDMA on AllReduce, the property that mattered was never touching the payload, not skipping "
+     "the kernel for the headers."),
+    ("GPUDirect-TCPX (Google)", "the same idea in production: NIC-to-GPU placement with zero copies, receive "
+     "path driven by a host daemon (github.com/google/tcpgpudmarxd). It keeps sockets and a CPU in control."),
+    ("SRD (AWS EFA)", "reliable but out-of-order delivery over many paths (efadv_create_qp_ex(3)): it drops "
+     "RC's in-order guarantee, which AllReduce never needed, and keeps one-sided placement."),
+]
 
 
 DEVICE_LABEL = {"soft": "soft0: emulated NIC, shared memory", "rxe": "Soft-RoCE (rxe)", "hardware": "a hardware NIC"}
@@ -239,6 +271,7 @@ class ClosingView:
             out.append(f"In lesson {WELCOME} you chose: {CHOICES[chosen]} ({'right' if right else 'not the answer'}).")
         out += [f"{'*' if ok else '-'} {choice}: {text}" for choice, ok, text, _ in self.verdict]
         out += [("> " if k == self.kind else "  ") + WHO_COPIES[k] for k in WHO_COPIES]
+        out += ["Challenge the answer:"] + [f"  {name}: {text}" for name, text in CHALLENGES]
         return out
 
     def __str__(self):
@@ -255,8 +288,9 @@ class ClosingView:
         body = "".join(f"<tr><td style='text-align:left'>{esc(what)}</td><td>{_fmt(t)}</td><td>{_fmt(r)}</td>"
                        f"<td>{esc(where)}</td></tr>" for what, t, r, where in self.rows)
         parts.append("<table><tr><th style='text-align:left'>your measurement</th><th>through TCP</th>"
-                     f"<th>by RDMA WRITE</th><th>lesson</th></tr>{body}</table>")
-        parts.append(f"<img src='data:image/png;base64,{_png(chart(self.kept, self.kind))}'/>")
+                     f"<th>by RDMA</th><th>lesson</th></tr>{body}</table>")
+        from rdmalab.lessons.plots import png_base64
+        parts.append(f"<img src='data:image/png;base64,{png_base64(chart(self.kept, self.kind))}' style='max-width:100%'/>")
         chosen = self.answers.get("welcome")
         if chosen is None or not 0 <= chosen < len(CHOICES):
             parts.append(f"<p>You have not answered lesson {WELCOME}'s question (its first cell saves your "
@@ -271,19 +305,14 @@ class ClosingView:
         who = "".join(f"<li>{'<b>these numbers</b>: ' if k == self.kind else ''}{esc(WHO_COPIES[k])}</li>"
                       for k in WHO_COPIES)
         parts.append(f"<p><b>Who copied the bytes of an RDMA WRITE?</b></p><ul>{who}</ul>")
+        challenge = "".join(f"<li><b>{esc(name)}</b>: {esc(text)}</li>" for name, text in CHALLENGES)
+        parts.append("<p><b>Challenge the answer.</b> Each of these keeps part of RDMA's recipe and drops another: "
+                     f"what would its numbers say about which property it really is?</p><ul>{challenge}</ul>")
         return "".join(parts)
 
 
 def _text(x):
     return "-" if x is None else (f"{x:.3g}" if isinstance(x, float) else str(x))
-
-
-def _png(fig):
-    import matplotlib.pyplot as plt
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90)
-    plt.close(fig)
-    return base64.b64encode(buf.getvalue()).decode()
 
 
 def closing_view(device=None, kept=None, answers=None):
