@@ -2,9 +2,11 @@
 
     python benchmarks/lessons.py [--quick] [--only SLUG ...] [--out results.json]
 
-Targets (issue 12): pinned to one CPU (Binder, a workshop server, a small VM), each lesson takes at
-most 2x its time on all the CPUs this process may use, and lesson 04's RDMA-vs-TCP line still shows
-the RDMA WRITE faster than TCP at its largest size (1 MiB; 64 KiB with QUICK).
+Targets (issues 12 and 25): pinned to one CPU (Binder, a workshop server, a small VM), each lesson takes
+at most 2x its time on all the CPUs this process may use; and lesson 04, pinned to one CPU, measures an
+RDMA READ of 8 B at most 0.5x a TCP request/response (remote memory without the remote CPU), and every
+RDMA operation on its stopped target completes. Lesson 04's 8 B ping-pongs are reported beside them,
+without a target: on one CPU a ping-pong waits for the scheduler on any device.
 The lessons run one at a time, in order, the two conditions alternating lesson by lesson so that both
 see the same machine; each condition keeps its own learner folder (later lessons read what earlier
 ones recorded). --quick runs them with QUICK=True, as `make test` does: a smoke run, whose times say
@@ -14,7 +16,6 @@ import argparse
 import glob
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -30,7 +31,6 @@ from rdmalab.proc.cpus import usable_cpus  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LESSON_TIMEOUT_S = 1800
-RDMA_VS_TCP = re.compile(r"at (\d+) B: RDMA WRITE ([\d.]+) us vs TCP ([\d.]+) us")
 RUN = """
 import sys, papermill
 papermill.execute_notebook(sys.argv[1], sys.argv[2], parameters={"QUICK": sys.argv[3] == "1"},
@@ -52,15 +52,16 @@ def run_lesson(path, out, quick, learner_dir, cpu=None):
     return time.monotonic() - start
 
 
-def rdma_vs_tcp(executed):
-    """Lesson 04's printed line 'at N B: RDMA WRITE x us vs TCP y us', from an executed notebook."""
-    for cell in json.load(open(executed))["cells"]:
-        for output in cell.get("outputs", []):
-            found = RDMA_VS_TCP.search("".join(output.get("text", "")))
-            if found:
-                size, rdma, tcp = found.groups()
-                return {"size": int(size), "rdma_write_us": float(rdma), "tcp_us": float(tcp)}
-    return None
+def lesson_04_figures(learner_dir):
+    """What lesson 04 recorded for lesson 06 (rdmalab.lessons.evidence, "one-sided") in a learner folder."""
+    with open(os.path.join(learner_dir, "evidence.json")) as f:
+        kept = json.load(f).get("one-sided", {})
+    return {"read_8B_us": kept.get("one_cpu_read_us"), "tcp_request_response_8B_us": kept.get("one_cpu_request_us"),
+            "read_over_request": kept["one_cpu_read_us"] / kept["one_cpu_request_us"] if kept.get("one_cpu_read_us") else None,
+            "frozen_rdma_completed": kept.get("frozen_rdma_completed"), "frozen_rdma_posted": kept.get("frozen_rdma_posted"),
+            "frozen_tcp_bytes_before_stall": kept.get("frozen_tcp_bytes"),
+            "pingpong_scheduler_bound": {"size": kept.get("lat_size"), "write_lat_us": kept.get("write_lat_us"),
+                                         "tcp_lat_us": kept.get("tcp_lat_us")}}
 
 
 def main():
@@ -87,14 +88,15 @@ def main():
             print(f"{slug:20} {'one CPU' if condition == 'one' else 'all CPUs':8} {times[condition]:6.1f} s",
                   file=sys.stderr)
             if condition == "one" and slug == "one-sided":
-                lesson_04 = rdma_vs_tcp(out)
+                lesson_04 = lesson_04_figures(learners["one"])
         lessons[slug] = {"all_cpus_s": round(times["all"], 1), "one_cpu_s": round(times["one"], 1),
                          "one_over_all": times["one"] / times["all"]}
     targets = {f"one CPU: lesson {slug} <= 2x its time on all CPUs": row["one_over_all"] <= 2.0
                for slug, row in lessons.items()}
     if lesson_04 is not None:
-        targets["one CPU: lesson 04 shows RDMA WRITE faster than TCP at its largest size"] = \
-            lesson_04["rdma_write_us"] < lesson_04["tcp_us"]
+        targets["one CPU: lesson 04's READ <= 0.5 x TCP request/response"] = (lesson_04["read_over_request"] or 1) <= 0.5
+        targets["one CPU: lesson 04's stopped target takes every RDMA operation"] = \
+            lesson_04["frozen_rdma_completed"] == lesson_04["frozen_rdma_posted"]
     report = {"benchmark": "lessons", "quick": args.quick, "usable_cpus": usable_cpus(), "one_cpu": one_cpu,
               "lessons": lessons, "lesson_04_one_cpu": lesson_04, "executed_notebooks": work, "targets": targets}
     return emit(report, args.out)
