@@ -357,6 +357,7 @@ def test_scaling_out_predict_four_ranks_from_a_two_rank_fit():
                         (built(steps=1), "alpha is counted once"),
                         (built(steps=3), "counted p-1 times"),
                         (built(reduce=False), "reduction term is missing"),
+                        ({n: t * 4 for n, t in ref.items()}, "counts the turns"),
                         ({n: t * 1e3 for n, t in ref.items()}, "milliseconds"),
                         ({n: t * 1.5 for n, t in ref.items()}, "the model says"),
                         ({sizes[0]: ref[sizes[0]]}, "every size"),
@@ -365,14 +366,18 @@ def test_scaling_out_predict_four_ranks_from_a_two_rank_fit():
         assert f.status == "wrong" and says in f.message, (wrong, f.message)
 
 
-def test_scaling_out_takes_four_rank_times_from_the_allreduce_lessons_evidence(tmp_path, monkeypatch):
+def test_scaling_out_feeds_the_cluster_model_with_the_socket_path_lessons_copies(tmp_path, monkeypatch):
+    from rdmalab.allreduce import model
     from rdmalab.lessons import evidence, scaling, series
     monkeypatch.setattr(evidence, "EVIDENCE_FILE", str(tmp_path / "evidence.json"))
     monkeypatch.setattr(evidence, "LEARNER_DIR", str(tmp_path))
-    evidence.record("allreduce", ranks=4, sizes=[1 << 16, 1 << 20, 16 << 20], ring_rdma_s=[1e-3, 2e-3, 9e-3])
-    source, times = scaling.four_rank_times(quick=True)
-    assert source == f"your lesson {series.number('allreduce')} measurements"
-    assert times == {1 << 16: 1e-3, 1 << 20: 2e-3}
+    monkeypatch.setattr(model, "copy_rate", lambda: 8e9)
+    assert "assumed" in str(scaling.inputs(scaling.your_numbers()))   # lesson 01 not run: the kernel's two copies
+    evidence.record("socket-path", tcp_copies_per_byte=2.5)
+    numbers = scaling.your_numbers()
+    assert numbers["copies"] == 2.5
+    assert f"counted in lesson {series.number('socket-path')}" in str(scaling.inputs(numbers))
+    assert 1 / scaling.networks(numbers)["400 GbE TCP"].beta == pytest.approx(8e9 / 2.5)
 
 
 def test_posting_small_queue(ctx, pd):

@@ -36,7 +36,7 @@ def test_fit_recovers_the_costs_that_made_the_times():
 
 def test_bandwidth_term_does_not_grow_with_ranks_but_latency_does():
     ib = model.NETWORKS["InfiniBand NDR 400 Gb/s (RDMA)"]
-    n = model.MODELS["70B parameters (bf16)"]
+    n = model.MODELS["13B parameters (bf16)"]
     t8, t16k = model.predict("ring", 8, n, ib), model.predict("ring", 16384, n, ib)
     assert t16k / t8 < 1.2            # 2 (p-1)/p n beta tends to 2 n beta
     small = 1 << 20
@@ -109,6 +109,39 @@ def test_ranks_sharing_cpus_take_turns_and_held_out_predicts_with_it():
     assert [round(r["error"], 9) for r in rows] == [-0.5, -0.5]
 
 
+def test_on_one_cpu_the_fit_divides_the_turns_out_and_predicts_more_ranks():
+    # the scaling lesson: 2 ranks and 4 ranks, all on one CPU; a run takes p times one rank's time
+    one_rank = model.Costs(alpha=2e-4, beta=1.6e-10, gamma=7e-11)
+    samples = [(p, n, p * model.predict("ring", p, n, one_rank))
+               for p in (2, 4) for n in (64 << 10, 16 << 20, 32 << 20)]
+    assert model.turns(4, 1) == 4 and model.turns(2, 2) == 1 and model.turns(8, None) == 1
+    costs, rows = model.held_out(samples, [(2, 64 << 10), (2, 32 << 20)], gamma=one_rank.gamma, cpus=1)
+    assert costs.alpha == pytest.approx(one_rank.alpha) and costs.beta == pytest.approx(one_rank.beta)
+    assert len(rows) == 4 and all(abs(r["error"]) < 1e-9 for r in rows)
+
+
+def test_one_cpu_pins_what_starts_inside_and_gives_the_cpus_back():
+    import os
+    from rdmalab.lessons import scaling
+    if not hasattr(os, "sched_setaffinity"):
+        pytest.skip("no CPU affinity on this system")
+    before = os.sched_getaffinity(0)
+    with scaling.one_cpu() as cpus:
+        assert cpus == 1 and os.sched_getaffinity(0) == {min(before)}
+    assert os.sched_getaffinity(0) == before
+
+
+def test_scaling_lesson_compares_the_prediction_times_the_turns():
+    from rdmalab.lessons import scaling
+    predicted = {16 << 20: 5e-3, 32 << 20: 10e-3}
+    close = scaling.compare(predicted, {16 << 20: 21e-3, 32 << 20: 38e-3}, cpus=1)   # x 4 turns: 20 and 40 ms
+    assert close.worst == pytest.approx(max(abs(20 / 21 - 1), abs(40 / 38 - 1)))
+    assert "Within" in repr(close) and "x 4 turns" in repr(close) and "<table>" in close._repr_html_()
+    far = scaling.compare(predicted, {16 << 20: 40e-3, 32 << 20: 80e-3}, cpus=1)
+    assert far.worst == pytest.approx(0.5) and "run the cell again" in repr(far)
+    assert scaling.compare(predicted, {16 << 20: 5e-3}, cpus=4).worst == pytest.approx(0.0)   # a CPU each
+
+
 def test_gpudirect_bounce_and_slowest_link():
     ndr = model.NETWORKS["InfiniBand NDR 400 Gb/s (RDMA)"]
     direct, bounce = model.gpu_path(ndr, True), model.gpu_path(ndr, False)
@@ -133,12 +166,36 @@ def test_scaling_table_covers_the_models_networks_and_sizes():
     rows = model.scaling_table(gpus=(8, 16384))
     assert len(rows) == len(model.MODELS) * len(model.NETWORKS) * 2
     by = {(r["model"], r["network"], r["gpus"]): r for r in rows}
-    big = "70B parameters (bf16)"
+    big = "13B parameters (bf16)"
     assert by[(big, "400 GbE TCP", 16384)]["comm_share"] > by[(big, "400 GbE RoCE (RDMA)", 16384)]["comm_share"]
-    assert "share" in model.format_table(rows).splitlines()[0]
 
 
-def test_lesson_06_measures_again_when_noise_leaves_no_positive_beta(monkeypatch, capsys):
+def test_the_example_models_fit_an_80_GB_gpu_for_data_parallel_training():
+    for grad_bytes in model.MODELS.values():   # bf16 parameters and gradients: 2 + 2 bytes per parameter
+        assert 2 * grad_bytes < 80e9
+
+
+def test_tree_and_ring_send_about_2n_at_scale_as_nccl_models_them():
+    # NCCL's tuning.cc: algbw = busbw / 2 for the tree, busbw p / (2 (p-1)) for the ring; beta = 1 / busbw
+    c = model.Costs(alpha=0.0, beta=1 / 50e9, gamma=0.0)
+    n = 1 << 30
+    for p in (2, 8, 1024):
+        assert n / model.predict("tree", p, n, c) == pytest.approx(50e9 / 2)
+        assert n / model.predict("ring", p, n, c) == pytest.approx(50e9 * p / (2 * (p - 1)))
+    assert model.predict("tree", 2, n, c) == pytest.approx(2 * model.predict("ring", 2, n, c))   # 2x at p = 2 only
+    assert model.predict("tree", 1024, n, c) == pytest.approx(model.predict("ring", 1024, n, c), rel=1e-3)
+
+
+def test_tcp_copies_are_the_learners_figures_and_the_copy_cores_an_assumption():
+    nets = model.like_with_like(copy_Bps=8e9, copies=2.0)
+    assert 1 / nets["400 GbE TCP"].beta == pytest.approx(4e9) == 1 / nets["100 GbE TCP"].beta   # both copy-bound
+    four = model.like_with_like(copy_Bps=8e9, copy_cores=4)
+    assert 1 / four["400 GbE TCP"].beta == pytest.approx(16e9) and 1 / four["100 GbE TCP"].beta == pytest.approx(12.5e9)
+    assert 1 / nets["400 GbE RoCE (RDMA)"].beta == pytest.approx(50e9)
+    assert model.copy_rate(nbytes=1 << 20, repeats=2) > 0
+
+
+def test_scaling_lesson_measures_again_when_noise_leaves_no_positive_beta(monkeypatch, capsys):
     import contextlib
     from rdmalab.allreduce import cluster as cluster_module
     from rdmalab.lessons import scaling
@@ -150,7 +207,7 @@ def test_lesson_06_measures_again_when_noise_leaves_no_positive_beta(monkeypatch
     monkeypatch.setattr(model, "reduction_rate", lambda: 20e9)
     asked = []
 
-    def measure(cluster, sizes, rounds):
+    def measure(cluster, sizes, rounds, **kwargs):
         times = runs.pop(0)
         asked.append(rounds)
         return times, {n: [t] for n, t in times.items()}

@@ -8,19 +8,24 @@ gamma: time per byte reduced (s/B). For p ranks and n bytes (Thakur, Rabenseifne
     hd     2 log2(p) alpha + 2 (p-1)/p n beta + (p-1)/p n gamma
     naive  2 (p-1) alpha + 2 (p-1) n beta + (p-1) n gamma        (rank 0 sends and receives it all)
     tree   2 log2(p) alpha + 2 n beta + n gamma                   (NCCL's double binary tree, pipelined:
-           log depth, but about twice the ring's bytes per rank; NCCL issue 320: "the tree is not optimal
-           (2x factor), but close to optimal at scale"; NVIDIA blog "Massively Scale Your Deep Learning
-           Training with NCCL 2.4", 2019)
+           log depth; each rank sends about 2n bytes, as the ring does at scale (2 (p-1)/p n tends to 2n):
+           only at small p does the ring send less (half at p = 2). NCCL models it so: its tuning converts
+           bus bandwidth to algorithm bandwidth with algbw = busbw / 2 for the tree and busbw p / (2 (p-1))
+           for the ring (src/graph/tuning.cc, "Convert bus BW to algorithm BW"))
     sharp  2 alpha + (p+1)/p n beta                               (in-network reduction, one switch level:
            every rank sends its n bytes up once and receives the sum once; the switch adds, so no gamma.
            NCCL's maintainer, nccl-tests PR 239: with NVLink SHARP "algobw = busbw * n / (n+1)", busbw
            being the wire's bandwidth)
 The bandwidth terms do not grow with p: that is why the ring scales, and why beta, the network,
-decides AllReduce time for large gradients.
+decides AllReduce time for large gradients. nccl-tests reports busbw = algbw x 2 (p-1)/p whatever the
+algorithm (doc/PERFORMANCE.md: "independent of the algorithm used (ring, tree, or other)").
 
 beta of a path is set by its slowest stage when the stages overlap (pipelined(): a byte crosses the
 wire while the next one is copied), not by the sum of the stages' times (that holds only when each
 message is copied whole before it is sent, unpipelined()).
+
+The model assumes each rank has a processor of its own (a GPU, or a CPU, and a NIC). Ranks that share
+fewer CPUs take turns (turns(), on_shared_cpus()); fit() and held_out() count the turns when told the CPUs.
 """
 import math
 
@@ -67,16 +72,30 @@ def from_measurements(latency_s, bandwidth_Bps, reduction_Bps, label="this machi
     return Costs(latency_s, 1.0 / bandwidth_Bps, 1.0 / reduction_Bps, label)
 
 
-def fit(samples, algorithm="ring", gamma=None, label="fitted", alpha=None):
+def turns(ranks, cpus=None):
+    """How many times longer each step takes when `ranks` ranks share `cpus` CPUs and all of a rank's work
+    is CPU work (soft0: its NIC is its CPU copying; the reduction too): they take turns, ranks / cpus of
+    them per CPU. 1 with a CPU each, or when cpus is None (a processor per rank, as in a cluster)."""
+    if cpus is None:
+        return 1.0
+    if cpus <= 0:
+        raise ValueError("cpus: how many CPUs the ranks share, > 0")
+    return max(1.0, ranks / cpus)
+
+
+def fit(samples, algorithm="ring", gamma=None, label="fitted", alpha=None, cpus=None):
     """Least-squares alpha, beta (and gamma unless given) to measured (p, n bytes, seconds) samples,
     weighted so that every sample counts by its relative error. A negative alpha or beta is not
     clipped: it means the samples do not follow the model (noise, or a cost the model lacks), and
     check_fit() says so. For ring and hd, bytes sent and bytes reduced are both proportional to (p-1)/p n, so only
     2 beta + gamma can be told apart from their times: give gamma (numpy's rate) to get beta. Give alpha
-    (from small sizes) to fit only the per-byte terms to large sizes, whose times cannot show alpha."""
+    (from small sizes) to fit only the per-byte terms to large sizes, whose times cannot show alpha.
+    cpus: the CPUs the ranks shared while measured; each sample's terms then count turns(p, cpus) times,
+    so that the costs are one rank's, as if it had a CPU to itself."""
     rows, target = [], []
     for p, n, t in samples:
-        a, b, g = terms(algorithm, p, n)
+        k = turns(p, cpus)
+        a, b, g = (k * x for x in terms(algorithm, p, n))
         rows.append(([] if alpha is not None else [a]) + [b] + ([] if gamma is not None else [g]))
         target.append(t - (g * gamma if gamma is not None else 0.0) - (a * alpha if alpha is not None else 0.0))
     A, y = np.array(rows, float), np.array(target, float)
@@ -103,29 +122,32 @@ def held_out(samples, fitted_on, algorithm="ring", gamma=None, label="fitted", a
     """Fit to the samples whose (p, n) is in `fitted_on`, predict all the others: (costs, rows), each row
     {p, n, measured_s, predicted_s, error} for a sample the fit did not see. The honest test of a model.
     cpus: where the ranks run on one host and each rank's "NIC" is CPU work (soft0), the CPUs they share:
-    a sample with more ranks than CPUs is predicted with on_shared_cpus()."""
+    the fit and the predictions both count the turns ranks take (turns(), on_shared_cpus())."""
     fitted_on = set(fitted_on)
-    costs = check_fit(fit([s for s in samples if (s[0], s[1]) in fitted_on], algorithm, gamma, label, alpha))
+    costs = check_fit(fit([s for s in samples if (s[0], s[1]) in fitted_on], algorithm, gamma, label, alpha, cpus))
     rows = []
     for p, n, t in samples:
         if (p, n) not in fitted_on:
-            guess = predict(algorithm, p, n, costs if cpus is None else on_shared_cpus(costs, p, cpus))
+            guess = predict(algorithm, p, n, on_shared_cpus(costs, p, cpus) if cpus is not None else costs)
             rows.append({"p": p, "n": n, "measured_s": t, "predicted_s": guess, "error": guess / t - 1})
     return costs, rows
 
 
-def measure(cluster, sizes, algorithm="ring", rounds=5, iters=10, dtype="float32"):
+def measure(cluster, sizes, algorithm="ring", rounds=5, iters=10, dtype="float32", progress=None):
     """Median time (s) of an AllReduce of each size on `cluster`: `rounds` rounds, each running every size
     (`iters` back to back after a warm-up; the slowest rank's mean), so that a moment when another process
-    takes a CPU spoils one round of one size, not a size. Returns {n: median}, and {n: [every round]}."""
+    takes a CPU spoils one round of one size, not a size. Returns {n: median}, and {n: [every round]}.
+    progress: called as progress(done, total) after each size of each round."""
     per = {n: [] for n in sizes}
     itemsize = np.dtype(dtype).itemsize
     for r in range(rounds):
-        for n in sizes:
+        for i, n in enumerate(sizes):
             ranks = cluster.allreduce(n // itemsize, dtype, algorithm, iters=iters, warmup=1, check=(r == 0))
             if any(x["wrong"] for x in ranks):
                 raise RuntimeError(f"{algorithm} AllReduce of {n} bytes gave wrong elements")
             per[n].append(max(x["time"] for x in ranks))
+            if progress is not None:
+                progress(r * len(sizes) + i + 1, rounds * len(sizes))
     return {n: float(np.median(ts)) for n, ts in per.items()}, per
 
 
@@ -152,11 +174,27 @@ def reduction_rate(dtype="float32", nbytes=16 << 20, repeats=5):
     return nbytes * repeats / (time.perf_counter() - start)
 
 
+def copy_rate(nbytes=64 << 20, repeats=5):
+    """One CPU core's copy rate on this machine (bytes per second), with buffers larger than its caches,
+    as a kernel's copy of a socket's stream meets them: the best of `repeats` numpy copies."""
+    import time
+    a, b = np.ones(nbytes, np.uint8), np.zeros(nbytes, np.uint8)
+    np.copyto(b, a)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        np.copyto(b, a)
+        best = min(best, time.perf_counter() - start)
+    return nbytes / best
+
+
 # Published figures for clusters, for scale (labelled; see each source). Like is compared with like:
 # the same Ethernet speed with RDMA (RoCE) and with TCP, so that only the transport differs.
 GBPS = 1e9 / 8                      # bytes per second in one Gb/s
 GPU_REDUCE_BPS = 1.0e12             # a GPU adds at about its memory bandwidth (H100 HBM3: 3.35 TB/s; ~1 TB/s used)
-COPY_BPS = 10e9                     # one CPU core's memcpy, about: lesson 01 and FACTS.md measured 2-15 GB/s here
+COPY_BPS = 10e9                     # an assumption: one CPU core's memcpy (measured 2-15 GB/s on lab machines);
+                                    # the lesson uses the learner's own, copy_rate()
+TCP_COPIES = 2                      # per byte: sender user -> kernel, receiver kernel -> user (lesson 01 counts them)
 RDMA_ALPHA, TCP_ALPHA = 2e-6, 20e-6  # per message, end to end through a switch (see SOURCES)
 
 SOURCES = {
@@ -166,9 +204,10 @@ SOURCES = {
     "tcp latency": "assumed 20 us per message through two kernel TCP stacks and the switch; lesson 01 measured "
                    "15-30 us half round trip over loopback in Python",
     "tcp copies": "two CPU copies per byte (sender: user to kernel, receiver: kernel to user), overlapped with "
-                  "the wire (pipelined); one core's memcpy ~10 GB/s (measured 2-15 GB/s on these machines, FACTS.md). "
-                  "NCCL's socket transport spreads a connection over threads and sockets (NCCL_SOCKET_NTHREADS, "
-                  "NCCL_NSOCKS_PERTHREAD, NCCL docs): copy_cores says how many cores share the copies",
+                  "the wire (pipelined). How fast they go is an assumption: one core's memcpy rate times the "
+                  "cores that copy. NCCL's socket transport can spread a connection over helper threads and "
+                  "sockets (NCCL_SOCKET_NTHREADS, NCCL_NSOCKS_PERTHREAD; NCCL's environment documentation), "
+                  "each thread's copies on a core of its own: copy_cores",
     "gpu reduction": "a GPU reduces at ~1 TB/s (HBM: H100 3.35 TB/s peak, NVIDIA H100 datasheet)",
 }
 
@@ -179,23 +218,30 @@ def rdma(gbps, alpha=RDMA_ALPHA, label=""):
                  f"the NIC moves the bytes (beta = the wire); alpha {alpha * 1e6:g} us")
 
 
-def tcp(gbps, alpha=TCP_ALPHA, copy_Bps=COPY_BPS, copy_cores=1, label=""):
-    """A link of `gbps` Gb/s with TCP: each byte is copied twice by CPUs, overlapped with the wire, so beta
-    is the slower of the wire and the copies (2 copies per byte shared by copy_cores cores per host)."""
-    copies = copy_Bps * copy_cores / 2
-    beta = pipelined(gbps * GBPS, copies)
-    return Costs(alpha, beta, 1 / GPU_REDUCE_BPS, label or f"{gbps} Gb/s = {gbps / 8:g} GB/s wire, TCP: 2 CPU copies "
-                 f"per byte at {copy_Bps / 1e9:g} GB/s x {copy_cores} core(s), overlapped -> "
-                 f"{1 / beta / 1e9:.1f} GB/s; alpha {alpha * 1e6:g} us")
+def tcp(gbps, alpha=TCP_ALPHA, copy_Bps=COPY_BPS, copy_cores=1, copies=TCP_COPIES, label=""):
+    """A link of `gbps` Gb/s with TCP: each byte is copied `copies` times by CPUs, overlapped with the wire,
+    so beta is the slower of the wire and the copies (copy_cores cores per host share them, each copying
+    copy_Bps bytes per second)."""
+    copied = copy_Bps * copy_cores / copies
+    beta = pipelined(gbps * GBPS, copied)
+    return Costs(alpha, beta, 1 / GPU_REDUCE_BPS, label or f"{gbps} Gb/s = {gbps / 8:g} GB/s wire, TCP: {copies:g} "
+                 f"CPU copies per byte at {copy_Bps / 1e9:.3g} GB/s x {copy_cores} core(s), overlapped -> "
+                 f"{1 / beta / 1e9:.3g} GB/s; alpha {alpha * 1e6:g} us")
+
+
+def like_with_like(speeds=(400, 100), copy_Bps=COPY_BPS, copy_cores=1, copies=TCP_COPIES):
+    """{name: Costs}: each link speed with RDMA (RoCE) and with TCP, so that only the transport differs."""
+    out = {}
+    for gbps in speeds:
+        out[f"{gbps} GbE RoCE (RDMA)"] = rdma(gbps)
+        out[f"{gbps} GbE TCP"] = tcp(gbps, copy_Bps=copy_Bps, copy_cores=copy_cores, copies=copies)
+    return out
 
 
 NETWORKS = {
     "InfiniBand NDR 400 Gb/s (RDMA)": rdma(400, 1.5e-6, "NDR 400 Gb/s = 50 GB/s per port (ConnectX-7); "
                                            "alpha 1.5 us (perftest ib_write_lat 0.93-1.32 us, issue 131)"),
-    "400 GbE RoCE (RDMA)": rdma(400),
-    "400 GbE TCP": tcp(400),
-    "100 GbE RoCE (RDMA)": rdma(100),
-    "100 GbE TCP": tcp(100),
+    **like_with_like(),
 }
 
 
@@ -226,18 +272,20 @@ def on_shared_cpus(costs, ranks, cpus):
     soft0's NIC is its process's CPU copying, and the reduction is CPU work too. With more ranks than CPUs,
     every ring step waits for ranks / cpus turns, so every term costs that many times more. (Hardware NICs
     move the bytes themselves: there only the reduction would share the CPUs.)"""
-    if cpus <= 0:
-        raise ValueError("cpus: how many CPUs the ranks share, > 0")
-    turns = max(1.0, ranks / cpus)
-    if turns == 1.0:
+    k = turns(ranks, cpus)
+    if k == 1.0:
         return costs
-    return Costs(costs.alpha * turns, costs.beta * turns, costs.gamma * turns,
-                 f"{costs.label}; {ranks} ranks on {cpus:g} CPUs")
+    return Costs(costs.alpha * k, costs.beta * k, costs.gamma * k, f"{costs.label}; {ranks} ranks on {cpus:g} CPUs")
 
 
-MODELS = {  # gradient bytes in bf16 (2 bytes per parameter)
+# Gradient bytes in bf16 (2 bytes per parameter), for models whose data-parallel training fits an 80 GB GPU:
+# bf16 parameters and gradients (4 bytes per parameter: 52 GB at 13B), the optimizer's states sharded over
+# the GPUs (ZeRO stage 1). ZeRO's stages 1 and 2 move the same bytes as an AllReduce (a reduce-scatter of
+# the gradients and an all-gather of the parameters); stage 3 (FSDP), which larger models need, moves 1.5x
+# (Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models", SC 2020).
+MODELS = {
     "7B parameters (bf16)": 7e9 * 2,
-    "70B parameters (bf16)": 70e9 * 2,
+    "13B parameters (bf16)": 13e9 * 2,
 }
 
 
@@ -256,7 +304,7 @@ def comm_share(algorithm, gpus, gradient_bytes, network, compute_s):
 def scaling_table(gpus=(8, 64, 512, 4096, 16384), models=None, networks=None, tokens_per_gpu=4096,
                   algorithm="ring"):
     """Predicted gradient AllReduce time and its share of a training step, for each model, network and
-    cluster size: rows of dicts (also printable with format_table)."""
+    cluster size: rows of dicts."""
     rows = []
     for model_name, grad_bytes in (models or MODELS).items():
         compute = compute_seconds(grad_bytes / 2, tokens_per_gpu)
@@ -266,11 +314,3 @@ def scaling_table(gpus=(8, 64, 512, 4096, 16384), models=None, networks=None, to
                 rows.append({"model": model_name, "network": net_name, "gpus": p, "allreduce_s": t,
                              "compute_s": compute, "comm_share": t / (t + compute)})
     return rows
-
-
-def format_table(rows):
-    lines = [f"{'model':<22} {'network':<32} {'GPUs':>6} {'AllReduce':>10} {'compute':>9} {'share':>6}"]
-    for r in rows:
-        lines.append(f"{r['model']:<22} {r['network']:<32} {r['gpus']:>6} {r['allreduce_s']:>9.3f}s "
-                     f"{r['compute_s']:>8.2f}s {r['comm_share']:>6.0%}")
-    return "\n".join(lines)

@@ -173,37 +173,6 @@ def png_base64(fig, dpi=90):
         plt.close(fig)
 
 
-def gpudirect_paths(ax=None):
-    """Boxes and arrows: a gradient's path from GPU memory to the wire, with GPUDirect RDMA (the NIC reads
-    GPU memory over PCIe) and through a host bounce buffer (GPU -> host memory -> NIC: PCIe twice)."""
-    if ax is None:
-        _, ax = plt.subplots(figsize=(9, 3.6))
-    boxes = {"GPU memory": (0.5, 3), "PCIe switch": (3, 3), "NIC": (5.5, 3), "wire": (8, 3),
-             "host memory\n(bounce buffer)": (3, 0.8)}
-    for name, (x, y) in boxes.items():
-        ax.add_patch(plt.Rectangle((x - 0.9, y - 0.45), 1.8, 0.9, fill=False, linewidth=1.5))
-        ax.text(x, y, name, ha="center", va="center", fontsize=9)
-
-    def arrow(a, b, colour, offset, label=None):
-        (x1, y1), (x2, y2) = boxes[a], boxes[b]
-        ax.annotate("", xy=(x2 - 0.9 * (x2 > x1) + 0.9 * (x2 < x1), y2 + offset + (0.45 if y2 < y1 else 0)),
-                    xytext=(x1 + 0.9 * (x2 > x1) - 0.9 * (x2 < x1), y1 + offset - (0.45 if y2 < y1 else 0)),
-                    arrowprops=dict(arrowstyle="->", color=colour, linewidth=2))
-        if label:
-            ax.text((x1 + x2) / 2, (y1 + y2) / 2 + offset + 0.15, label, color=colour, fontsize=8, ha="center")
-
-    for a, b in (("GPU memory", "PCIe switch"), ("PCIe switch", "NIC"), ("NIC", "wire")):
-        arrow(a, b, "tab:green", 0.15)
-    arrow("GPU memory", "host memory\n(bounce buffer)", "tab:red", 0, "copy 1")
-    arrow("host memory\n(bounce buffer)", "NIC", "tab:red", 0, "copy 2 (NIC reads)")
-    ax.text(0, 4.1, "green: GPUDirect RDMA, the NIC reads GPU memory: one PCIe crossing per byte", color="tab:green", fontsize=9)
-    ax.text(0, 3.75, "red: host bounce buffer: each byte crosses PCIe twice, plus a copy to start per message",
-            color="tab:red", fontsize=9)
-    ax.text(0, -0.3, "[NVIDIA GPUDirect RDMA documentation, docs.nvidia.com/cuda/gpudirect-rdma]", color="grey", fontsize=7)
-    ax.set_xlim(-0.6, 9.2); ax.set_ylim(-0.5, 4.4); ax.axis("off")
-    return ax
-
-
 def registration_cost(sizes, mr_us, zeroed_us, copy_us, device, ax=None):
     """Lesson 02's chart, log-log: MR(pd, size, access), which allocates, zeroes and registers a buffer;
     allocating and zeroing the same bytes without registering them; copying them once. Registering

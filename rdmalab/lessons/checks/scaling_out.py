@@ -1,8 +1,9 @@
 """The scaling lesson (scaling-out): its exercise, a check (raising Wrong with a hint) and a reference solution.
 
-scaling-out.predict-4: from costs fitted to 2-rank ring times, predict the ring's time on 4 ranks at each size.
+scaling-out.predict-4: from costs fitted to 2-rank ring times, predict the ring's time on 4 ranks at each size,
+each rank with a CPU of its own (as in a cluster; the lesson then counts the turns its ranks took on one CPU).
 The check recomputes the model's prediction and, when the answer differs, names the usual slips
-(the 2-rank terms, the (p-1)/p factor forgotten, alpha counted once, gamma left out)."""
+(the 2-rank terms, the (p-1)/p factor forgotten, alpha counted once, gamma left out, the turns counted)."""
 from rdmalab.lessons.exercises import Wrong, exercise, reference
 
 RANKS = 4
@@ -24,6 +25,8 @@ SLIPS = [  # (how the answer was built, what to say)
     (lambda c, n: _ring(c, RANKS, n, steps=RANKS - 1), "alpha is counted p-1 times: reduce-scatter AND "
                                                        "all-gather each take p-1 steps, 2 (p-1) in all."),
     (lambda c, n: _ring(c, RANKS, n, reduce=False), "the reduction term is missing: (p-1)/p n gamma."),
+    (lambda c, n: _ring(c, RANKS, n) * RANKS, "this counts the turns the ranks take on one CPU: predict the time "
+                                              "with a CPU per rank; the lesson counts the turns itself."),
     (lambda c, n: _ring(c, RANKS, n) * 1e3, "the times look like milliseconds: answer in seconds."),
 ]
 
