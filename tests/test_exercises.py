@@ -330,13 +330,22 @@ def test_allreduce_ring_step(ring_cluster):
     def fails(comm, x, s, bounds, stage):
         return x[bounds[s + 5]]             # IndexError on every rank
 
-    for fn in (not_written, adds_the_chunk_it_sent, fails):
+    def one_slot_for_every_step(comm, x, s, bounds, stage):   # the plausible wrong design: fine while ranks keep pace
+        p, r = comm.size, comm.rank
+        send_c, recv_c = (r - s) % p, (r - s - 1) % p
+        comm.t.put((r + 1) % p, x[bounds[send_c]:bounds[send_c + 1]], "stage", 0)
+        comm.t.wait((r - 1) % p)
+        n = bounds[recv_c + 1] - bounds[recv_c]
+        x[bounds[recv_c]:bounds[recv_c + 1]] += stage[:n * x.itemsize].view(x.dtype)
+
+    for fn in (not_written, adds_the_chunk_it_sent, fails, one_slot_for_every_step):
         fn.__module__ = "__main__"
     ex = exercises.REGISTRY["allreduce.ring-step"]
     assert feedback("allreduce.ring-step", ex.reference(), ring_cluster).passed
     f = feedback("allreduce.ring-step", not_written, ring_cluster)
     assert f.status == "not yet", f.message
-    for wrong, says in [(adds_the_chunk_it_sent, "the sums are wrong"), (fails, "running it on the ranks failed")]:
+    for wrong, says in [(adds_the_chunk_it_sent, "the sums are wrong"), (fails, "running it on the ranks failed"),
+                        (one_slot_for_every_step, "landed where the last one still waited to be added")]:
         f = feedback("allreduce.ring-step", wrong, ring_cluster)
         assert f.status == "wrong" and says in f.message, (wrong.__name__, f.message)
 

@@ -229,16 +229,48 @@ def ring_allreduce(comm, x, step=reduce_scatter_step):
     return x
 
 
-def check_ring(comm, step, counts=(1, 5, 1003, 65536), dtype="int64"):
-    """On one rank: run ring_allreduce with `step` on known values; wrong elements per count."""
-    wrong = []
-    for count in counts:
-        x = comm.buffer(count, dtype)
-        x[:] = np.arange(count, dtype=dtype) * (comm.rank + 1)
-        ring_allreduce(comm, x, step)
-        expected = np.arange(count, dtype=dtype) * (comm.size * (comm.size + 1) // 2)
-        wrong.append(int(np.count_nonzero(x != expected)))
-    return wrong
+def check_ring(comm, step, counts=(1, 5, 1003, 65536), dtype="int64", slow_rank=None, delay=0.0, pace=0.0):
+    """On one rank: run ring_allreduce with `step` on known values; wrong elements per count.
+
+    Two ways to set the ranks' pace, to tell a step's kinds of mistake apart:
+    - `slow_rank`: that rank learns of each arrival `delay` seconds late (its waits return late), as a rank
+      does whose CPU another process holds. Its left neighbour, which nothing holds back in the
+      reduce-scatter, is then a step ahead every time: a step that reuses where the last chunk landed has
+      it overwritten before it is added.
+    - `pace`: every rank waits that long before each put into a stage, so that its neighbour has long
+      added what came before: then only a step that computes the wrong chunks is wrong."""
+    import time
+    t = comm.t
+    late, paced = comm.rank == slow_rank, pace > 0
+    if late:
+        on_time = t.wait
+
+        def wait_late(peer, alive=None):
+            on_time(peer, alive)
+            time.sleep(delay)
+        t.wait = wait_late
+    if paced:
+        at_once = t.put
+
+        def put_paced(peer, src, region, offset):
+            if region == "stage":
+                time.sleep(pace)
+            at_once(peer, src, region, offset)
+        t.put = put_paced
+    try:
+        wrong = []
+        for count in counts:
+            x = comm.buffer(count, dtype)
+            x[:] = np.arange(count, dtype=dtype) * (comm.rank + 1)
+            ring_allreduce(comm, x, step)
+            expected = np.arange(count, dtype=dtype) * (comm.size * (comm.size + 1) // 2)
+            wrong.append(int(np.count_nonzero(x != expected)))
+        return wrong
+    finally:   # the class's own methods again
+        if late:
+            del t.wait
+        if paced:
+            del t.put
 
 
 def _halving_distances(p):
