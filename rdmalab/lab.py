@@ -3,12 +3,17 @@
     python -m rdmalab.lab [JUPYTER LAB ARGUMENTS...]      (the Makefile: python -m rdmalab.lab notebooks/)
 
 Runs `jupyter lab` with the arguments given, and says what it adds:
+- it opens the first lesson (00-welcome) rather than the Launcher, asks no question about news and checks
+  for no updates; it logs warnings only and prints, itself, the one URL to open (a token of its own
+  choosing in it), so the terminal says what matters in a few lines;
 - as root (a container, a cloud VM's default user): --allow-root, without which JupyterLab refuses to start;
 - with no display, or in an SSH session: no browser, a port of its own choosing (8888 or the next free
-  one), and the URL to open and the `ssh -L` command that reaches it from the learner's own machine.
+  one), and the `ssh -L` command that reaches it from the learner's own machine.
 """
 import getpass
+import glob
 import os
+import secrets
 import socket
 import sys
 
@@ -48,26 +53,64 @@ def free_port(start=DEFAULT_PORT, tries=50):
     raise SystemExit(f"{SAY} ports {start}-{start + tries - 1} are all in use: choose one with --port")
 
 
-def plan(args, euid, env, pick_port=free_port):
+def first_lesson(args):
+    """The first lesson's notebook name, if the folder JupyterLab serves (its first argument) holds the lessons."""
+    folder = next((a for a in args if not a.startswith("-")), None)
+    found = sorted(glob.glob(os.path.join(folder, "00-*.ipynb"))) if folder else []
+    return os.path.basename(found[0]) if found else None
+
+
+def reachable_address():
+    """This machine's address on its main network (the route a packet would take out), or None."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect(("192.0.2.1", 9))   # (TEST-NET-1: routed, but no packet is sent for a UDP connect)
+            address = probe.getsockname()[0]
+            return None if address.startswith("127.") else address
+    except OSError:
+        return None
+
+
+def given(args, *names):
+    return any(a.split("=")[0] in names for a in args)
+
+
+def plan(args, euid, env, pick_port=free_port, address=reachable_address):
     """The command line that starts JupyterLab, and the lines to print first."""
     added, said = [], []
     if euid == 0:
         added.append("--allow-root")
         said.append("running as root, so passing --allow-root: JupyterLab refuses to start as root without it "
                     "(the lessons' code then runs as root too)")
+    page = "lab"
+    lesson = first_lesson(args)
+    if lesson:   # open the first lesson, not the Launcher
+        page = f"lab/tree/{lesson}"
+        added.append(f"--LabApp.default_url=/{page}")
+    added += ["--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
+    if not given(args, "--log-level", "--ServerApp.log_level", "--Application.log_level"):
+        added += ["--log-level=WARN", "--LabApp.log_level=WARN"]   # (its startup INFO lines: the URL is printed here)
+    # kernels over IPC, not TCP: the same sockets on one machine, and no "TCP without encryption" warning per
+    # kernel; and ipyparallel's server extension (a cluster panel the lessons do not use) stays off
+    added += ["--KernelManager.transport=ipc", "--ServerApp.jpserver_extensions=ipyparallel=False"]
+    token = None
+    if not given(args, "--IdentityProvider.token", "--ServerApp.token", "--NotebookApp.token"):
+        token = secrets.token_hex(24)
+        added.append(f"--IdentityProvider.token={token}")
+    port = given_port(args, env)
+    if not port:   # JupyterLab would take 8888 or the next free port: take it here, to print it
+        port = pick_port()
+        added += [f"--ServerApp.port={port}", "--ServerApp.port_retries=0"]
+    url = f"http://localhost:{port}/{page}" + (f"?token={token}" if token else "")
     why = why_no_browser(env)
     if why:
         added.append("--no-browser")
-        port = given_port(args, env)
-        if not port:   # JupyterLab would take 8888 or the next free port: take it here, to print it
-            port = pick_port()
-            added += [f"--ServerApp.port={port}", "--ServerApp.port_retries=0"]
         ssh = env.get("SSH_CONNECTION", "").split()   # client address and port, this server's address and port
-        host = ssh[2] if len(ssh) == 4 else socket.gethostname()
-        said += [f"{why}, so not opening a browser; JupyterLab will be at http://localhost:{port}/lab "
-                 "(its full URL, with ?token=, is printed below)",
-                 f"to open it from your own machine: ssh -L {port}:localhost:{port} {getpass.getuser()}@{host}"
-                 ", then open that URL in your browser there"]
+        host = ssh[2] if len(ssh) == 4 else address()
+        said.append(f"{why}, so not opening a browser. From your own machine: "
+                    f"ssh -L {port}:localhost:{port} {getpass.getuser()}@{host or '<this machine>'}"
+                    + ("" if host else " (put the address you use to reach this machine there)"))
+    said.append(f"open {url}   (Ctrl-C here stops JupyterLab)")
     return [sys.executable, "-m", "jupyterlab", *added, *args], said
 
 

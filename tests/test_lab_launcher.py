@@ -20,19 +20,30 @@ SSH = {"DISPLAY": "localhost:10.0", "SSH_CONNECTION": "192.0.2.7 51000 198.51.10
 
 
 def plan(euid, env, args=("notebooks/",)):
-    return lab.plan(list(args), euid, env, pick_port=lambda: 8890)
+    return lab.plan(list(args), euid, env, pick_port=lambda: 8890, address=lambda: "203.0.113.5")
 
 
 def test_root_gets_allow_root_and_is_told_why():
     command, said = plan(0, DESKTOP)
     assert "--allow-root" in command
-    assert len(said) == 1 and "running as root, so passing --allow-root" in said[0] and "refuses" in said[0]
+    assert len(said) == 2 and "running as root, so passing --allow-root" in said[0] and "refuses" in said[0]
 
 
 def test_a_normal_user_gets_neither_allow_root_nor_a_word_about_it():
     command, said = plan(1000, DESKTOP)
-    assert "--allow-root" not in command and said == []
-    assert command[1:] == ["-m", "jupyterlab", "notebooks/"]   # on a desktop: plain `jupyter lab notebooks/`
+    assert "--allow-root" not in command and len(said) == 1 and said[0].startswith("open http://localhost:8890/")
+    assert command[1:3] == ["-m", "jupyterlab"] and command[-1] == "notebooks/"
+
+
+def test_the_lab_opens_the_first_lesson_quietly_and_says_the_one_url_to_open():
+    """No Launcher, no news question, warnings only in the terminal, and the URL (its token in it) printed once."""
+    command, said = plan(1000, DESKTOP)
+    assert "--LabApp.default_url=/lab/tree/00-welcome.ipynb" in command and "--LabApp.news_url=None" in command
+    assert "--log-level=WARN" in command and "--KernelManager.transport=ipc" in command
+    token = next(a for a in command if a.startswith("--IdentityProvider.token=")).split("=", 1)[1]
+    assert said[-1].startswith(f"open http://localhost:8890/lab/tree/00-welcome.ipynb?token={token}")
+    mine, _ = plan(1000, DESKTOP, ["notebooks/", "--IdentityProvider.token=secret"])
+    assert [a for a in mine if "token" in a] == ["--IdentityProvider.token=secret"]   # a token given is kept
 
 
 @pytest.mark.parametrize("env", [HEADLESS, SSH], ids=["no-display", "ssh"])
@@ -41,8 +52,10 @@ def test_headless_opens_no_browser_and_says_how_to_reach_the_lab_over_ssh(env):
     assert "--no-browser" in command and "--ServerApp.port=8890" in command
     text = "\n".join(said)
     assert "http://localhost:8890/lab" in text
-    host = "198.51.100.3" if env is SSH else lab.socket.gethostname()   # over SSH, the address the learner used
+    host = "198.51.100.3" if env is SSH else "203.0.113.5"   # over SSH, the address the learner used; else this host's
     assert f"ssh -L 8890:localhost:8890 {lab.getpass.getuser()}@{host}" in text
+    unknown, _ = lab.plan(["notebooks/"], 1000, HEADLESS, pick_port=lambda: 8890, address=lambda: None)
+    assert "@<this machine> (put the address you use to reach this machine there)" in "\n".join(_)
 
 
 @pytest.mark.parametrize("args", [["--port=9123"], ["--port", "9123"], ["--ServerApp.port=9123"]])
