@@ -16,6 +16,6 @@ one way: report -> cluster -> ranks -> algorithms, transports; nothing imports b
 validated once, by the entry point the caller used (run, measure, Cluster.allreduce, Cluster.check,
 Communicator.allreduce), before it reaches any rank.
 """
-from rdmalab.allreduce.report import Report, measure, mpi_allreduce, run
+from rdmalab.allreduce.report import Report, busbw_table, measure, mpi_allreduce, ranks_per_cpu_note, run
 
-__all__ = ["Report", "measure", "mpi_allreduce", "run"]
+__all__ = ["Report", "busbw_table", "measure", "mpi_allreduce", "ranks_per_cpu_note", "run"]

@@ -10,6 +10,7 @@ elements outside the bound of rdmalab.allreduce.algorithms (0 expected). `# Avg 
 A request is validated once, by the entry point it came through: run() before any rank starts,
 measure() before its first size; the ranks then run it as given (Cluster.run, ranks.timed_allreduce).
 """
+import html
 import json
 import os
 import shutil
@@ -129,3 +130,58 @@ class Report:
         return "\n".join(lines)
 
     __str__ = __repr__ = text
+
+    def _repr_html_(self):
+        """nccl-tests' columns as an HTML table that fits a notebook (print(report) gives nccl-tests' own text)."""
+        d, esc = self.data, html.escape
+        where = f"on {d['device']}" if d["transport"] == "rdma" else "(loopback sockets)"
+        head = ("<tr><th colspan=3></th><th colspan=4>out-of-place</th><th colspan=4>in-place</th></tr>"
+                "<tr><th>size (B)</th><th>count</th><th>type</th>"
+                + "<th>time (us)</th><th>algbw (GB/s)</th><th>busbw (GB/s)</th><th>#wrong</th>" * 2 + "</tr>")
+        body = "".join(
+            f"<tr><td>{row['size']:,}</td><td>{row['count']:,}</td><td>{NCCL_TYPE[row['type']]}</td>"
+            + "".join(f"<td>{row[p]['time_us']:.1f}</td><td>{row[p]['algbw']:.2f}</td><td>{row[p]['busbw']:.2f}</td>"
+                      f"<td>{row[p]['wrong']}</td>" for p in ("out", "in")) + "</tr>" for row in d["rows"])
+        wrong = sum(row[p]["wrong"] for row in d["rows"] for p in ("out", "in"))
+        return (f"<p><b>{d['ranks']} ranks, {esc(d['algorithm'])}, {esc(d['transport'])} {esc(where)}</b> "
+                f"(nccl-tests' columns; <code>print()</code> it for their text)</p>"
+                f"<table style='font-size:0.9em'>{head}{body}</table>"
+                f"<p>Out of bounds values: {wrong} {'OK' if wrong == 0 else 'FAILED'}; "
+                f"avg bus bandwidth {self.avg_busbw():.4f} GB/s</p>")
+
+
+class _Shown:
+    """Text that shows as HTML in a notebook and as itself elsewhere."""
+
+    def __init__(self, text, html_text):
+        self.text, self.html_text = text, html_text
+
+    def __repr__(self):
+        return self.text
+
+    def _repr_html_(self):
+        return self.html_text
+
+
+def busbw_table(ring, tcp, mpi):
+    """In-place busbw per size of the ring over RDMA, the ring over TCP and MPI_Allreduce, side by side."""
+    rows = [(r["size"], r["in"]["busbw"], t["in"]["busbw"], m["busbw"])
+            for r, t, m in zip(ring.data["rows"], tcp.data["rows"], mpi["rows"])]
+    text = "\n".join([f"{'size':>10} {'ring RDMA busbw':>16} {'ring TCP busbw':>15} {'MPI (shm) busbw':>16}  (GB/s)"]
+                     + [f"{s:>10} {a:>16.2f} {b:>15.2f} {c:>16.2f}" for s, a, b, c in rows])
+    body = "".join(f"<tr><td>{s:,}</td><td>{a:.2f}</td><td>{b:.2f}</td><td>{c:.2f}</td></tr>" for s, a, b, c in rows)
+    return _Shown(text, "<table><tr><th>size (B)</th><th>ring over RDMA</th><th>ring over TCP</th>"
+                        f"<th>MPI_Allreduce (shared memory)</th></tr>{body}</table><p>in-place busbw, GB/s</p>")
+
+
+def ranks_per_cpu_note(ranks, cpus=None):
+    """What to make of AllReduce times when the ranks outnumber the CPUs ('' when they do not)."""
+    from rdmalab.proc.cpus import usable_cpus
+    cpus = usable_cpus() if cpus is None else cpus
+    if ranks <= cpus:
+        return _Shown("", "")
+    text = (f"{ranks} ranks on {cpus:g} usable CPUs take turns: at each step a rank may wait for another to give up "
+            f"its CPU, a wait of the scheduler's, not of the transport. At small sizes that wait is most of the time, "
+            f"so which algorithm or transport wins there can change from run to run; the largest size shows the "
+            f"transport. To see it at every size: fewer ranks (RANKS = {max(int(cpus), 2)}), or close other work.")
+    return _Shown(text, f"<p style='border-left:4px solid #9a6700;padding-left:8px'>{html.escape(text)}</p>")

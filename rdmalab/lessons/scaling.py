@@ -17,6 +17,7 @@ import time
 
 from rdmalab.allreduce import model
 from rdmalab.lessons import evidence
+from rdmalab.lessons.live import status_line
 from rdmalab.lessons.nccl import Table
 from rdmalab.lessons.series import number
 from rdmalab.proc.cpus import usable_cpus
@@ -40,16 +41,6 @@ class View:
 
     def __repr__(self):
         return "\n".join(str(p) for p in self.parts)
-
-
-def _status():
-    """A live status line under the running cell: say(text) replaces it. Outside a notebook, say = print."""
-    from IPython import get_ipython
-    if get_ipython() is None:
-        return print
-    from IPython.display import display
-    handle = display(View("..."), display_id=True)
-    return lambda text: handle.update(View(text))
 
 
 def _show(fig):
@@ -117,7 +108,7 @@ def fit_two_ranks(sizes, quick, attempts=3):
     and then no fit has a positive beta: this measures again with twice the rounds, and at the last attempt
     fits the fastest round of each size (the least disturbed one). Returns (costs, held-out rows, {n: s})."""
     gamma, rounds, iters = 1 / model.reduction_rate(), 3 if quick else 5, 3 if quick else 10
-    say = _status()
+    say = status_line()
     with _ranks_on_one_cpu(2, sizes, say) as (cluster, cpus):
         for attempt in range(1, attempts + 1):
             medians, every = _measure(cluster, sizes, rounds, iters, say, "2 ranks")
@@ -151,7 +142,7 @@ def show_fit(costs, held):
 
 def four_ranks(sizes, quick):
     """({bytes: seconds}, CPUs shared) of the ring on 4 ranks on one CPU, medians of rounds."""
-    say = _status()
+    say = status_line()
     with _ranks_on_one_cpu(4, sizes, say) as (cluster, cpus):
         times, _ = _measure(cluster, sizes, 3 if quick else 5, 3 if quick else 10, say, "4 ranks")
     say(f"4 ranks on one CPU: {len(sizes)} sizes measured")
