@@ -38,7 +38,10 @@ ROOTFS_KEY=$( { echo "$SUITE $GUEST_PACKAGES"; cat "$HERE/requirements-guest.txt
 # rdma-core's own tests (tests/rdmacore) need the pyverbs of their version: built from PyPI's sdist
 RDMA_CORE_VERSION=${RDMALAB_RDMA_CORE_VERSION:-59.0}
 RDMA_CORE_KEY=$( { echo "$ROOTFS_KEY $RDMA_CORE_VERSION"; cat "$HERE/build-rdma-core.sh"; } | sha256sum | cut -c1-16)
-GUEST_KEY=$( { echo "$ROOTFS_KEY $RDMA_CORE_KEY $MODULES"; cat "$HERE/init"; } | sha256sum | cut -c1-16)
+# and an older release's, whose tests still use pyverbs <= 58's enum modules (PyPI keeps 57.0's sdist)
+OLDER_RDMA_CORE_VERSION=${RDMALAB_OLDER_RDMA_CORE_VERSION:-57.0}
+OLDER_RDMA_CORE_KEY=$( { echo "$ROOTFS_KEY $OLDER_RDMA_CORE_VERSION"; cat "$HERE/build-rdma-core.sh"; } | sha256sum | cut -c1-16)
+GUEST_KEY=$( { echo "$ROOTFS_KEY $RDMA_CORE_KEY $OLDER_RDMA_CORE_KEY $MODULES"; cat "$HERE/init"; } | sha256sum | cut -c1-16)
 
 build_needed() { [ "$(cat "$W/kernel/.key" 2>/dev/null)" != done ] || [ "$(cat "$W/guest.key" 2>/dev/null)" != "$GUEST_KEY" ]; }
 
@@ -105,20 +108,24 @@ if [ "$(cat "$R/.key" 2>/dev/null)" != "$ROOTFS_KEY" ]; then
   echo "$ROOTFS_KEY" > "$R/.key"
 fi
 
-# 2b. rdma-core $RDMA_CORE_VERSION (libibverbs, librdmacm, providers, pyverbs) in /opt/rdma-core, and its tests/
-#     in /opt/rdma-core/tests: built natively in the chroot (about 3 minutes), for tests/rdmacore
-if [ "$(cat "$R/.rdma-core.key" 2>/dev/null)" != "$RDMA_CORE_KEY" ]; then
-  say "building rdma-core $RDMA_CORE_VERSION's pyverbs in the guest (about 3 minutes)"
-  src=$(RDMALAB_RDMA_CORE_VERSION=$RDMA_CORE_VERSION "${PYTHON:-python3}" "$PROJECT/tests/rdmacore/fetch.py" --source) ||
-    fail "could not fetch rdma-core $RDMA_CORE_VERSION from PyPI (pip download pyverbs==$RDMA_CORE_VERSION)"
-  rm -rf "$R/opt/rdma-core"
+# 2b. rdma-core (libibverbs, librdmacm, providers, pyverbs) and its tests/, built natively in the chroot
+#     (about 3 minutes each), for tests/rdmacore: $RDMA_CORE_VERSION in /opt/rdma-core, and the older
+#     $OLDER_RDMA_CORE_VERSION in /opt/rdma-core-older
+build_rdma_core() {   # VERSION PREFIX KEY-FILE KEY
+  [ "$(cat "$R/$3" 2>/dev/null)" = "$4" ] && return 0
+  say "building rdma-core $1's pyverbs in the guest (about 3 minutes)"
+  src=$(RDMALAB_RDMA_CORE_VERSION=$1 "${PYTHON:-python3}" "$PROJECT/tests/rdmacore/fetch.py" --source) ||
+    fail "could not fetch rdma-core $1 from PyPI (pip download pyverbs==$1)"
+  rm -rf "$R$2"
   start=$(date +%s)
-  sh "$HERE/build-rdma-core.sh" "$R" "$src" /opt/rdma-core > "$W/rdma-core.log" 2>&1 ||
-    { tail -15 "$W/rdma-core.log" >&2; fail "building rdma-core in the guest failed (log: $W/rdma-core.log)"; }
-  cp -a "$src/tests" "$R/opt/rdma-core/tests"; echo "$RDMA_CORE_VERSION" > "$R/opt/rdma-core/VERSION"
-  say "$(tail -1 "$W/rdma-core.log") ($(( $(date +%s) - start )) s in all)"
-  echo "$RDMA_CORE_KEY" > "$R/.rdma-core.key"
-fi
+  sh "$HERE/build-rdma-core.sh" "$R" "$src" "$2" > "$W/rdma-core-$1.log" 2>&1 ||
+    { tail -15 "$W/rdma-core-$1.log" >&2; fail "building rdma-core $1 in the guest failed (log: $W/rdma-core-$1.log)"; }
+  cp -a "$src/tests" "$R$2/tests"; echo "$1" > "$R$2/VERSION"
+  say "$(tail -1 "$W/rdma-core-$1.log") ($(( $(date +%s) - start )) s in all)"
+  echo "$4" > "$R/$3"
+}
+build_rdma_core "$RDMA_CORE_VERSION" /opt/rdma-core .rdma-core.key "$RDMA_CORE_KEY"
+build_rdma_core "$OLDER_RDMA_CORE_VERSION" /opt/rdma-core-older .rdma-core-older.key "$OLDER_RDMA_CORE_KEY"
 
 # 3. Kernel modules and /init, packed as an uncompressed initramfs (fastest to unpack under TCG) --
 if [ "$(cat "$W/guest.key" 2>/dev/null)" != "$GUEST_KEY" ]; then
@@ -131,7 +138,7 @@ if [ "$(cat "$W/guest.key" 2>/dev/null)" != "$GUEST_KEY" ]; then
   cp "$W/kernel/lib/modules/$KVER"/modules.{order,builtin,builtin.modinfo} "$R/lib/modules/$KVER/"
   depmod -b "$R" "$KVER"
   install -m 755 "$HERE/init" "$R/init"
-  (cd "$R" && find . \( -path ./.key -o -path ./.rdma-core.key \) -prune -o -print0 | cpio --null -o -H newc --quiet) > "$W/guest.cpio.new"
+  (cd "$R" && find . \( -path ./.key -o -path './.rdma-core*.key' \) -prune -o -print0 | cpio --null -o -H newc --quiet) > "$W/guest.cpio.new"
   mv "$W/guest.cpio.new" "$W/guest.cpio"
   echo "$GUEST_KEY" > "$W/guest.key"
 fi
