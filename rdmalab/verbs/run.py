@@ -63,6 +63,13 @@ def install():
         sys.modules[f"pyverbs.{name}"] = importlib.import_module(f"{SOFT}.{name}")
 
 
+def uninstall():
+    """Undo install(): `pyverbs` is the installed one again, if any (tests that install for a while)."""
+    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _SoftPyverbs)]
+    for name in [n for n in sys.modules if n == "pyverbs" or n.startswith("pyverbs.")]:
+        del sys.modules[name]
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help"):

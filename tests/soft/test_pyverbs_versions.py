@@ -14,7 +14,8 @@ from rdmalab.verbs.soft import addr, qp, wr
 def pyverbs():
     run.install()
     import pyverbs
-    return pyverbs
+    yield pyverbs
+    run.uninstall()   # (later tests of this session must see the pyverbs this machine has, if any)
 
 
 def test_the_enum_modules_up_to_58_are_int_enums_with_flat_names(pyverbs):
