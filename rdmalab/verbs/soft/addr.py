@@ -1,5 +1,6 @@
 """Addresses: GID, GlobalRoute and AHAttr, as pyverbs.addr has them."""
 from .pyverbs_error import PyverbsUserError
+from .utils import field_lines
 
 
 def _gid_words(val):
@@ -44,6 +45,11 @@ class GlobalRoute:
         self.hop_limit = hop_limit
         self.traffic_class = traffic_class
 
+    def __str__(self):
+        return field_lines((("DGID", str(self.dgid)), ("flow label", self.flow_label),
+                            ("sgid index", self.sgid_index), ("hop limit", self.hop_limit),
+                            ("traffic class", self.traffic_class)))
+
 
 class AHAttr:
     """An address vector. On RoCE (Ethernet link layer) it must be global: is_global=1 and a gr."""
@@ -73,6 +79,24 @@ class AHAttr:
     flow_label = _grh_field("flow_label", "the GRH's flow label")
     traffic_class = _grh_field("traffic_class", "the GRH's traffic class (DSCP and ECN on RoCE v2)")
     del _grh_field
+
+    def __str__(self):
+        return ah_attr_lines(self, indent="  ")
+
+
+def ah_attr_lines(ah, indent, grh_indent=None, port_twice=False):
+    """An AHAttr's lines as pyverbs prints them, alone (AHAttr.__str__) or inside a QPAttr's printout,
+    which indents the GRH's lines further and names the port twice (`port_twice`), as pyverbs does."""
+    rows = [("port num", ah.port_num), ("sl", ah.sl), ("source path bits", ah.src_path_bits), ("dlid", ah.dlid)]
+    rows += [("port num", ah.port_num)] if port_twice else []
+    rows += [("static rate", ah.static_rate), ("is global", ah.is_global)]
+    text = field_lines(rows, indent=indent)
+    if ah.is_global:
+        gr = ah.gr
+        text += field_lines((("dgid", str(gr.dgid)), ("flow label", gr.flow_label), ("sgid index", gr.sgid_index),
+                             ("hop limit", gr.hop_limit), ("traffic_class", gr.traffic_class)),
+                            indent=indent if grh_indent is None else grh_indent)
+    return text
 
 
 from .base import Resource  # noqa: E402

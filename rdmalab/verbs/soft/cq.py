@@ -21,6 +21,8 @@ from .layout import C_ALIVE, C_ARMED, C_CHANNEL, C_EVENTS, W_SLEEPERS
 from .base import Record, Resource
 from .device import DEVICE_ATTR, Context
 from .pyverbs_error import PyverbsRDMAError, PyverbsUserError
+from .libibverbs_enums import ibv_create_cq_wc_flags
+from .utils import field_lines, flags_to_str
 
 EINTR, EBADF, EINVAL = 4, 9, 22
 NOT_ARMED, NEXT_COMPLETION, SOLICITED_ONLY = 0, 1, 2
@@ -41,8 +43,53 @@ class WC:
         self.pkey_index, self.slid, self.sl, self.dlid_path_bits = pkey_index, slid, sl, dlid_path_bits
 
     def __repr__(self):
-        return (f"WC(wr_id={self.wr_id}, status={self.status}, opcode={self.opcode}, byte_len={self.byte_len}, "
+        return (f"WC(wr_id={self.wr_id}, status={self.status} ({cqe_status_to_str(self.status)}), "
+                f"opcode={self.opcode} ({cqe_opcode_to_str(self.opcode)}), byte_len={self.byte_len}, "
                 f"qp_num={self.qp_num}, imm_data={self.imm_data}, wc_flags={self.wc_flags})")
+
+    def __str__(self):
+        return field_lines((
+            ("WR ID", self.wr_id), ("status", cqe_status_to_str(self.status)),
+            ("opcode", cqe_opcode_to_str(self.opcode)), ("vendor error", self.vendor_err),
+            ("byte length", self.byte_len), ("QP num", self.qp_num), ("source QP", self.src_qp),
+            ("WC flags", cqe_flags_to_str(self.wc_flags)), ("pkey index", self.pkey_index), ("slid", self.slid),
+            ("sl", self.sl), ("imm_data", self.imm_data), ("dlid path bits", self.dlid_path_bits)))
+
+
+# pyverbs.cq's names for a completion's status, opcode and flags (ibv_wc_status, ibv_wc_opcode, ibv_wc_flags)
+CQE_STATUS_NAMES = dict(enumerate((
+    "success", "local length error", "local QP op error", "local EEC op error", "local protection error",
+    "WR flush error", "memory window bind error", "bad response error", "local access error",
+    "remote invalidate request error", "remote access error", "remote op error", "retry exceeded error",
+    "RNR retry exceeded", "local RDD violation error", "remote invalidate RD request error", "remote abort error",
+    "invalidate EECN error", "invalidate EEC state error", "WC fatal error", "response timeout error",
+    "general error")))
+CQE_OPCODE_NAMES = {
+    0x0: "Send", 0x1: "RDMA write", 0x2: "RDMA read", 0x3: "Compare and swap", 0x4: "Fetch and add",
+    0x5: "Bind Memory window", 0x6: "Local invalidate", 0x7: "TSO", 0x80: "Receive",
+    0x81: "Receive RDMA with immediate", 0x82: "Tag matching - add", 0x83: "Tag matching - delete",
+    0x84: "Tag matching - sync", 0x85: "Tag matching - receive", 0x86: "Tag matching - no tag", 0x87: "Driver WR"}
+CQE_FLAG_NAMES = {1: "GRH", 2: "With immediate", 4: "IP csum OK", 8: "With invalidate", 16: "TM sync request",
+                  32: "TM match", 64: "TM data valid"}
+CREATE_WC_FLAG_NAMES = {int(flag): name for name, flag in ibv_create_cq_wc_flags.__members__.items()
+                        if name != "IBV_WC_EX_WITH_TM_INFO"}   # (pyverbs names all but this one)
+
+
+def cqe_status_to_str(status):
+    """A completion's status in words: 10 (IBV_WC_REM_ACCESS_ERR) is "remote access error"."""
+    return CQE_STATUS_NAMES.get(status, "Unknown CQE status")
+
+
+def cqe_opcode_to_str(opcode):
+    return CQE_OPCODE_NAMES.get(opcode, f"Unknown CQE opcode {opcode}")
+
+
+def cqe_flags_to_str(flags):
+    return flags_to_str(flags, CQE_FLAG_NAMES)
+
+
+def create_wc_flags_to_str(flags):
+    return flags_to_str(flags, CREATE_WC_FLAG_NAMES)
 
 
 def new_wc(wr_id, status, opcode, byte_len, qp_num, imm_data, wc_flags, src_qp=0, _new=object.__new__):
@@ -307,7 +354,7 @@ class CQ(Resource):
         self._segment.close()
 
     def __str__(self):
-        return "CQ\n" + "{:22}: {:<20}\n".format("Handle", self.number) + "{:22}: {:<20}\n".format("CQEs", self.cqe)
+        return "CQ\n" + field_lines((("Handle", self.number), ("CQEs", self.cqe)))
 
 
 class _PollerBell:
@@ -340,6 +387,10 @@ class CqInitAttrEx(Record):
     @comp_channel.setter
     def comp_channel(self, channel):
         self.channel = channel
+
+    def __str__(self):
+        return field_lines((("Number of CQEs", self.cqe), ("WC flags", create_wc_flags_to_str(self.wc_flags)),
+                            ("comp mask", self.comp_mask), ("flags", self.flags)))
 
 
 class PollCqAttr(Record):

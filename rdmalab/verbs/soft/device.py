@@ -13,6 +13,7 @@ from .constants import (IBV_ATOMIC_HCA, IBV_DEVICE_MEM_WINDOW, IBV_DEVICE_MEM_WI
                                IBV_LINK_LAYER_ETHERNET, IBV_MTU_256, IBV_MTU_1024, IBV_MTU_4096,
                                IBV_NODE_CA, IBV_PORT_ACTIVE, IBV_TRANSPORT_IB)
 from .pyverbs_error import PyverbsRDMAError, PyverbsUserError
+from .utils import be64toh, field_lines, gid_str
 from . import link as _link
 
 DEVICE_NAME = "soft0"
@@ -33,7 +34,8 @@ class Device:
             name, guid, node_type, transport_type, index
 
     def __str__(self):
-        return f"Device {self.name.decode()}, node type CA, transport type IB, guid {self.guid:016x}, index {self.index}"
+        return (f"Device {self.name.decode()}, node type {translate_node_type(self.node_type)}, transport type "
+                f"{translate_transport_type(self.transport_type)}, guid {guid_to_hex(self.guid)}, index {self.index}")
 
 
 def get_device_list():
@@ -51,22 +53,55 @@ class _Attrs:
 
 
 class DeviceAttr(_Attrs):
-    pass
+    def __str__(self):
+        return field_lines((
+            ("FW version", self.fw_version), ("Node guid", guid_format(self.node_guid)),
+            ("Sys image GUID", guid_format(self.sys_image_guid)), ("Max MR size", hex(self.max_mr_size)),
+            ("Page size cap", hex(self.page_size_cap)), ("Vendor ID", hex(self.vendor_id)),
+            ("Vendor part ID", self.vendor_part_id), ("HW version", self.hw_ver), ("Max QP", self.max_qp),
+            ("Max QP WR", self.max_qp_wr), ("Device cap flags", translate_device_caps(self.device_cap_flags)),
+            ("Max SGE", self.max_sge), ("Max SGE RD", self.max_sge_rd), ("MAX CQ", self.max_cq),
+            ("Max CQE", self.max_cqe), ("Max MR", self.max_mr), ("Max PD", self.max_pd),
+            ("Max QP RD atom", self.max_qp_rd_atom), ("Max EE RD atom", self.max_ee_rd_atom),
+            ("Max res RD atom", self.max_res_rd_atom), ("Max QP init RD atom", self.max_qp_init_rd_atom),
+            ("Max EE init RD atom", self.max_ee_init_rd_atom), ("Atomic caps", self.atomic_caps),
+            ("Max EE", self.max_ee), ("Max RDD", self.max_rdd), ("Max MW", self.max_mw),
+            ("Max raw IPv6 QPs", self.max_raw_ipv6_qps), ("Max raw ethy QP", self.max_raw_ethy_qp),
+            ("Max mcast group", self.max_mcast_grp), ("Max mcast QP attach", self.max_mcast_qp_attach),
+            ("Max AH", self.max_ah), ("Max FMR", self.max_fmr), ("Max map per FMR", self.max_map_per_fmr),
+            ("Max SRQ", self.max_srq), ("Max SRQ WR", self.max_srq_wr), ("Max SRQ SGE", self.max_srq_sge),
+            ("Max PKeys", self.max_pkeys), ("local CA ack delay", self.local_ca_ack_delay),
+            ("Phys port count", self.phys_port_cnt)))
 
 
 class PortAttr(_Attrs):
-    pass
+    def __str__(self):
+        return field_lines((
+            ("Port state", port_state_to_str(self.state)), ("Max MTU", translate_mtu(self.max_mtu)),
+            ("Active MTU", translate_mtu(self.active_mtu)), ("SM lid", self.sm_lid), ("Port lid", self.lid),
+            ("lmc", hex(self.lmc)), ("Link layer", translate_link_layer(self.link_layer)),
+            ("Max message size", hex(self.max_msg_sz)),
+            ("Port cap flags", translate_port_cap_flags(self.port_cap_flags)),
+            ("Port cap flags 2", translate_port_cap_flags2(self.port_cap_flags2)), ("max VL num", self.max_vl_num),
+            ("Bad Pkey counter", self.bad_pkey_cntr), ("Qkey violations counter", self.qkey_viol_cntr),
+            ("GID table len", self.gid_tbl_len), ("Pkey table len", self.pkey_tbl_len), ("SM sl", self.sm_sl),
+            ("Subnet timeout", self.subnet_timeout), ("Init type reply", self.init_type_reply),
+            ("Active width", width_to_str(self.active_width)),
+            ("Active speed", speed_to_str(self.active_speed, self.active_speed_ex)),
+            ("Phys state", phys_state_to_str(self.phys_state)), ("Flags", self.flags)), width=24)
 
 
 # of rxe's device_cap_flags, those soft0 has: resizable SRQs, memory windows of type 1 and 2B
 CAP_FLAGS = IBV_DEVICE_SRQ_RESIZE | IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B
+# node_guid and sys_image_guid are ibv_device_attr's __be64 fields, read as pyverbs reads them (in host order:
+# on x86 the GUID's bytes reversed), so that guid_format() shows them as 0002:c9ff:fe5a:b000, as for rxe0
 DEVICE_ATTR = dict(
-    fw_version="0.1.0 (rdmalab emulated NIC)", node_guid=NODE_GUID, sys_image_guid=NODE_GUID,
+    fw_version="0.1.0 (rdmalab emulated NIC)", node_guid=be64toh(NODE_GUID), sys_image_guid=be64toh(NODE_GUID),
     max_mr_size=(1 << 64) - 1, page_size_cap=0xFFFFF000, vendor_id=0xFFFFFF, vendor_part_id=0, hw_ver=0,
     max_qp=65536, max_qp_wr=16384, device_cap_flags=CAP_FLAGS, max_sge=32, max_sge_rd=32, max_cq=65536,
     max_cqe=32767, max_mr=65536, max_pd=65536, max_qp_rd_atom=128, max_ee_rd_atom=0,
     max_res_rd_atom=258048, max_qp_init_rd_atom=128, max_ee_init_rd_atom=0, atomic_caps=IBV_ATOMIC_HCA,
-    max_ee=0, max_rdd=0, max_mw=0x7FFFF, max_raw_ipv6_qp=0, max_raw_ethy_qp=0, max_mcast_grp=8192,
+    max_ee=0, max_rdd=0, max_mw=0x7FFFF, max_raw_ipv6_qps=0, max_raw_ethy_qp=0, max_mcast_grp=8192,
     max_mcast_qp_attach=56, max_total_mcast_qp_attach=0x70000, max_ah=65536, max_fmr=0, max_map_per_fmr=0,
     max_srq=917503, max_srq_wr=1 << 20, max_srq_sge=27, max_pkeys=1, local_ca_ack_delay=15, phys_port_cnt=1)
 
@@ -211,6 +246,8 @@ class Context(Resource):
 import struct  # noqa: E402
 
 from .base import Record, absent, not_supported  # noqa: E402
+from . import libibverbs_enums as _enums  # noqa: E402
+from .libibverbs_enums import ibv_device_cap_flags, ibv_port_cap_flags2  # noqa: E402
 
 DM = absent("DM", "Device memory (ibv_alloc_dm)", rxe_has=False)
 
@@ -249,8 +286,12 @@ class GIDEntry(Record):
         return cls(prefix, interface, index, 1, 2, 0)
 
     def gid_str(self):
-        h = struct.pack("=QQ", self.gid_subnet_prefix, self.gid_interface_id).hex()
-        return ":".join(h[i:i + 4] for i in range(0, 32, 4))
+        return gid_str(self.gid_subnet_prefix, self.gid_interface_id)
+
+    def __str__(self):
+        return field_lines((("GID", self.gid_str()), ("GID Index", self.gid_index), ("Port number", self.port_num),
+                            ("GID type", translate_gid_type(self.gid_type)), ("Ndev ifindex", self.ndev_ifindex)),
+                           width=24)
 
 
 class OdpCaps(Record):
@@ -316,7 +357,8 @@ def guid_to_hex(node_guid):
 
 
 def guid_format(num):
-    h = f"{struct.unpack('<Q', struct.pack('>Q', num))[0]:016x}"
+    """A __be64 GUID as pyverbs reads it (host order), shown in 4 groups of 4 hex digits."""
+    h = f"{be64toh(num):016x}"
     return ":".join(h[i:i + 4] for i in range(0, 16, 4))
 
 
@@ -346,3 +388,31 @@ def speed_to_str(active_speed, active_speed_ex=0):
     speed = active_speed_ex or active_speed
     return _named({0: "0.0 Gbps", 1: "2.5 Gbps", 2: "5.0 Gbps", 4: "5.0 Gbps", 8: "10.0 Gbps", 16: "14.0 Gbps",
                    32: "25.0 Gbps", 64: "50.0 Gbps", 128: "100.0 Gbps", 256: "200.0 Gbps"}, speed, "Invalid speed")
+
+
+def str_from_flags(flags, names):
+    """The names of the bits set in `flags`, a line each, indented by 2, as pyverbs.device lists them."""
+    return "\n  " + "".join(name + "\n  " for bit, name in names.items() if flags & bit)
+
+
+DEVICE_CAP_NAMES = {int(flag): name for name, flag in ibv_device_cap_flags.__members__.items()}
+PORT_CAP_NAMES = {int(getattr(_enums, name)): name for name in (
+    "IBV_PORT_SM IBV_PORT_NOTICE_SUP IBV_PORT_TRAP_SUP IBV_PORT_OPT_IPD_SUP IBV_PORT_AUTO_MIGR_SUP "
+    "IBV_PORT_SL_MAP_SUP IBV_PORT_MKEY_NVRAM IBV_PORT_PKEY_NVRAM IBV_PORT_LED_INFO_SUP "
+    "IBV_PORT_SYS_IMAGE_GUID_SUP IBV_PORT_PKEY_SW_EXT_PORT_TRAP_SUP IBV_PORT_EXTENDED_SPEEDS_SUP "
+    "IBV_PORT_CAP_MASK2_SUP IBV_PORT_CM_SUP IBV_PORT_SNMP_TUNNEL_SUP IBV_PORT_REINIT_SUP IBV_PORT_DEVICE_MGMT_SUP "
+    "IBV_PORT_VENDOR_CLASS_SUP IBV_PORT_DR_NOTICE_SUP IBV_PORT_CAP_MASK_NOTICE_SUP IBV_PORT_BOOT_MGMT_SUP "
+    "IBV_PORT_LINK_LATENCY_SUP IBV_PORT_CLIENT_REG_SUP IBV_PORT_IP_BASED_GIDS").split()}
+PORT_CAP2_NAMES = {int(flag): name for name, flag in ibv_port_cap_flags2.__members__.items()}
+
+
+def translate_device_caps(flags):
+    return str_from_flags(flags, DEVICE_CAP_NAMES)
+
+
+def translate_port_cap_flags(flags):
+    return str_from_flags(flags, PORT_CAP_NAMES)
+
+
+def translate_port_cap_flags2(flags):
+    return str_from_flags(flags, PORT_CAP2_NAMES)

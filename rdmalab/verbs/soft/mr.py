@@ -25,6 +25,7 @@ from .constants import (IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_MW_BIND, IBV_ACCESS_R
                                IBV_ACCESS_REMOTE_WRITE, IBV_ACCESS_ZERO_BASED, IBV_MW_TYPE_1, IBV_MW_TYPE_2)
 from .pd import PD
 from .pyverbs_error import PyverbsRDMAError, PyverbsUserError
+from .utils import field_lines
 
 REMOTE_ACCESS = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC
 # access bits 8-19 (FLUSH_GLOBAL, FLUSH_PERSISTENT, ...) came after Linux 6.1, whose kernel refuses them
@@ -74,6 +75,10 @@ class MR(Resource):
     def handle(self):
         """The MR's handle (the kernel's number for it, which ibv_import_mr takes): soft0's key serves."""
         return self.lkey
+
+    def __str__(self):
+        return "MR:\n" + field_lines((("lkey", self.lkey), ("rkey", self.rkey), ("length", self.length),
+                                      ("buf", self.buf), ("handle", self.handle)))
 
     def write(self, data, length, offset=0):
         """Copy `length` bytes of `data` into the buffer at `offset`."""
@@ -139,12 +144,19 @@ class MWBindInfo:
     def __init__(self, mr, addr, length, mw_access_flags):
         self.mr, self.addr, self.length, self.mw_access_flags = mr, addr, length, mw_access_flags
 
+    def __str__(self):
+        return "MWBindInfo:\n" + field_lines((("Addr", self.addr), ("Length", self.length),
+                                              ("MW access flags", self.mw_access_flags)))
+
 
 class MWBind:
     """ibv_mw_bind: a bind_mw() request."""
 
     def __init__(self, info, send_flags, wr_id=0):
         self.bind_info, self.send_flags, self.wr_id = info, send_flags, wr_id
+
+    def __str__(self):
+        return "MWBind:\n" + field_lines((("WR id", self.wr_id), ("Send flags", self.send_flags)))
 
 
 class MW(Resource):
@@ -204,9 +216,11 @@ class MW(Resource):
         self._reservation.close()
 
     def __str__(self):
-        f = "{:22}: {:<20}\n"
-        return "MW:\n" + f.format("Rkey", self.rkey) + f.format("Handle", self.handle) + \
-            f.format("MW Type", {IBV_MW_TYPE_1: "IBV_MW_TYPE_1", IBV_MW_TYPE_2: "IBV_MW_TYPE_2"}[self.type])
+        return "MW:\n" + field_lines((("Rkey", self.rkey), ("Handle", self.handle), ("MW Type", mwtype2str(self.type))))
+
+
+def mwtype2str(mw_type):
+    return {IBV_MW_TYPE_1: "IBV_MW_TYPE_1", IBV_MW_TYPE_2: "IBV_MW_TYPE_2"}.get(mw_type, f"Unknown MW type ({mw_type})")
 
 
 class Window:

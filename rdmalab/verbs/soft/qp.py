@@ -13,7 +13,7 @@ with errno 22 and changes nothing.
 import random
 
 from . import datagram, link, requester, responder, shm
-from .addr import AHAttr
+from .addr import AHAttr, ah_attr_lines
 from .base import Record, Resource, not_supported
 from .cq import CQ
 from .device import DEVICE_ATTR, GIDS, GID_TABLE_LEN, PORT_ATTR, active_mtu
@@ -39,10 +39,11 @@ from .layout import (Q_ACCESS, Q_ALIVE, Q_EXPECTED_PSN, Q_MAX_DEST_RD_ATOMIC, Q_
 from .pd import PD
 from .pyverbs_error import PyverbsRDMAError, PyverbsUserError
 from .srq import SRQ
+from .utils import (access_flags_to_str, field_lines, flags_to_str, mig_state_to_str, mtu_to_str, qp_state_to_str,
+                    qp_type_to_str)
 from .wr import SendWR, c_uint32, fill_from
 
 EPERM, EINVAL, ENOMEM, ENODATA, EOPNOTSUPP = 1, 22, 12, 61, 95
-STATE_NAMES = {0: "RESET", 1: "INIT", 2: "RTR", 3: "RTS", 4: "SQD", 5: "SQE", 6: "ERR"}
 
 # (current, next) -> (attributes that must be in the mask, attributes that may be)
 _TO_INIT_OPTIONAL = PKEY_INDEX | PORT | ACCESS_FLAGS
@@ -75,7 +76,6 @@ UD_TRANSITIONS.update({
     (RTS, RTS): (0, CUR_STATE | QKEY),
 })
 TRANSITIONS_OF = {IBV_QPT_RC: TRANSITIONS, IBV_QPT_UC: UC_TRANSITIONS, IBV_QPT_UD: UD_TRANSITIONS}
-TYPE_NAMES = {IBV_QPT_RC: "RC", IBV_QPT_UC: "UC", IBV_QPT_UD: "UD"}
 
 
 # Where modify() keeps each attribute it is given (mask bit, QPAttr field, where, under which name):
@@ -114,6 +114,18 @@ class QPCap:
         self.max_send_sge, self.max_recv_sge = c_uint32(max_send_sge), c_uint32(max_recv_sge)
         self.max_inline_data = c_uint32(max_inline_data)
 
+    def __str__(self):
+        return field_lines((("max send wrs", self.max_send_wr), ("max recv wrs", self.max_recv_wr),
+                            ("max send sges", self.max_send_sge), ("max recv sges", self.max_recv_sge),
+                            ("max inline data", self.max_inline_data)), width=20)
+
+
+def _caps_lines(cap, width, indent):
+    """The "QP caps:" part of a QPInitAttr's or QPAttr's printout."""
+    return "QP caps:\n" + field_lines((
+        ("max send WR", cap.max_send_wr), ("max recv WR", cap.max_recv_wr), ("max send SGE", cap.max_send_sge),
+        ("max recv SGE", cap.max_recv_sge), ("max inline data", cap.max_inline_data)), width=width, indent=indent)
+
 
 class QPInitAttr:
     __slots__ = ("qp_type", "qp_context", "send_cq", "recv_cq", "srq", "cap", "sq_sig_all")
@@ -137,6 +149,10 @@ class QPInitAttr:
         else:
             super().__setattr__(name, value)
 
+    def __str__(self):
+        return field_lines((("QP type", qp_type_to_str(self.qp_type)), ("SQ sig. all", self.sq_sig_all)), width=20) \
+            + _caps_lines(self.cap, 20, "    ")
+
 
 class QPAttr:
     """Attributes for modify(); fields not named in the mask are ignored, as in ibv_modify_qp."""
@@ -155,6 +171,22 @@ class QPAttr:
         self.ah_attr = AHAttr()
         self.alt_ah_attr = AHAttr()
         self.cap = QPCap(0, 0, 0, 0, 0)
+
+    def __str__(self):
+        return field_lines((
+            ("QP state", qp_state_to_str(self.qp_state)), ("QP current state", qp_state_to_str(self.cur_qp_state)),
+            ("Path MTU", mtu_to_str(self.path_mtu)), ("Path mig. state", mig_state_to_str(self.path_mig_state)),
+            ("QKey", self.qkey), ("RQ PSN", self.rq_psn), ("SQ PSN", self.sq_psn), ("Dest QP number", self.dest_qp_num),
+            ("QP access flags", access_flags_to_str(self.qp_access_flags)))) + _caps_lines(self.cap, 22, "  ") + \
+            "AH Attr:\n" + ah_attr_lines(self.ah_attr, "  ", "    ", port_twice=True) + \
+            "Alt. AH Attr:\n" + ah_attr_lines(self.alt_ah_attr, "  ", "    ", port_twice=True) + field_lines((
+                ("PKey index", self.pkey_index), ("Alt. PKey index", self.alt_pkey_index),
+                ("En. SQD async notify", self.en_sqd_async_notify), ("SQ draining", self.sq_draining),
+                ("Max RD atomic", self.max_rd_atomic), ("Max dest. RD atomic", self.max_dest_rd_atomic),
+                ("Min RNR timer", self.min_rnr_timer), ("Port number", self.port_num), ("Timeout", self.timeout),
+                ("Retry counter", self.retry_cnt), ("RNR retry", self.rnr_retry),
+                ("Alt. port number", self.alt_port_num), ("Alt. timeout", self.alt_timeout),
+                ("Rate limit", self.rate_limit)))
 
 
 def _queue_capacity(requested):
@@ -456,9 +488,8 @@ class QP(Resource):
         self._segment.close()
 
     def __str__(self):
-        f = "{:22}: {:<20}\n"
-        return f.format("QP type", TYPE_NAMES[self.qp_type]) + f.format("  number", self.qp_num) + \
-            f.format("  state", STATE_NAMES.get(self.qp_state, "?"))
+        return field_lines((("QP type", qp_type_to_str(self.qp_type)), ("  number", self.qp_num),
+                            ("  state", qp_state_to_str(self.qp_state))))
 
 
 class ECE(Record):
@@ -485,6 +516,20 @@ class QPInitAttrEx(Record):
             return getattr(self.cap, name)
         raise AttributeError(name)
 
+    def mask_to_str(self, mask):
+        return flags_to_str(mask, {1: "PD", 2: "XRCD", 4: "Create Flags", 8: "Max TSO header",
+                                   16: "Indirection Table", 32: "RX hash"})
+
+    def flags_to_str(self, flags):
+        return flags_to_str(flags, {1: "Block self mcast loopback", 2: "Scatter FCS", 4: "CVLAN stripping",
+                                    8: "Source QPN", 16: "PCI write end padding"})
+
+    def __str__(self):
+        return field_lines((("QP type", qp_type_to_str(self.qp_type)), ("SQ sig. all", self.sq_sig_all)), width=20) \
+            + _caps_lines(self.cap, 18, "  ") + field_lines((   # (pyverbs pads "  max send WR" to 20)
+                ("comp mask", self.mask_to_str(self.comp_mask)), ("create flags", self.flags_to_str(self.create_flags)),
+                ("max TSO header", self.max_tso_header), ("Source QPN", self.source_qpn)), width=20)
+
 
 
     def check_extensions(self):
@@ -496,7 +541,7 @@ class QPInitAttrEx(Record):
                                 "and SEND_OPS_FLAGS only)")
         if self.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS and self.send_ops_flags & ~SEND_OPS.get(self.qp_type, 0):
             raise not_supported(f"Failed to create QP: send_ops_flags {self.send_ops_flags:#x} on a "
-                                f"{TYPE_NAMES.get(self.qp_type, self.qp_type)} QP (rxe builds "
+                                f"{qp_type_to_str(self.qp_type)} QP (rxe builds "
                                 f"{SEND_OPS.get(self.qp_type, 0):#x} only)")
 
 

@@ -31,17 +31,30 @@ def qp_state_to_str(qp_state):
 
 
 def mtu_to_str(mtu):
-    return {1: 256, 2: 512, 3: 1024, 4: 2048, 5: 4096}.get(mtu, f"Unknown ({mtu})")
+    """The MTU in bytes (an int, as pyverbs gives it), 0 for a value no IBV_MTU_* names."""
+    return {1: 256, 2: 512, 3: 1024, 4: 2048, 5: 4096}.get(mtu, 0)
+
+
+def flags_to_str(flags, names):
+    """The names of the bits set in `flags`, in `names`' order, each followed by a space, as pyverbs
+    writes them (its cq.flags_to_str; access and send flags are named so too)."""
+    return "".join(name + " " for bit, name in names.items() if flags & bit)
 
 
 def access_flags_to_str(flags):
-    names = {1: "Local write", 2: "Remote write", 4: "Remote read", 8: "Remote atomic", 16: "MW bind",
-             32: "Zero based", 64: "On demand", 128: "Huge", 1 << 20: "Relaxed ordering"}
-    return " ".join(name for bit, name in names.items() if flags & bit)
+    return flags_to_str(flags, {1: "Local write", 2: "Remote write", 4: "Remote read", 8: "Remote atomic",
+                                16: "MW bind", 32: "Zero based", 64: "On demand"})
 
 
 def mig_state_to_str(mig):
-    return {0: "Migrated", 1: "Rearm", 2: "Armed"}.get(mig, f"Unknown ({mig})")
+    return {0: "Migrated", 1: "Re-arm", 2: "Armed"}.get(mig, f"Unknown ({mig})")
+
+
+def field_lines(rows, width=22, indent=""):
+    """An object's printout as pyverbs' __str__ methods write it: a line per (name, value), the name
+    padded to `width` and the value to 20 characters (a value with no such format, None say, raises
+    TypeError there and here)."""
+    return "".join(f"{indent}{name:{width}}: {value:<20}\n" for name, value in rows)
 
 
 def rereg_error_to_str(error):

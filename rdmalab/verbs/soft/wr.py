@@ -9,6 +9,7 @@ from operator import index
 
 from .constants import IBV_SEND_SIGNALED, IBV_WR_BIND_MW, IBV_WR_LOCAL_INV, IBV_WR_SEND, IBV_WR_SEND_WITH_INV
 from .pyverbs_error import PyverbsUserError
+from .utils import field_lines, flags_to_str
 
 
 class SGE:
@@ -24,7 +25,7 @@ class SGE:
         return ctypes.string_at(self.addr + offset, length)
 
     def __str__(self):
-        return f"{'Address':22}: {hex(self.addr):<20}\n{'Length':22}: {self.length:<20}\n{'Key':22}: {hex(self.lkey):<20}\n"
+        return field_lines((("Address", hex(self.addr)), ("Length", self.length), ("Key", hex(self.lkey))))
 
 
 def c_unsigned(value, bits, ctype):
@@ -71,6 +72,9 @@ class RecvWR(_WR):
         self._all_sges = _copy_sges(sg, num_sge) if num_sge > 0 and sg is not None else ()
         self.num_sge, self.wr_id, self.next_wr = num_sge, c_unsigned(wr_id, 64, "uint64_t"), next_wr
 
+    def __str__(self):
+        return field_lines((("WR ID", self.wr_id), ("Num SGE", self.num_sge)))
+
 
 class SendWR(_WR):
     __slots__ = ("wr_id", "opcode", "imm_data", "send_flags", "next_wr", "remote_addr", "rkey", "compare_add", "swap",
@@ -86,6 +90,13 @@ class SendWR(_WR):
         self.imm_data, self.send_flags, self.next_wr = c_unsigned(imm_data, 32, "__be32"), send_flags, next_wr
         self.remote_addr = self.rkey = self.compare_add = self.swap = self.remote_qpn = self.remote_qkey = 0
         self.ah = self.bind_mw = self.bind_info = self.mw_rkey = self.inline_data = None
+
+    def __str__(self):
+        # pyverbs' printout, bracket slip included: the Imm Data line is part of the send flags' value, so
+        # it follows them on their line, and the printout ends with an empty line
+        return field_lines((("WR ID", self.wr_id), ("Num SGE", self.num_sge), ("Opcode", int(self.opcode)),
+                            ("Send flags", send_flags_to_str(self.send_flags) +
+                             field_lines((("Imm Data", self.imm_data),)))))
 
     def set_wr_rdma(self, rkey, addr):
         """Target of RDMA WRITE/READ: the peer's rkey and an address inside its MR."""
@@ -118,6 +129,11 @@ class SendWR(_WR):
     def sg_list(self, sge):
         self._all_sges = ((sge.addr, sge.length, sge.lkey),)
         self.num_sge = 1
+
+
+def send_flags_to_str(flags):
+    return flags_to_str(flags, {1: "IBV_SEND_FENCE", 2: "IBV_SEND_SIGNALED", 4: "IBV_SEND_SOLICITED",
+                                8: "IBV_SEND_INLINE", 16: "IBV_SEND_IP_CSUM"})
 
 
 def fill_from(target, wr):
