@@ -223,6 +223,23 @@ class _Timespec(ctypes.Structure):
     _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
 
 
+_clib = None
+
+
+def nap(seconds):
+    """Sleep `seconds`, or less if a signal comes, as a blocking system call does: returns EINTR then,
+    else 0. (time.sleep goes back to sleep after a signal's handler: a wait built on it would not let
+    a signal end it, where the real call it stands for returns EINTR.)"""
+    global _clib
+    if _clib is None:
+        _clib = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else False
+    if not _clib:
+        time.sleep(seconds)
+        return 0
+    ts = _Timespec(int(seconds), int((seconds % 1) * 1e9))
+    return 0 if _clib.nanosleep(ctypes.byref(ts), None) == 0 else ctypes.get_errno()
+
+
 def futex_wait(address, expected, seconds):
     """Sleep while the 32-bit word at `address` holds `expected`, for at most `seconds`. Returns 0, or
     the errno that ended the sleep (EINTR: a signal came; EAGAIN: the word had changed already)."""

@@ -50,7 +50,7 @@ def test_a_write_wakes_a_sleeper_on_its_memory_and_makes_no_wake_call_when_none_
 
     def sleep(token, seconds):
         slept.set()
-        real_sleep(token, 5.0)   # long: only the write's wake-up (or a 5 s timeout) ends it
+        return real_sleep(token, 5.0)   # long: only the write's wake-up (or a 5 s timeout) ends it
 
     monkeypatch.setattr(dst.bell, "sleep", sleep)
     done = []
@@ -81,3 +81,31 @@ def test_a_poller_asleep_on_a_cq_is_woken_by_a_receive(loopback):
     qp.post_send(v.wr.SendWR(wr_id=1, opcode=e.IBV_WR_SEND, num_sge=1, sg=[v.wr.SGE(src.buf, 5, src.lkey)]))
     poller.join(30)
     assert {wc.wr_id for wc in got} == {1, 7} and all(wc.status == 0 for wc in got)
+
+
+def test_get_cq_event_ends_with_eintr_on_a_signal_even_when_waits_nap(loopback, monkeypatch):
+    """Where futexes do not sleep, get_cq_event naps; a signal must still end it with EINTR, as it ends the
+    real blocking read (a nap in time.sleep goes back to sleep after the handler, and waited for ever)."""
+    import signal
+    monkeypatch.setattr(waiting, "_libc", False)   # waits nap, as in a sandbox without futexes
+    ctx = loopback[3].context
+    channel = v.cq.CompChannel(ctx)
+    armed = v.cq.CQ(ctx, 4, None, channel, 0)
+    armed.req_notify()
+    calls = []
+
+    def handler(*_):   # a handler that returns, as most do; after 2 s it gives up on the wait, failing the test
+        calls.append(1)
+        if len(calls) > 40:
+            raise TimeoutError("get_cq_event slept on through 40 signals")
+    previous = signal.signal(signal.SIGALRM, handler)
+    signal.setitimer(signal.ITIMER_REAL, 0.2, 0.05)
+    try:
+        with pytest.raises(v.pyverbs_error.PyverbsRDMAError) as raised:
+            channel.get_cq_event(armed)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert raised.value.error_code == 4
+    armed.close()
+    channel.close()

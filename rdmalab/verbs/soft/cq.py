@@ -175,8 +175,9 @@ class CompChannel(Resource):
             if cq is not None:
                 break
             due = self._tend()
-            if not waiting.futex_works():
-                time.sleep(0.001)
+            if not waiting.futex_works():   # naps, which a signal ends as it ends the real blocking read
+                if waiting.nap(0.001) == EINTR:
+                    raise PyverbsRDMAError("Failed to get CQ event", EINTR)
                 continue
             token = bell.arm()
             try:
