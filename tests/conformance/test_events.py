@@ -2,6 +2,7 @@
 solicited-only arming; what get_cq_event does when no event comes (it blocks until a signal, errno 4).
 Observed on rxe0 with pyverbs 44 and matched by soft0 (tests run the same on both)."""
 import signal
+import time
 
 import pytest
 
@@ -114,6 +115,75 @@ def test_solicited_only_arming_waits_for_a_solicited_receive(make_pair, channel)
     assert next_event(channel, p.cq_a) == 4          # a send completion is never solicited
     assert [c["wr_id"] for c in poll(p.cq_a, 2)] == [1, 2]
     p.cq_b.ack_events(1)
+
+
+def test_flushed_receives_raise_an_event_even_on_a_cq_armed_for_solicited_ones(make_pair, channel):
+    """Probed on rxe0: a QP moved to ERR flushes its receives at once, and their completions raise the
+    event of a CQ armed for solicited completions only (a flush is an error, which wakes any sleeper)."""
+    p = make_pair(channel=channel)
+    for i in range(3):
+        p.b.post_recv(recv_wr(p.dst, 64, wr_id=500 + i))
+    p.cq_b.req_notify(True)
+    p.b.modify(v.qp.QPAttr(qp_state=e.IBV_QPS_ERR), e.IBV_QP_STATE)
+    assert next_event(channel, p.cq_b) == "event"
+    assert [(c["wr_id"], c["status"]) for c in poll(p.cq_b, 3)] == [(500 + i, e.IBV_WC_WR_FLUSH_ERR) for i in range(3)]
+    p.cq_b.ack_events(1)
+
+
+def next_async_event(ctx, seconds=0.5):
+    """The next asynchronous event's type, or the errno that ended the wait (a SIGALRM: 4, EINTR)."""
+    previous = signal.signal(signal.SIGALRM, lambda *_: None)
+    signal.setitimer(signal.ITIMER_REAL, seconds, 0.05)
+    try:
+        event = ctx.get_async_event()
+        result = event.event_type
+        event.ack()
+    except v.pyverbs_error.PyverbsRDMAError as error:
+        result = error.error_code
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    return result
+
+
+def test_a_cq_that_overflows_keeps_what_fits_and_raises_an_error_event_per_completion_lost(ctx, make_pair):
+    """Probed on rxe0: a CQ holds `cqe` completions (rxe rounds 4 up to 7); the completions that do not fit
+    are dropped, each raising IBV_EVENT_CQ_ERR; the QPs stay in RTS and the CQ goes on working."""
+    p = make_pair(cap=v.qp.QPCap(max_send_wr=32, max_recv_wr=4))
+    small = v.cq.CQ(ctx, 4)
+    qp = v.qp.QP(p.pd, v.qp.QPInitAttr(qp_type=e.IBV_QPT_RC, scq=small, rcq=small, cap=v.qp.QPCap(32, 4)))
+    from .conftest import to_init, to_rtr, to_rts
+    import rdmalab.verbs as verbs
+    gid_index = verbs.routable_gid_index(ctx, 1)
+    to_init(qp)
+    to_rtr(ctx, gid_index, qp, p.b.qp_num)
+    to_rts(qp)
+    p.b.modify(v.qp.QPAttr(qp_state=e.IBV_QPS_RESET), e.IBV_QP_STATE)   # b now serves qp instead of p.a
+    to_init(p.b)
+    to_rtr(ctx, gid_index, p.b, qp.qp_num)
+    to_rts(p.b)
+    posted = small.cqe + 5
+    for i in range(posted):
+        w = send_wr(p.src, 8, e.IBV_WR_RDMA_WRITE, wr_id=100 + i)
+        w.set_wr_rdma(p.dst.rkey, p.dst.buf)
+        qp.post_send(w)
+    time.sleep(0.5)   # (every WRITE done, on a wire too)
+    kept = poll(small, posted, timeout=1.0)
+    assert [(c["wr_id"], c["status"]) for c in kept] == [(100 + i, e.IBV_WC_SUCCESS) for i in range(small.cqe)]
+    events = []
+    while len(events) <= posted:
+        got = next_async_event(ctx)
+        if got == 4:
+            break
+        events.append(got)
+    assert events == [e.IBV_EVENT_CQ_ERR] * (posted - small.cqe)
+    assert qp.query(e.IBV_QP_STATE)[0].qp_state == e.IBV_QPS_RTS
+    w = send_wr(p.src, 8, e.IBV_WR_RDMA_WRITE, wr_id=999)
+    w.set_wr_rdma(p.dst.rkey, p.dst.buf)
+    qp.post_send(w)
+    assert [(c["wr_id"], c["status"]) for c in poll(small)] == [(999, e.IBV_WC_SUCCESS)]
+    qp.close()
+    small.close()
 
 
 def test_acknowledging_any_count_is_accepted(make_pair, channel):

@@ -17,6 +17,7 @@ import time
 from collections import deque
 
 from . import shm
+from .constants import IBV_EVENT_CQ_ERR
 from .layout import C_ALIVE, C_ARMED, C_CHANNEL, C_EVENTS, W_SLEEPERS
 from .base import Record, Resource
 from .device import DEVICE_ATTR, Context
@@ -257,7 +258,12 @@ class CQ(Resource):
     # ------------------------------------------------------------ what the NIC and QPs call
 
     def push(self, wr_id, status, opcode, byte_len, qp_num, imm_data=0, wc_flags=0):
-        """The NIC completed one of our send WRs: queue its completion."""
+        """The NIC completed one of our send WRs: queue its completion, if the CQ has room for it. As rxe
+        does, a completion that does not fit is dropped and raises IBV_EVENT_CQ_ERR on the context; the
+        QP goes on. (Receive completions, which a peer's NIC writes, are not counted against it here.)"""
+        if len(self._completions) + sum(rq.waiting() for rq in self._receive_queues) >= self.cqe:
+            self.context.raise_async_event(IBV_EVENT_CQ_ERR)
+            return
         self._completions.append((wr_id, status, opcode, byte_len, qp_num, imm_data, wc_flags))
         h = self._segment.header
         if h[C_ARMED] or h[W_SLEEPERS]:

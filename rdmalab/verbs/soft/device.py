@@ -3,6 +3,7 @@
 Its attributes mirror a Soft-RoCE (rxe) port: Ethernet link layer, active MTU 1024, GID 0 a link-local
 address and GID 1 an IPv4-mapped RoCE v2 address (the one that routes). Its limits are its own.
 """
+import collections
 import os
 import weakref
 
@@ -11,7 +12,7 @@ from .addr import GID
 from .base import Resource
 from .constants import (IBV_ATOMIC_HCA, IBV_DEVICE_MEM_WINDOW, IBV_DEVICE_MEM_WINDOW_TYPE_2B, IBV_DEVICE_SRQ_RESIZE,
                                IBV_LINK_LAYER_ETHERNET, IBV_MTU_256, IBV_MTU_1024, IBV_MTU_4096,
-                               IBV_NODE_CA, IBV_PORT_ACTIVE, IBV_TRANSPORT_IB)
+                               IBV_EVENT_SRQ_LIMIT_REACHED, IBV_NODE_CA, IBV_PORT_ACTIVE, IBV_TRANSPORT_IB)
 from .pyverbs_error import PyverbsRDMAError, PyverbsUserError
 from .utils import be64toh, field_lines, gid_str
 from . import link as _link
@@ -23,7 +24,7 @@ GIDS = ["fe80:0000:0000:0000:0202:c9ff:fe5a:b000",   # 0: link-local (reaches th
 GID_TABLE_LEN = 1024
 if _link.name() == "udp":   # on the wire link, GID 1 is this host's own address (RDMALAB_SOFT_HOST)
     GIDS[1] = _link.gid_of(_link.host())
-EINVAL, ENOENT, ENODATA = 22, 2, 61
+EINTR, EINVAL, ENOENT, ENODATA = 4, 22, 2, 61
 
 
 class Device:
@@ -157,6 +158,7 @@ class Context(Resource):
             shm.reap_orphans()
             _reaped_once = True
         self.srqs = weakref.WeakSet()   # whose limit events get_async_event() reports
+        self._async_events = collections.deque()   # raised by this process's own verbs objects (a CQ's overflow)
 
     @property
     def num_comp_vectors(self):
@@ -229,12 +231,26 @@ class Context(Resource):
     def query_rt_values_ex(self, comp_mask=1):
         raise not_supported("Real time values (ibv_query_rt_values_ex)")
 
+    def raise_async_event(self, event_type):
+        """Queue an asynchronous event for get_async_event()."""
+        self._async_events.append(event_type)
+
     def get_async_event(self):
-        """Wait for the next asynchronous event (ibv_get_async_event), as long as it takes. soft0 raises
-        one kind, an SRQ's IBV_EVENT_SRQ_LIMIT_REACHED (rdmalab.verbs.soft.srq)."""
-        from .srq import next_event
+        """Wait for the next asynchronous event (ibv_get_async_event), as long as it takes; a signal ends
+        the wait with EINTR, as it ends the real blocking read. soft0 raises a CQ's IBV_EVENT_CQ_ERR (it
+        overflowed: CQ.push) and an SRQ's IBV_EVENT_SRQ_LIMIT_REACHED (SRQ.take_event)."""
+        from rdmalab.proc import waiting
         self.check_open()
-        return next_event(self)
+        pause = 0.0005
+        while True:
+            if self._async_events:
+                return AsyncEvent(self._async_events.popleft())
+            for srq in list(self.srqs):
+                if srq.take_event():
+                    return AsyncEvent(IBV_EVENT_SRQ_LIMIT_REACHED)
+            if waiting.nap(pause) == EINTR:
+                raise PyverbsRDMAError("Failed to get async event", EINTR)
+            pause = min(pause * 2, 0.05)
 
     def query_pkey(self, port_num, index):
         self.check_open()

@@ -67,9 +67,15 @@ SGE = struct.Struct("=3Q")         # addr, length, lkey
 
 def enter(header, state):
     """Move a QP (by its shared header) to `state`. Every change a responder would see bumps the
-    QP's generation, so that what a requester cached about it (requester.Route) is dropped."""
+    QP's generation, so that what a requester cached about it (requester.Route) is dropped. Entering
+    ERR flushes the receives posted and not used (their completions appear when the CQ is polled);
+    as on rxe, their CQ's event is raised even if it was armed for solicited completions only."""
+    flushing = state == IBV_QPS_ERR and header[Q_STATE] != IBV_QPS_ERR and not header[Q_SRQ] \
+        and header[Q_RQ_POSTED] > header[Q_RQ_CONSUMED]
     header[Q_STATE] = state
     header[Q_GENERATION] += 1
+    if flushing:
+        cqmod.announce(header[Q_RECV_CQ], solicited=True)
 
 
 def packets(length, mtu):

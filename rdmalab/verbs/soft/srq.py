@@ -15,14 +15,13 @@ than the limit posted; the limit is then 0 (disarmed) again.
 import errno
 import fcntl
 import random
-import time
 
 from . import shm
 from .base import Record, Resource, not_supported
-from .device import DEVICE_ATTR, AsyncEvent, Context
+from .device import DEVICE_ATTR, Context
 from .layout import R_NUM_SGE, R_SGES, R_WR_ID, S_ALIVE, S_EVENTS, S_LIMIT, S_MAX_SGE, S_POSTED, S_SIZE, S_TAKEN
 from .libibverbs_enums import IBV_WR_TAG_ADD, IBV_OPS_SIGNALED
-from .constants import IBV_EVENT_SRQ_LIMIT_REACHED, IBV_SRQ_LIMIT, IBV_SRQ_MAX_WR, IBV_SRQT_BASIC
+from .constants import IBV_SRQ_LIMIT, IBV_SRQ_MAX_WR, IBV_SRQT_BASIC
 from .pd import PD
 from .pyverbs_error import PyverbsRDMAError, PyverbsUserError
 from .wr import fill_from
@@ -256,13 +255,4 @@ class SRQ(Resource):
         self._ring.close()
 
 
-def next_event(ctx):
-    """ibv_get_async_event for soft0, whose only asynchronous event is an SRQ's limit: wait (as long as
-    it takes, as the real call blocks) for one on an SRQ of this context."""
-    pause = 0.0005
-    while True:
-        for srq in list(ctx.srqs):
-            if srq.take_event():
-                return AsyncEvent(IBV_EVENT_SRQ_LIMIT_REACHED)
-        time.sleep(pause)
-        pause = min(pause * 2, 0.05)
+
