@@ -84,7 +84,7 @@ def describe_devices(verbs):
                             kind = verbs.GID_TYPE_NAMES.get(ctx.query_gid_type(port, index), "?")
                         except Exception:
                             kind = "?"
-                        gids.append({"index": index, "gid": gid, "type": kind})
+                        gids.append({"index": index, "gid": gid, "type": kind, "ipv4": _ipv4_of(gid)})
                     entry["ports"].append({
                         "port": port, "state": PORT_STATES.get(p.state, str(p.state)),
                         "active_mtu": MTU_BYTES.get(p.active_mtu), "max_mtu": MTU_BYTES.get(p.max_mtu),
@@ -93,6 +93,14 @@ def describe_devices(verbs):
             entry["error"] = str(error)
         devices.append(entry)
     return devices, None
+
+
+def _ipv4_of(gid):
+    """The IPv4 address an IPv4-mapped GID (::ffff:a.b.c.d) holds, as show_gids prints it; '' for another."""
+    words = gid.split(":")
+    if words[:6] != ["0000"] * 5 + ["ffff"]:
+        return ""
+    return ".".join(str(int(w[i:i + 2], 16)) for w in words[6:] for i in (0, 2))
 
 
 def next_steps(report):
@@ -175,11 +183,15 @@ class Report:
             for p in dev["ports"]:
                 yield (f"{dev['name']} port {p['port']}",
                        f"{p['state']}, {p['link_layer']}, MTU {p['active_mtu']} (max {p['max_mtu']})")
-                for g in p["gids"]:
-                    yield f"  GID {g['index']}", f"{g['gid']}  {g['type']}"
+                for g in p["gids"]:   # as show_gids prints them: index, GID, IPv4, RoCE version
+                    yield f"  GID {g['index']}", f"{g['gid']}  {g.get('ipv4') or '-':15}  {g['type']}"
         r = d.get("route")
         yield "route", (f"{r['device']} port {r['port']}, GID index {r['gid_index']}, path MTU {r['path_mtu']}"
                         if r else d.get("route_error", "none"))
+        if r:
+            yield "NCCL", (f"NCCL_IB_GID_INDEX={r['gid_index']} on this device (the RoCE v2 entry of an IPv4 address). "
+                           "The 3 that tutorials hard-code is mlx5's layout, a v1 and a v2 entry per address; rxe "
+                           "lists v2 entries only")
         m = d["memlock"]
         limit = "unlimited" if m["soft_bytes"] is None else f"{m['soft_bytes'] >> 10} KiB"
         yield "memlock", f"{limit} ({m['note']})"

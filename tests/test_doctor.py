@@ -117,3 +117,15 @@ def test_link_pyverbs_refuses_a_pyverbs_built_for_another_python(monkeypatch, tm
     message = link_pyverbs.link(site=str(tmp_path))
     assert "built for Python 3.9" in message and "make lab PYTHON=/usr/bin/python3" in message
     assert os.listdir(tmp_path) == []
+
+
+def test_the_gid_table_reads_as_show_gids_and_names_the_gid_index_nccl_wants():
+    import importlib
+    module = importlib.import_module("rdmalab.doctor")
+    assert module._ipv4_of("0000:0000:0000:0000:0000:ffff:0a0a:0001") == "10.10.0.1"
+    assert module._ipv4_of("fe80:0000:0000:0000:0202:c9ff:fe5a:b000") == ""
+    report = doctor()
+    text, route = str(report), report.data["route"]
+    assert f"NCCL_IB_GID_INDEX={route['gid_index']} on this device" in text
+    rows = [line.split() for line in text.splitlines() if line.strip().startswith("GID")]
+    assert any(row[1] == str(route["gid_index"]) and row[3].count(".") == 3 for row in rows)   # its IPv4 address
