@@ -117,7 +117,7 @@ def lab(tmp_path_factory):
 def lesson_page(lab, name, shot):
     """A page with lesson `name` opened and every cell run; on failure, what a person at the screen
     would have seen: a full-page screenshot, any dialog, the cells' errors, the server's log."""
-    page = lab["browser"].new_page(viewport={"width": 1400, "height": 1000})
+    page = lab["browser"].new_page(viewport={"width": 1280, "height": 900})   # a laptop's screen
     try:
         page.goto(lab["url"].format(name))
         page.wait_for_selector(".jp-Notebook", timeout=120_000)
@@ -145,6 +145,30 @@ def wait_until_every_cell_ran(page, timeout_ms=300_000):
         timeout=timeout_ms)
     errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.error']")
     assert errors.count() == 0, errors.all_inner_texts()
+
+
+def nothing_wraps(page):
+    """No output overflows or wraps at this width: every HTML table fits its output area, and every text
+    output shows as many lines as it has (JupyterLab wraps a line too long for the page: nccl-tests' text
+    had shown 'in-pla / ce'). Returns what does not fit, for the assertion's message."""
+    return page.evaluate("""() => {
+        const bad = [];
+        for (const t of document.querySelectorAll('.jp-OutputArea-output table')) {
+            const area = t.closest('.jp-OutputArea-output');
+            if (t.scrollWidth > area.clientWidth + 2) bad.push('table wider than its output: ' + t.innerText.slice(0, 60));
+        }
+        for (const pre of document.querySelectorAll('.jp-RenderedText pre')) {
+            const lines = pre.innerText.replace(/\n$/, '').split('\n').length;
+            const height = parseFloat(getComputedStyle(pre).lineHeight) || 17;
+            if (pre.getBoundingClientRect().height > (lines + 0.5) * height) bad.push('text wraps: ' + pre.innerText.slice(0, 60));
+        }
+        return bad;
+    }""")
+
+
+def shows_progress(page):
+    """A long cell says what it is doing: a progress bar widget, or a live status line (rdmalab.lessons.live)."""
+    return page.locator(".jupyter-widgets .progress-bar").count() + page.get_by_text("\u231b").count() > 0
 
 
 def screenshot_path(name):
@@ -177,6 +201,7 @@ def test_lessons_01_to_03_run_to_the_end_with_their_figures(lab, name):
         wait_until_every_cell_ran(page)
         figures = page.locator(".jp-RenderedImage img")
         assert figures.count() >= 1, "each of these lessons draws at least one chart"
+        assert nothing_wraps(page) == []
         figures.last.scroll_into_view_if_needed()
         page.screenshot(path=shot)
 
@@ -196,6 +221,8 @@ def test_the_one_sided_lesson_runs_in_jupyterlab_and_the_dashboard_renders(lab):
         # the lesson ran to its end: the mailbox's message was read back in the last output
         page.wait_for_selector("text=the reader found: b'gradients for layer 7 are ready'", timeout=300_000)
         wait_until_every_cell_ran(page)
+        assert shows_progress(page) and nothing_wraps(page) == []
+        assert page.get_by_text("stopped (SIGSTOP) throughout", exact=False).count() == 1   # the frozen target
     assert os.path.getsize(shot) > 10_000
 
 
@@ -222,7 +249,9 @@ def test_the_allreduce_lesson_runs_its_ranks_and_closes_with_the_learners_own_fi
         assert view.locator("img").count() >= 1, "and its chart"
         assert "In lesson 00 you chose" in view.inner_text(), "lesson 00's answer came back"
         assert "has not recorded its figures" not in view.inner_text(), view.inner_text()[:500]
-        view.scroll_into_view_if_needed()
+        assert "stopped (SIGSTOP) target" in view.inner_text(), "the frozen target leads the evidence"
+        assert shows_progress(page) and nothing_wraps(page) == []
+        view.locator("img").first.scroll_into_view_if_needed()
         page.screenshot(path=shot)
 
 
@@ -232,6 +261,7 @@ def test_the_scaling_lesson_runs_to_the_end_with_its_charts_and_explorer(lab):
         wait_until_every_cell_ran(page, timeout_ms=600_000)
         assert page.locator(".jp-RenderedImage img").count() >= 2, "the cluster chart and the GPUDirect paths"
         assert page.locator(".widget-slider").count() >= 1, "the explorer's sliders render"
+        assert shows_progress(page) and nothing_wraps(page) == []
         page.locator(".jp-RenderedImage img").last.scroll_into_view_if_needed()
         page.screenshot(path=shot)
 
@@ -249,3 +279,11 @@ def test_the_wire_lesson_captures_packets_and_shows_them_as_tables_and_charts(la
         page.locator(".jp-RenderedImage img").first.scroll_into_view_if_needed()
         page.wait_for_timeout(1000)   # (JupyterLab draws the cells scrolled into view a moment later)
         page.screenshot(path=shot)
+
+
+def test_running_every_lesson_left_no_traceback_in_the_terminal(lab):
+    """What `make lab`'s terminal showed while the lessons above ran (this file's last test): warnings at most,
+    no traceback, no engine's or controller's log."""
+    log = open(lab["log"]).read()
+    assert "Traceback" not in log and "CRITICAL" not in log, log[-3000:]
+    print(f"\nscreenshots of each lesson's headline chart: {os.path.dirname(screenshot_path('00'))}")
