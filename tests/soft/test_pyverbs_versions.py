@@ -72,6 +72,7 @@ def test_a_program_imports_the_module_beside_it(tmp_path):
     assert result.returncode == 0 and "got 42" in result.stdout, result.stderr
 
 
+@pytest.mark.skipif(__import__("rdmalab").verbs.PROVIDER != "soft", reason="soft0's NIC's own route cache")
 def test_a_buffer_deregistered_as_soon_as_its_message_arrived_fails_nothing(monkeypatch):
     """A peer that closes (or drops a reg_msgs() MR) right after a SEND or WRITE landed: the completion is
     the sender's outcome; the NIC's note of the route must not raise in post_send (it did: AttributeError

@@ -80,9 +80,13 @@ def test_a_poller_asleep_on_a_cq_is_woken_by_a_receive(loopback):
     src.write(b"hello", 5)
     qp.post_send(v.wr.SendWR(wr_id=1, opcode=e.IBV_WR_SEND, num_sge=1, sg=[v.wr.SGE(src.buf, 5, src.lkey)]))
     poller.join(30)
+    got.extend(waiting.poll(cq, 1, 5, "the send") if 1 not in {wc.wr_id for wc in got} else [])
+    # (the send completes inside post_send, just after the receive it filled: the poller may see 7 first)
     assert {wc.wr_id for wc in got} == {1, 7} and all(wc.status == 0 for wc in got)
 
 
+@pytest.mark.skipif(v.PROVIDER != "soft", reason="soft0's naps; a real device's get_cq_event is a blocking read, "
+                    "which conformance's test_events shows a signal ends")
 def test_get_cq_event_ends_with_eintr_on_a_signal_even_when_waits_nap(loopback, monkeypatch):
     """Where futexes do not sleep, get_cq_event naps; a signal must still end it with EINTR, as it ends the
     real blocking read (a nap in time.sleep goes back to sleep after the handler, and waited for ever)."""

@@ -63,6 +63,8 @@ def passive(addr, port, syncer, notifier, finished):
     mr = child.reg_read(SIZE)
     mr.write(PATTERN, SIZE)
     notifier.put((mr.rkey, mr.buf))
+    notifier.close()        # pyverbs' blocking calls below (get_recv_comp) hold the GIL: the queue's feeder
+    notifier.join_thread()  # thread must have written the item before we block, or the peer never gets it
     wc = check(child.get_recv_comp(), 'receive "done"')
     if msg.read(wc.byte_len, 0) != b'done':
         raise RuntimeError(f'expected b"done", got {msg.read(wc.byte_len, 0)!r}')

@@ -66,6 +66,8 @@ def passive(addr, port, listening, queue, finished):
     conn.post_recv(note)
     conn.accept()
     queue.put((mr.rkey, mr.buf))
+    queue.close()        # pyverbs' blocking calls below (get_recv_comp) hold the GIL: the queue's feeder
+    queue.join_thread()  # thread must have written the item before we block, or the peer never gets it
     wc = conn.get_recv_comp()
     ok(wc, 'receive "done"')
     if mr.read(32, 0) != b'W' * 32:

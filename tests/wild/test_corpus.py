@@ -21,11 +21,12 @@ TIMEOUT = 60 * float(os.environ.get("RDMALAB_TIME_SCALE", "1"))
 
 
 def generation(path):
-    """'59' for a program written for pyverbs >= 59's enum modules, '58' for <= 58's, None for either."""
-    text = open(path).read()
-    if "libibverbs_enums" in text or "librdmacm_enums" in text:
+    """'59' for a program that imports pyverbs >= 59's enum modules, '58' for <= 58's, None for either
+    (judged by its import lines: a docstring may name both)."""
+    imports = "\n".join(line for line in open(path) if line.lstrip().startswith(("import ", "from ")))
+    if "libibverbs_enums" in imports or "librdmacm_enums" in imports:
         return "59"
-    return "58" if "pyverbs.enums" in text or "cm_enums" in text else None
+    return "58" if "pyverbs.enums" in imports or "cm_enums" in imports or "import enums" in imports else None
 
 
 def outcome(command, path, env):

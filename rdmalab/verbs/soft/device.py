@@ -237,7 +237,8 @@ class Context(Resource):
 
     def get_async_event(self):
         """Wait for the next asynchronous event (ibv_get_async_event), as long as it takes; a signal ends
-        the wait with EINTR, as it ends the real blocking read. soft0 raises a CQ's IBV_EVENT_CQ_ERR (it
+        the wait, as it ends the real blocking read (pyverbs raises the C call's return value, -1, as the
+        error code here, where get_cq_event gives errno, 4). soft0 raises a CQ's IBV_EVENT_CQ_ERR (it
         overflowed: CQ.push) and an SRQ's IBV_EVENT_SRQ_LIMIT_REACHED (SRQ.take_event)."""
         from rdmalab.proc import waiting
         self.check_open()
@@ -249,7 +250,7 @@ class Context(Resource):
                 if srq.take_event():
                     return AsyncEvent(IBV_EVENT_SRQ_LIMIT_REACHED)
             if waiting.nap(pause) == EINTR:
-                raise PyverbsRDMAError("Failed to get async event", EINTR)
+                raise PyverbsRDMAError("Failed to get async event", -1)
             pause = min(pause * 2, 0.05)
 
     def query_pkey(self, port_num, index):
