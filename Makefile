@@ -21,6 +21,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test,workshop]'
 	@$(PY) -m rdmalab.verbs.link_pyverbs
+	@$(PY) -m rdmalab.lab --configure
 	@touch $@
 
 # rdmalab/lab.py runs `jupyter lab`, adding --allow-root for root and, headless or over SSH, printing

@@ -90,9 +90,6 @@ def plan(args, euid, env, pick_port=free_port, address=reachable_address):
     added += ["--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
     if not given(args, "--log-level", "--ServerApp.log_level", "--Application.log_level"):
         added += ["--log-level=WARN", "--LabApp.log_level=WARN"]   # (its startup INFO lines: the URL is printed here)
-    # kernels over IPC, not TCP: the same sockets on one machine, and no "TCP without encryption" warning per
-    # kernel; and ipyparallel's server extension (a cluster panel the lessons do not use) stays off
-    added += ["--KernelManager.transport=ipc", "--ServerApp.jpserver_extensions=ipyparallel=False"]
     token = None
     if not given(args, "--IdentityProvider.token", "--ServerApp.token", "--NotebookApp.token"):
         token = secrets.token_hex(24)
@@ -114,8 +111,36 @@ def plan(args, euid, env, pick_port=free_port, address=reachable_address):
     return [sys.executable, "-m", "jupyterlab", *added, *args], said
 
 
+# What `make` writes into the lab's venv once (python -m rdmalab.lab --configure), so that the terminal stays
+# quiet: kernels log errors only (each one had warned that it talks TCP on this machine's loopback), and
+# ipyparallel's JupyterLab panel and its server extension, which the lessons do not use (the extension
+# warns of a deprecated hook at every start, and the panel without it opens an error dialog), are off.
+QUIET = {
+    os.path.join("etc", "ipython", "ipython_kernel_config.py"): 'c.IPKernelApp.log_level = "ERROR"\n',
+    os.path.join("etc", "jupyter", "jupyter_server_config.d", "zz-rdmalab.json"):
+        '{"ServerApp": {"jpserver_extensions": {"ipyparallel": false}}}\n',
+    os.path.join("etc", "jupyter", "labconfig", "page_config.json"):
+        '{"disabledExtensions": {"ipyparallel-labextension": true}}\n',
+}
+
+
+def configure(prefix=sys.prefix):
+    """Write QUIET's files under `prefix` (the venv), leaving any that exist with other content alone."""
+    for relative, text in QUIET.items():
+        path = os.path.join(prefix, relative)
+        if os.path.exists(path):
+            continue
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.write(text)
+
+
 def main(argv=None):
-    command, said = plan(sys.argv[1:] if argv is None else argv, os.geteuid(), os.environ)
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--configure"]:
+        configure()
+        return
+    command, said = plan(argv, os.geteuid(), os.environ)
     for line in said:
         print(SAY, line, file=sys.stderr, flush=True)
     os.execv(command[0], command)

@@ -39,7 +39,7 @@ def test_the_lab_opens_the_first_lesson_quietly_and_says_the_one_url_to_open():
     """No Launcher, no news question, warnings only in the terminal, and the URL (its token in it) printed once."""
     command, said = plan(1000, DESKTOP)
     assert "--LabApp.default_url=/lab/tree/00-welcome.ipynb" in command and "--LabApp.news_url=None" in command
-    assert "--log-level=WARN" in command and "--KernelManager.transport=ipc" in command
+    assert "--log-level=WARN" in command
     token = next(a for a in command if a.startswith("--IdentityProvider.token=")).split("=", 1)[1]
     assert said[-1].startswith(f"open http://localhost:8890/lab/tree/00-welcome.ipynb?token={token}")
     mine, _ = plan(1000, DESKTOP, ["notebooks/", "--IdentityProvider.token=secret"])
@@ -104,3 +104,13 @@ def test_the_launcher_starts_jupyterlab_where_its_hint_says(tmp_path):
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()
+
+
+def test_configure_quiets_kernels_and_the_unused_cluster_panel_once(tmp_path):
+    lab.configure(prefix=str(tmp_path))
+    assert (tmp_path / "etc" / "ipython" / "ipython_kernel_config.py").read_text() == 'c.IPKernelApp.log_level = "ERROR"\n'
+    page = tmp_path / "etc" / "jupyter" / "labconfig" / "page_config.json"
+    assert "ipyparallel-labextension" in page.read_text()
+    page.write_text("{}\n")          # someone's own settings are left alone
+    lab.configure(prefix=str(tmp_path))
+    assert page.read_text() == "{}\n"
