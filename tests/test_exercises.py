@@ -59,6 +59,8 @@ def test_a_prediction_is_shown_beside_the_measurement_and_never_fails(capsys):
     assert exercises.compare("sleeps per message", None, 1) == {"predicted": None, "measured": 1}
     shown = capsys.readouterr().out
     assert "you predicted 3, measured 1" in shown and "why" in shown and "you wrote no prediction" in shown
+    exercises.compare("registering the largest buffer, in copies of it", None, 16.2, "why " * 40)
+    assert max(len(line) for line in capsys.readouterr().out.splitlines()) <= 96   # a laptop's notebook: no wrap
 
 
 def run_welcome(ctx, pd, write):

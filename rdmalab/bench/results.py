@@ -123,8 +123,9 @@ class Results:
         return self.text()
 
     def _repr_html_(self):
-        head = "".join(f"<th>{h}</th>" for h, _, _ in self.columns) + "<th>initiator cpu[ms]</th><th>target cpu[ms]</th>" \
-            "<th>syscalls init/target</th>"
+        # perftest's headers, broken at spaces and units so that twelve columns fit a laptop's notebook
+        heads = [h for h, _, _ in self.columns] + ["initiator cpu[ms]", "target cpu[ms]", "syscalls init/target"]
+        head = "".join(f"<th>{h.replace(' ', '<br>').replace('[', '<br>[')}</th>" for h in heads)
         body = ""
         for r in self.rows:
             cells = "".join(f"<td>{f.format(r[k]).strip()}</td>" for _, k, f in self.columns)
@@ -134,7 +135,7 @@ class Results:
             body += f"<tr>{cells}</tr>"
         note = self.note()
         note = f"<p><b>Read with care:</b> {note}</p>" if note else ""
-        return f"<div><b>{self.label()}</b><table><tr>{head}</tr>{body}</table>{note}</div>"
+        return f"<div><b>{self.label()}</b><table style='font-size:0.9em'><tr>{head}</tr>{body}</table>{note}</div>"
 
 
 class Comparison:

@@ -165,7 +165,7 @@ def compare(what, predicted, measured, meaning=""):
         said = f"{what}: measured {_shown(measured)} (you wrote no prediction: next time, write it first)."
     else:
         said = f"{what}: you predicted {_shown(predicted)}, measured {_shown(measured)}."
-    print(said + (f"\n{meaning}" if meaning else ""))
+    print("\n".join(textwrap.fill(text, 96, subsequent_indent="  ") for text in (said, meaning) if text))   # fits a laptop's notebook
     return {"predicted": predicted, "measured": measured}
 
 

@@ -151,16 +151,18 @@ def nothing_wraps(page):
     """No output overflows or wraps at this width: every HTML table fits its output area, and every text
     output shows as many lines as it has (JupyterLab wraps a line too long for the page: nccl-tests' text
     had shown 'in-pla / ce'). Returns what does not fit, for the assertion's message."""
-    return page.evaluate("""() => {
+    return page.evaluate(r"""() => {
         const bad = [];
+        // JupyterLab skips laying out cells out of view (content-visibility): lay them all out to measure
+        for (const cell of document.querySelectorAll('.jp-Cell')) cell.style.contentVisibility = 'visible';
         for (const t of document.querySelectorAll('.jp-OutputArea-output table')) {
             const area = t.closest('.jp-OutputArea-output');
-            if (t.scrollWidth > area.clientWidth + 2) bad.push('table wider than its output: ' + t.innerText.slice(0, 60));
+            if (t.scrollWidth > area.clientWidth + 2) bad.push('table wider than its output: ' + t.textContent.slice(0, 200) + ` (${t.scrollWidth} px in ${area.clientWidth} px)`);
         }
         for (const pre of document.querySelectorAll('.jp-RenderedText pre')) {
-            const lines = pre.innerText.replace(/\n$/, '').split('\n').length;
+            const lines = pre.textContent.replace(/\n$/, '').split('\n').length;
             const height = parseFloat(getComputedStyle(pre).lineHeight) || 17;
-            if (pre.getBoundingClientRect().height > (lines + 0.5) * height) bad.push('text wraps: ' + pre.innerText.slice(0, 60));
+            if (pre.getBoundingClientRect().height > (lines + 0.5) * height) bad.push('text wraps: ' + pre.textContent.slice(0, 60));
         }
         return bad;
     }""")
@@ -201,7 +203,7 @@ def test_lessons_01_to_03_run_to_the_end_with_their_figures(lab, name):
         wait_until_every_cell_ran(page)
         figures = page.locator(".jp-RenderedImage img")
         assert figures.count() >= 1, "each of these lessons draws at least one chart"
-        assert nothing_wraps(page) == []
+        assert not (bad := nothing_wraps(page)), "\n".join(bad)
         figures.last.scroll_into_view_if_needed()
         page.screenshot(path=shot)
 
@@ -221,7 +223,8 @@ def test_the_one_sided_lesson_runs_in_jupyterlab_and_the_dashboard_renders(lab):
         # the lesson ran to its end: the mailbox's message was read back in the last output
         page.wait_for_selector("text=the reader found: b'gradients for layer 7 are ready'", timeout=300_000)
         wait_until_every_cell_ran(page)
-        assert shows_progress(page) and nothing_wraps(page) == []
+        assert shows_progress(page)
+        assert not (bad := nothing_wraps(page)), "\n".join(bad)
         assert page.get_by_text("stopped (SIGSTOP) throughout", exact=False).count() == 1   # the frozen target
     assert os.path.getsize(shot) > 10_000
 
@@ -250,7 +253,8 @@ def test_the_allreduce_lesson_runs_its_ranks_and_closes_with_the_learners_own_fi
         assert "In lesson 00 you chose" in view.inner_text(), "lesson 00's answer came back"
         assert "has not recorded its figures" not in view.inner_text(), view.inner_text()[:500]
         assert "stopped (SIGSTOP) target" in view.inner_text(), "the frozen target leads the evidence"
-        assert shows_progress(page) and nothing_wraps(page) == []
+        assert shows_progress(page)
+        assert not (bad := nothing_wraps(page)), "\n".join(bad)
         view.locator("img").first.scroll_into_view_if_needed()
         page.screenshot(path=shot)
 
@@ -261,7 +265,8 @@ def test_the_scaling_lesson_runs_to_the_end_with_its_charts_and_explorer(lab):
         wait_until_every_cell_ran(page, timeout_ms=600_000)
         assert page.locator(".jp-RenderedImage img").count() >= 2, "the cluster chart and the GPUDirect paths"
         assert page.locator(".widget-slider").count() >= 1, "the explorer's sliders render"
-        assert shows_progress(page) and nothing_wraps(page) == []
+        assert shows_progress(page)
+        assert not (bad := nothing_wraps(page)), "\n".join(bad)
         page.locator(".jp-RenderedImage img").last.scroll_into_view_if_needed()
         page.screenshot(path=shot)
 
