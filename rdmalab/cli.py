@@ -6,7 +6,7 @@ import sys
 
 from rdmalab.allreduce.algorithms import ALGORITHMS, DTYPES
 from rdmalab.allreduce.transports import TRANSPORTS
-from rdmalab.errors import ProviderError
+from rdmalab.errors import RdmalabError, RequestError
 from rdmalab.verbs import CHOICES as PROVIDERS
 
 
@@ -72,7 +72,7 @@ def _class(args):
 
     from rdmalab.lessons import classroom
     if not os.path.isdir(args.directory):
-        raise ValueError(f"{args.directory} is not a directory: the class directory is the one "
+        raise RequestError(f"{args.directory} is not a directory: the class directory is the one "
                          f"{classroom.ENV} names on the learners' servers")
     print(json.dumps(classroom.table(args.directory), indent=1) if args.json else classroom.report(args.directory))
     return 0
@@ -148,7 +148,6 @@ def _bench(args):
 
 def main(argv=None):
     args = parser().parse_args(argv)
-    from rdmalab.bench import BenchError
     try:
         if args.command == "doctor":
             from rdmalab.doctor import main as run
@@ -166,7 +165,7 @@ def main(argv=None):
                 for s, handler in previous.items():
                     signal.signal(s, handler)
         return _bench(args)
-    except (ProviderError, BenchError, ValueError, RuntimeError) as error:
+    except RdmalabError as error:   # said on purpose, with what to do; anything else is a bug: its traceback shows
         print(f"rdmalab: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

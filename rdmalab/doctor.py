@@ -14,7 +14,6 @@ import subprocess
 
 from rdmalab import verbs
 from rdmalab.verbs.provider import real_pyverbs_status
-from rdmalab.verbs.soft import shm
 
 
 MTU_BYTES = {1: 256, 2: 512, 3: 1024, 4: 2048, 5: 4096}
@@ -148,6 +147,7 @@ def collect():
               "real_rdma": real_pyverbs_status()[1] if verbs.PROVIDER == "soft" else verbs.REASON,
               "memlock": memlock()}
     if verbs.PROVIDER == "soft":   # the emulated NIC's "host memory": how much it may register
+        from rdmalab.verbs.soft import shm   # (only for soft0: importing rdmalab must not load the emulator)
         fs = os.statvfs(shm.directory())
         report["soft_memory"] = {"directory": shm.directory(), "free_bytes": fs.f_bavail * fs.f_frsize}
         report["soft_link"] = soft_link()

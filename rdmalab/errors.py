@@ -6,7 +6,17 @@ Nothing here imports a provider, so it works even when choosing one fails.
 import errno
 
 
-class ProviderError(RuntimeError):
+class RdmalabError(RuntimeError):
+    """What rdmalab raises on purpose: its message says what happened and what to do. The `rdmalab`
+    command prints such a message and exits 1; any other exception is a bug, and keeps its traceback."""
+
+
+class RequestError(RdmalabError, ValueError):
+    """A request refused before anything ran: a size, a rank count, an algorithm, a file or a setting
+    that cannot be (a ValueError too, as Python's own checks of arguments are)."""
+
+
+class ProviderError(RdmalabError):
     """The provider asked for cannot run here; the message says what to do."""
 
 # every ibv_wc_status, as libibverbs numbers them
@@ -62,7 +72,7 @@ def explain_error(error):
     return ERRNO_HINTS.get(getattr(error, "error_code", -1), "")
 
 
-class CompletionError(RuntimeError):
+class CompletionError(RdmalabError):
     """A work request completed with an error status; the message says what it likely means."""
 
     def __init__(self, wc, what="the work request"):

@@ -1,6 +1,17 @@
-"""The lab's numeric RDMALAB_* settings, read from the environment and checked in one place: a value
-that is not a number in range stops the program with a message naming the variable, what it takes
-and how to get the default back, never a traceback from deep inside the lab."""
+"""The lab's RDMALAB_* settings, read from the environment and checked in one place: a value that is not
+one the setting takes stops the program with a message naming the variable, what it takes and how to get
+the default back, never a traceback from deep inside the lab. Each is read once, when first needed:
+soft0's GIDs and its link are fixed for the life of a process (set them before it starts).
+
+    time_scale()    RDMALAB_TIME_SCALE   how much slower this machine is (5 under CPU emulation): every
+                                         "the peer is silent, so it is dead" wait stretches by it
+    local_peers()   RDMALAB_LOCAL_PEERS  processes on this host that wait for each other (set by a cluster)
+    soft_link()     RDMALAB_SOFT_LINK    soft0's link: shm (shared memory) or udp (RoCEv2 packets)
+    soft_host()     RDMALAB_SOFT_HOST    this process's host address on soft0's udp link
+The others (RDMALAB_SPIN_US, RDMALAB_ENGINE_TIMEOUT, ...) are read with number() where they are used.
+"""
+import functools
+import ipaddress
 import math
 import os
 
@@ -18,3 +29,35 @@ def number(name, default, low=0.0, high=math.inf, what="a number", environ=os.en
         raise SystemExit(f"rdmalab: {name}={text!r} is not {what}: set it to one, or unset it for the "
                          f"default ({default:g})")
     return value
+
+
+@functools.cache
+def time_scale():
+    return number("RDMALAB_TIME_SCALE", 1, 0.01, 1000, "a factor between 0.01 and 1000")
+
+
+@functools.cache
+def local_peers():
+    return int(number("RDMALAB_LOCAL_PEERS", 1, 1, 1 << 16, "a whole number of processes, at least 1"))
+
+
+LINKS = ("shm", "udp")
+
+
+@functools.cache
+def soft_link():
+    chosen = os.environ.get("RDMALAB_SOFT_LINK", "").strip() or "shm"
+    if chosen not in LINKS:
+        raise SystemExit(f"rdmalab: RDMALAB_SOFT_LINK={chosen!r} is not one of soft0's links: 'shm' (shared memory, "
+                         f"the default) or 'udp' (RoCEv2 packets between NIC processes); set one, or unset it")
+    return chosen
+
+
+@functools.cache
+def soft_host():
+    text = os.environ.get("RDMALAB_SOFT_HOST", "").strip() or "127.0.0.1"
+    try:
+        return str(ipaddress.IPv4Address(text))
+    except ValueError:
+        raise SystemExit(f"rdmalab: RDMALAB_SOFT_HOST={text!r} is not an IPv4 address: give this host's address "
+                         f"(e.g. 127.0.0.2), or unset it for the default (127.0.0.1)") from None

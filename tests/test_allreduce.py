@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from rdmalab import verbs as v
+from rdmalab.allreduce.algorithms import ALGORITHMS, REGISTRY
 from rdmalab.allreduce.cluster import Cluster, ClusterError
 from rdmalab.allreduce.ranks import count_wrong
 from rdmalab.proc import waiting, watchdog
@@ -33,9 +34,9 @@ def test_the_bound_catches_a_wrong_element():
 
 
 def wrong_cases(transport, dtypes, counts):
-    cases = [(count, dtype, algorithm, in_place) for algorithm in ("naive", "ring", "hd") for dtype in dtypes
+    cases = [(count, dtype, algorithm, in_place) for algorithm in ALGORITHMS for dtype in dtypes
              for count in counts for in_place in (True, False)]
-    with Cluster(ranks=4, transport=transport, max_bytes=1 << 20, algorithms=("naive", "ring", "hd")) as c:
+    with Cluster(ranks=4, transport=transport, max_bytes=1 << 20, algorithms=ALGORITHMS) as c:
         wrong = c.check(cases)
     return [case for case, w in zip(cases, wrong) if w]
 
@@ -200,3 +201,14 @@ def test_mpi_launcher_and_inspecting_ranks_through_the_view():
         assert c.check([(1000, "float32", "ring", True), (7, "int64", "hd", False)]) == [0, 0]
         c.view.execute("answer = rank * 10")            # what %%px does in a notebook
         assert c.view["answer"] == [0, 10] and c.client[1]["rank"] == 1
+
+
+def test_every_registered_algorithm_is_priced_by_the_model_and_offered_by_the_command():
+    """A new algorithm is one registry entry (its method) and its cost terms: everything else takes it from there."""
+    from rdmalab import cli
+    from rdmalab.allreduce import model
+    choices = next(a for a in cli.parser()._subparsers._group_actions[0].choices["allreduce"]._actions
+                   if a.dest == "algo").choices
+    assert tuple(REGISTRY) == ALGORITHMS and tuple(choices) == ALGORITHMS
+    for name in ALGORITHMS:
+        assert set(ALGORITHMS) <= set(model.PRICED) and model.terms(name, 4, 1 << 20)[1] > 0

@@ -24,11 +24,31 @@ def test_a_setting_out_of_range_or_not_a_number_names_itself_and_the_fix(text):
     assert f"RDMALAB_X={text!r}" in message and "a time in microseconds" in message and "unset it" in message
 
 
-@pytest.mark.parametrize("variable, value", [("RDMALAB_SPIN_US", "abc"), ("RDMALAB_TIME_SCALE", "x"),
-                                             ("RDMALAB_SHM_DIR", "/nonexistent/rdmalab")])
-def test_the_cli_says_which_setting_is_wrong_without_a_traceback(variable, value):
+@pytest.mark.parametrize("variable, value, more", [
+    ("RDMALAB_SPIN_US", "abc", {}), ("RDMALAB_SHM_DIR", "/nonexistent/rdmalab", {}),
+    ("RDMALAB_SOFT_LINK", "carrier-pigeon", {}), ("RDMALAB_LOCAL_PEERS", "-3", {}),
+    ("RDMALAB_SOFT_HOST", "localhost:1", {"RDMALAB_SOFT_LINK": "udp"})])
+def test_the_cli_says_which_setting_is_wrong_without_a_traceback(variable, value, more):
     done = subprocess.run([sys.executable, "-m", "rdmalab", "bench", "write_lat", "-s", "8", "-n", "50"],
                           capture_output=True, text=True, timeout=120,
-                          env=dict(os.environ, PYTHONPATH=ROOT, RDMALAB_PROVIDER="soft", **{variable: value}))
+                          env=dict(os.environ, PYTHONPATH=ROOT, RDMALAB_PROVIDER="soft", **more, **{variable: value}))
     assert done.returncode != 0
     assert variable in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_doctor_runs_whatever_a_setting_it_does_not_use_says():
+    """RDMALAB_TIME_SCALE is read when a wait needs it, not when a module is imported: the doctor, which waits
+    for no peer, still runs (it had died at import of the AllReduce's transports)."""
+    done = subprocess.run([sys.executable, "-m", "rdmalab", "doctor"], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=ROOT, RDMALAB_PROVIDER="soft", RDMALAB_TIME_SCALE="x"))
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_time_scale_is_checked_where_a_wait_reads_it(monkeypatch):
+    monkeypatch.setenv("RDMALAB_TIME_SCALE", "x")
+    settings.time_scale.cache_clear()
+    try:
+        with pytest.raises(SystemExit, match="RDMALAB_TIME_SCALE='x'"):
+            settings.time_scale()
+    finally:
+        settings.time_scale.cache_clear()

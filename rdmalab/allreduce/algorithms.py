@@ -23,7 +23,30 @@ each chunk is reduced by one rank and then copied to all.
 """
 import numpy as np
 
-ALGORITHMS = ("naive", "ring", "hd")
+from rdmalab.errors import RequestError
+
+
+class Algorithm:
+    """An AllReduce the ranks can run: the Communicator method that runs it, whether it needs a power-of-two
+    number of ranks, and the stage region (bytes) it needs for `ranks` ranks and buffers of `max_bytes`.
+    Adding one: a method marked @algorithm(...) below, its cost terms in model.terms; the CLI's choices,
+    validate() and tests/test_allreduce.py take every registered one."""
+
+    def __init__(self, name, run, power_of_two=False, stage=None):
+        self.name, self.run, self.power_of_two = name, run, power_of_two
+        self.stage = stage or (lambda ranks, max_bytes: max_bytes + 8 * ranks * 4)   # one buffer, one element a chunk
+
+
+REGISTRY = {}
+
+
+def algorithm(name, power_of_two=False, stage=None):
+    """Register a Communicator method as AllReduce algorithm `name`."""
+    def register(run):
+        REGISTRY[name] = Algorithm(name, run, power_of_two, stage)
+        return run
+    return register
+
 DTYPES = ("float32", "float64", "int32", "int64")
 SEGMENT_BYTES = 1 << 20          # ring pipelining: chunks move in pieces of at most this
 
@@ -31,15 +54,15 @@ SEGMENT_BYTES = 1 << 20          # ring pipelining: chunks move in pieces of at 
 def validate(algorithm, dtype, ranks):
     """ValueError naming the problem and the fix, if this AllReduce cannot run on `ranks` ranks."""
     if algorithm not in ALGORITHMS:
-        raise ValueError(f"algorithm {algorithm!r}: choose one of {', '.join(ALGORITHMS)}")
+        raise RequestError(f"algorithm {algorithm!r}: choose one of {', '.join(ALGORITHMS)}")
     try:
         dtype = np.dtype(dtype).name
     except TypeError:
         pass   # not a numpy type at all: named as given below
     if dtype not in DTYPES:
-        raise ValueError(f"dtype {dtype}: choose one of {', '.join(DTYPES)}")
-    if algorithm == "hd" and ranks & (ranks - 1):
-        raise ValueError(f"hd needs a power-of-two number of ranks, not {ranks}: use ring")
+        raise RequestError(f"dtype {dtype}: choose one of {', '.join(DTYPES)}")
+    if REGISTRY[algorithm].power_of_two and ranks & (ranks - 1):
+        raise RequestError(f"{algorithm} needs a power-of-two number of ranks, not {ranks}: use ring")
 
 
 class Communicator:
@@ -59,16 +82,16 @@ class Communicator:
         """Sum `x` over all ranks. In place (x from buffer()) unless `out` is given or x lives
         elsewhere, in which case x is copied into the data region first (one local copy)."""
         validate(algorithm, x.dtype, self.size)
-        return self._allreduce(x, algorithm, out)
+        return self.allreduce_validated(x, algorithm, out)
 
-    def _allreduce(self, x, algorithm, out=None):
+    def allreduce_validated(self, x, algorithm, out=None):
         """allreduce() of a request validated already, by the entry point that took it (Cluster.allreduce,
         Cluster.check, rdmalab.allreduce.report): rdmalab.allreduce.ranks calls this, once per iteration."""
         work = self.buffer(x.size, x.dtype)
         if work.ctypes.data != x.ctypes.data:
             np.copyto(work, x.reshape(-1))
         if self.size > 1:
-            getattr(self, "_" + algorithm)(work)
+            REGISTRY[algorithm].run(self, work)
         if out is not None:
             np.copyto(out.reshape(-1), work)
             return out
@@ -103,6 +126,7 @@ class Communicator:
 
     # -------------------------------------------------------------- naive
 
+    @algorithm("naive", stage=lambda ranks, max_bytes: max(ranks - 1, 1) * max_bytes)   # rank 0 holds everyone's
     def _naive(self, x):
         p = self.size
         others = [r for r in range(p) if r != 0]
@@ -123,6 +147,7 @@ class Communicator:
 
     # -------------------------------------------------------------- ring
 
+    @algorithm("ring")
     def _ring(self, x):
         p, r = self.size, self.rank
         right, left = (r + 1) % p, (r - 1) % p
@@ -163,6 +188,7 @@ class Communicator:
 
     # -------------------------------------------------------------- recursive halving-doubling
 
+    @algorithm("hd", power_of_two=True)
     def _hd(self, x):
         p, r = self.size, self.rank
         partners = [r ^ d for d in _halving_distances(p)]
@@ -189,6 +215,9 @@ class Communicator:
 
 
 # ---------------------------------------------------------------- the ring, unpipelined, for reading (the AllReduce lesson, 06)
+
+
+ALGORITHMS = tuple(REGISTRY)   # the names, in the order registered: naive, ring, hd
 
 def chunk_bounds(count, p):
     """Element boundaries of the p chunks of a ring: chunk c is x[bounds[c]:bounds[c + 1]]."""
@@ -282,8 +311,5 @@ def _halving_distances(p):
 
 
 def stage_bytes(algorithm, size, max_bytes):
-    """Stage region needed: naive's rank 0 holds everyone's buffer; ring and hd less than one buffer
-    (plus one element of rounding per chunk)."""
-    if algorithm == "naive":
-        return max(size - 1, 1) * max_bytes
-    return max_bytes + 8 * size * 4
+    """Stage region an algorithm needs on `size` ranks (Algorithm.stage)."""
+    return REGISTRY[algorithm].stage(size, max_bytes)

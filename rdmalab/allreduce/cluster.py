@@ -34,7 +34,7 @@ from rdmalab.allreduce.transports import TRANSPORTS
 from rdmalab.proc import children, waiting, watchdog
 from rdmalab.proc.cpus import usable_cpus
 from rdmalab.proc.procstat import pid_alive
-from rdmalab.verbs.soft import shm
+from rdmalab.errors import RdmalabError, RequestError
 
 ENGINE_ENV = {"OPENBLAS_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
 RANKS_PER_CPU = 8   # more local ranks than this per usable CPU are refused: they start for minutes, then take turns
@@ -45,7 +45,7 @@ START_S, RANK_CPU_S, RANK_MEMORY = 6.0, 1.0, 80 << 20
 PROGRESS_EVERY = 5.0   # seconds between two start-up progress lines
 
 
-class ClusterError(RuntimeError):
+class ClusterError(RdmalabError):
     """A rank failed or died; the message says which and what the others were doing."""
 
 
@@ -53,9 +53,9 @@ class Cluster:
     def __init__(self, ranks=4, transport="rdma", launcher="local", max_bytes=64 << 20, algorithms=("ring",),
                  provider=None, start=True, ipp_options=None, progress=None, oversubscribe=False):
         if ranks < 1:
-            raise ValueError("a cluster needs at least one rank")
+            raise RequestError("a cluster needs at least one rank")
         if transport not in TRANSPORTS:
-            raise ValueError(f"transport {transport!r}: choose {' or '.join(TRANSPORTS)}")
+            raise RequestError(f"transport {transport!r}: choose {' or '.join(TRANSPORTS)}")
         self.ranks, self.transport, self.launcher = ranks, transport, launcher
         self.max_bytes, self.algorithms, self.provider = max_bytes, tuple(algorithms), provider
         self.ipp_options = dict(ipp_options or {})   # passed to ipyparallel.Cluster: hosts, profiles, ...
@@ -148,6 +148,7 @@ class Cluster:
             # whatever survived the stop: a stuck engine, a controller's scheduler still shutting down
             killed = watchdog.kill(self._ipp.cluster_id)
             if self.launcher == "local":   # the shared memory of a rank that was killed
+                from rdmalab.verbs.soft import shm   # (a cluster on a real NIC never loads the emulator)
                 shm.reap_when_gone(self.pids + killed, timeout=5)
             if self._watchdog is not None:   # closed properly: it may go
                 children.stop(self._watchdog)

@@ -55,10 +55,11 @@ def terms(algorithm, p, n):
         return 2 * math.log2(p), 2.0 * n, 1.0 * n
     if algorithm == "sharp":
         return 2.0, (p + 1) / p * n, 0.0
-    raise ValueError(f"algorithm {algorithm!r}: {', '.join(ALGORITHMS)}")
+    raise ValueError(f"algorithm {algorithm!r}: {', '.join(PRICED)}")
 
 
-ALGORITHMS = ("ring", "hd", "naive", "tree", "sharp")
+# what terms() prices: the lab's own algorithms (rdmalab.allreduce.algorithms.ALGORITHMS) and two of NCCL's
+PRICED = ("ring", "hd", "naive", "tree", "sharp")
 
 
 def predict(algorithm, p, n, costs):

@@ -81,7 +81,7 @@ def timed_allreduce(comm, count, dtype, algorithm, iters, warmup, check, in_plac
     _fill(x if in_place else src, comm.rank, 0)
 
     def once():
-        comm._allreduce(x if in_place else src, algorithm, out=None if in_place else x)   # validated already
+        comm.allreduce_validated(x if in_place else src, algorithm, out=None if in_place else x)   # validated already
 
     for _ in range(warmup):
         once()

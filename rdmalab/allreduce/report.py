@@ -22,6 +22,7 @@ import numpy as np
 from rdmalab.allreduce import ranks as engine   # what each engine runs
 from rdmalab.allreduce.algorithms import validate
 from rdmalab.allreduce.cluster import Cluster
+from rdmalab.errors import RdmalabError, RequestError
 
 NCCL_TYPE = {"float32": "float", "float64": "double", "int32": "int32", "int64": "int64"}
 
@@ -33,7 +34,7 @@ def run(ranks=2, sizes=(1 << 20,), algorithm="ring", transport="rdma", dtype="fl
     validate(algorithm, dtype, ranks)   # the only validation of this request, before any rank starts
     itemsize = np.dtype(dtype).itemsize
     if not sizes or min(sizes) < itemsize:
-        raise ValueError(f"sizes {sizes}: each must hold at least one {dtype} element ({itemsize} bytes)")
+        raise RequestError(f"sizes {sizes}: each must hold at least one {dtype} element ({itemsize} bytes)")
     with Cluster(ranks=ranks, transport=transport, max_bytes=max(max(s // itemsize, 1) for s in sizes) * itemsize,
                  algorithms=(algorithm,), provider=provider, progress=starting, oversubscribe=oversubscribe) as cluster:
         report = _measure(cluster, sizes, algorithm, dtype, iters, progress)
@@ -78,13 +79,13 @@ def mpi_allreduce(ranks, counts, dtype, iters):
     """MPI_Allreduce (mpi4py over the MPICH wheel) at the same counts, timed the same way."""
     mpiexec = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
     if mpiexec is None:
-        raise RuntimeError("no mpiexec: pip install mpi4py mpich (the lab's dependencies include them)")
+        raise RdmalabError("no mpiexec: pip install mpi4py mpich (the lab's dependencies include them)")
     cmd = [mpiexec, "-n", str(ranks), sys.executable, "-m", "rdmalab.allreduce.mpi",
            "--counts", ",".join(map(str, counts)), "--dtype", dtype, "--iters", str(iters)]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
                          env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
     if out.returncode != 0:
-        raise RuntimeError(f"MPI_Allreduce failed ({out.returncode}): {out.stderr.strip()[-400:]}")
+        raise RdmalabError(f"MPI_Allreduce failed ({out.returncode}): {out.stderr.strip()[-400:]}")
     data = json.loads(out.stdout.strip().splitlines()[-1])
     itemsize = np.dtype(dtype).itemsize
     data["rows"] = [{"size": r["count"] * itemsize, "count": r["count"],

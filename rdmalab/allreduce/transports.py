@@ -21,16 +21,18 @@ import threading
 import numpy as np
 
 from rdmalab import settings, sockets
+from rdmalab.errors import RdmalabError
 from rdmalab.proc import waiting
 
 TRANSPORTS = ("rdma", "tcp")   # RdmaTransport, TcpTransport
 REGIONS = ("data", "stage")
 # a peer silent for this long while we wait is treated as dead (RDMALAB_TIME_SCALE stretches it on
 # slow machines, as the Soft-RoCE guest under CPU emulation is)
-PEER_TIMEOUT = 10.0 * settings.number("RDMALAB_TIME_SCALE", 1, 0.01, 1000, "a factor between 0.01 and 1000")
+def peer_timeout():
+    return 10.0 * settings.time_scale()
 
 
-class PeerLost(RuntimeError):
+class PeerLost(RdmalabError):
     """A peer stopped answering (it died, or hangs): the collective cannot complete."""
 
 
@@ -126,9 +128,9 @@ class RdmaTransport:
             self._reap()
             return alive is None or alive(peer)
         try:
-            waiting.memory(lambda: flags[slot] >= want, self.mrs["flags"], PEER_TIMEOUT, f"rank {peer}", healthy)
+            waiting.memory(lambda: flags[slot] >= want, self.mrs["flags"], peer_timeout(), f"rank {peer}", healthy)
         except TimeoutError:
-            raise PeerLost(f"rank {self.rank}: rank {peer} sent nothing for {PEER_TIMEOUT:.0f} s") from None
+            raise PeerLost(f"rank {self.rank}: rank {peer} sent nothing for {peer_timeout():.0f} s") from None
 
     def _reap(self):
         """Poll completions of signaled writes; an error completion means a peer is gone."""
@@ -148,9 +150,9 @@ class RdmaTransport:
             self._reap()
             return self.outstanding <= 0
         try:
-            waiting.until(drained, PEER_TIMEOUT, "our writes' completions", bell=getattr(self.cq, "bell", None))
+            waiting.until(drained, peer_timeout(), "our writes' completions", bell=getattr(self.cq, "bell", None))
         except TimeoutError:
-            raise PeerLost(f"rank {self.rank}: writes not completed within {PEER_TIMEOUT:.0f} s") from None
+            raise PeerLost(f"rank {self.rank}: writes not completed within {peer_timeout():.0f} s") from None
 
     def close(self):
         try:

@@ -1,7 +1,8 @@
 """The tests rdmalab bench runs, by perftest's names, and their defaults."""
+from rdmalab.errors import RdmalabError
 
 
-class BenchError(RuntimeError):
+class BenchError(RdmalabError):
     """A benchmark could not run or its peer failed; the message says which and why."""
 
 

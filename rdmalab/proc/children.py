@@ -12,6 +12,8 @@ import sys
 import time
 import warnings
 
+from rdmalab.errors import RdmalabError
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PARENT_ENV = "RDMALAB_HELPER_PARENT"   # the pid of the process that started a helper
 PR_SET_PDEATHSIG = 1
@@ -85,7 +87,7 @@ def end_with_parent():
 
 # ---------------------------------------------------------------- one protocol, both ends
 
-class HelperError(RuntimeError):
+class HelperError(RdmalabError):
     """A helper process failed, died or fell silent; the message says which and why."""
 
 

@@ -101,11 +101,7 @@ _nic_processes = 0
 def policy():
     global _policy
     if _policy is None:
-        try:
-            peers = max(1, int(os.environ.get(PEERS_ENV, 1)))
-        except ValueError:
-            peers = 1
-        _policy = Policy(usable_cpus(), peers, _nic_processes)
+        _policy = Policy(usable_cpus(), settings.local_peers(), _nic_processes)
     return _policy
 
 

@@ -262,7 +262,7 @@ def run_unittest(argv, install_soft):
         return 0
 
     from rdmalab import settings
-    scale = settings.number("RDMALAB_TIME_SCALE", 1, 0.01, 1000, "a factor between 0.01 and 1000")
+    scale = settings.time_scale()
     timeout = int(options.timeout * scale) if options.timeout > 0 else 0
     previous = signal.signal(signal.SIGALRM, _alarm) if timeout else None
     result = Recorder(verbose=bool(config.get("verbosity")), timeout=timeout)

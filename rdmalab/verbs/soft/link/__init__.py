@@ -17,30 +17,10 @@ RDMALAB_SOFT_CAPTURE=FILE.pcap makes each NIC write the packets it sends and rec
 """
 import fcntl
 import ipaddress
-import os
 import socket
 import struct
 
-LINKS = ("shm", "udp")
-
-
-def name():
-    """The link this process uses: 'shm' or 'udp' (RDMALAB_SOFT_LINK)."""
-    chosen = os.environ.get("RDMALAB_SOFT_LINK", "shm") or "shm"
-    if chosen not in LINKS:
-        raise ValueError(f"RDMALAB_SOFT_LINK={chosen!r}: soft0's link is 'shm' (shared memory, the default) "
-                         f"or 'udp' (RoCEv2 packets between NIC processes)")
-    return chosen
-
-
-def host():
-    """This process's host address (RDMALAB_SOFT_HOST, default 127.0.0.1), checked."""
-    text = os.environ.get("RDMALAB_SOFT_HOST", "127.0.0.1") or "127.0.0.1"
-    try:
-        return str(ipaddress.IPv4Address(text))
-    except ValueError:
-        raise ValueError(f"RDMALAB_SOFT_HOST={text!r} is not an IPv4 address: give this host's address, "
-                         f"e.g. 127.0.0.2") from None
+from rdmalab.settings import LINKS, soft_host as host, soft_link as name   # noqa: F401 (read once, checked there)
 
 
 def hosts_from(first, count):
@@ -58,8 +38,8 @@ def netdev_mtu(address):
     target, best = ipaddress.IPv4Address(address), None
     try:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            for _, name in socket.if_nameindex():
-                request = struct.pack("16s16x", name.encode()[:15])
+            for _, interface in socket.if_nameindex():
+                request = struct.pack("16s16x", interface.encode()[:15])
                 try:
                     own = fcntl.ioctl(s, SIOCGIFADDR, request)[20:24]
                     mask = fcntl.ioctl(s, SIOCGIFNETMASK, request)[20:24]

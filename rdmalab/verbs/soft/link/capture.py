@@ -18,6 +18,8 @@ import sys
 import tempfile
 import time
 
+from rdmalab import settings
+from rdmalab.errors import RequestError
 from rdmalab.proc import children
 
 from ..wire import PcapWriter, read_pcap
@@ -32,14 +34,14 @@ def run(output, command):
     SIGTERM, which rdmalab's command line turns into the same), it stops the command and still writes
     what was captured until then."""
     if not command:
-        raise ValueError("capture needs a command to run: rdmalab capture -o FILE.pcap -- python prog.py")
+        raise RequestError("capture needs a command to run: rdmalab capture -o FILE.pcap -- python prog.py")
     try:   # before the command runs, not after: a capture with nowhere to go is lost
         with open(output, "ab"):
             pass
     except OSError as error:
-        raise ValueError(f"capture cannot write {output}: {error.strerror}; give -o a file in a "
+        raise RequestError(f"capture cannot write {output}: {error.strerror}; give -o a file in a "
                          f"directory you can write") from None
-    host = os.environ.get("RDMALAB_SOFT_HOST") or "127.0.0.1"
+    host = settings.soft_host()
     if _nic_running(host):
         print(f"rdmalab capture: a NIC for host {host} runs already (another program of yours started it): "
               f"what this command sends through it is not captured. End that program first, or give this "
@@ -52,7 +54,7 @@ def run(output, command):
         try:
             child = subprocess.Popen(command, env=env)
         except OSError as error:
-            raise ValueError(f"capture cannot run {command[0]}: {error.strerror}") from None
+            raise RequestError(f"capture cannot run {command[0]}: {error.strerror}") from None
         try:
             status = child.wait()
         except KeyboardInterrupt as stopped:   # Ctrl-C reached the command too; SIGTERM did not: stop it either way
