@@ -25,6 +25,7 @@ import sys
 import time
 
 from rdmalab.lessons.series import by_slug
+from rdmalab.lessons.question import ANSWER, CHOICES
 
 ENV = "RDMALAB_CLASS_DIR"
 _warned = False
@@ -154,7 +155,6 @@ def table(directory):
 
 
 def _choice(index):
-    from rdmalab.lessons.quiz import ANSWER, CHOICES
     text = CHOICES[index] if 0 <= index < len(CHOICES) else f"choice {index}"
     return f"{index} {'(right)' if index == ANSWER else ''} {text[:40]}".replace("  ", " ")
 

@@ -40,8 +40,8 @@ def _wait(cq, what, timeout=30.0):
 
 
 def _rnr_naks_sent():
-    from rdmalab.verbs.soft import link
-    return (link.counters() or {}).get("send_rnr_err", 0)
+    from rdmalab.verbs.soft.link.doorbell import nic_counters
+    return (nic_counters() or {}).get("send_rnr_err", 0)
 
 
 def target(size):

@@ -151,8 +151,8 @@ class Agent:
         return dict(state=self.qp.query(e.IBV_QP_STATE)[0].qp_state)
 
     def counters(self):
-        from rdmalab.verbs.soft.link import counters
-        return dict(counters=counters())
+        from rdmalab.verbs.soft.link.doorbell import nic_counters
+        return dict(counters=nic_counters())
 
     def describe(self):
         from rdmalab.verbs.soft.link.doorbell import NIC

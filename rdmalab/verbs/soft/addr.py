@@ -1,37 +1,7 @@
 """Addresses: GID, GlobalRoute and AHAttr, as pyverbs.addr has them."""
+from .gid import GID  # noqa: F401 (pyverbs.addr.GID)
 from .pyverbs_error import PyverbsUserError
 from .utils import field_lines
-
-
-def _gid_words(val):
-    words = val.split(":")
-    if len(words) != 8 or any(len(w) != 4 for w in words):
-        raise PyverbsUserError(f"Invalid GID value ({words})")
-    return words
-
-
-class GID:
-    """A 128-bit port address, shown as 8 groups of 4 hex digits like pyverbs."""
-
-    def __init__(self, val=None):
-        self._text = ":".join(_gid_words(val)) if val is not None else ":".join(["0000"] * 8)
-
-    @property
-    def gid(self):
-        return self._text
-
-    @gid.setter
-    def gid(self, val):
-        self._text = ":".join(_gid_words(val))
-
-    def __str__(self):
-        return self._text
-
-    def __eq__(self, other):
-        return str(self) == str(other)
-
-    def __hash__(self):
-        return hash(self._text)
 
 
 class GlobalRoute:
@@ -118,7 +88,7 @@ class AH(Resource):
 
     def __init__(self, pd, attr=None, wc=None, grh=None, port_num=1):
         super().__init__()
-        from .device import GIDS, GID_TABLE_LEN   # (device imports this module)
+        from .hardware import GIDS, GID_TABLE_LEN
         from .pd import PD
         if not isinstance(pd, PD):
             raise PyverbsUserError(f"Expected PD, got {type(pd)}")
@@ -145,7 +115,7 @@ def _from_received(wc, grh, port_num):
     receive buffer) names its source, our destination, and the GID of ours it reached, our source. On
     RoCE with IPv4 addresses the GRH's last 20 bytes are the packet's IPv4 header; else it is IPv6's."""
     import ctypes
-    from .device import GIDS
+    from .hardware import GIDS
     raw = ctypes.string_at(grh, 40)
     if raw[20] == 0x45:   # IPv4: source and destination addresses end the header
         source, ours = (bytes(10) + b"\xff\xff" + raw[32:36]), (bytes(10) + b"\xff\xff" + raw[36:40])

@@ -33,7 +33,8 @@ from . import datagram, shm
 from .addr import AHAttr, GID, GlobalRoute
 from .base import Resource, not_supported
 from .cq import CQ, CompChannel
-from .device import GIDS, Context, active_mtu
+from .device import Context
+from .hardware import GIDS, active_mtu
 from .constants import (IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_REMOTE_READ, IBV_ACCESS_REMOTE_WRITE,
                     IBV_QP_ACCESS_FLAGS, IBV_QP_AV, IBV_QP_DEST_QPN, IBV_QP_MAX_DEST_RD_ATOMIC,
                     IBV_QP_MAX_QP_RD_ATOMIC, IBV_QP_MIN_RNR_TIMER, IBV_QP_PATH_MTU, IBV_QP_PKEY_INDEX, IBV_QP_PORT,

@@ -16,11 +16,14 @@ import random
 import time
 from collections import deque
 
+from rdmalab.proc.procstat import pid_alive
+
 from . import shm
 from .constants import IBV_EVENT_CQ_ERR
-from .layout import C_ALIVE, C_ARMED, C_CHANNEL, C_EVENTS, W_SLEEPERS
+from .layout import C_ALIVE, C_ARMED, C_CHANNEL, C_EVENTS, W_OWNER_PID, W_SLEEPERS
 from .base import Record, Resource
-from .device import DEVICE_ATTR, Context
+from .device import Context
+from .hardware import DEVICE_ATTR
 from .pyverbs_error import PyverbsRDMAError, PyverbsUserError
 from .libibverbs_enums import ibv_create_cq_wc_flags
 from .utils import field_lines, flags_to_str
@@ -30,6 +33,14 @@ NOT_ARMED, NEXT_COMPLETION, SOLICITED_ONLY = 0, 1, 2
 
 LOCAL_SEGMENTS = {}   # segment name -> Segment of this process's CQs and channels
 _attached = {}        # segment name -> Segment of another process's CQ or channel
+
+
+def forget_the_dead():
+    """Drop, and unmap, the peers' CQs and channels this process attached whose owner has died."""
+    for name, seg in list(_attached.items()):
+        if seg.header is not None and not pid_alive(int(seg.header[W_OWNER_PID])):
+            del _attached[name]
+            seg.close()
 
 
 class WC:
@@ -198,10 +209,7 @@ class CompChannel(Resource):
         from rdmalab.proc import waiting
         now, due = time.monotonic(), waiting.SLEEP_CHUNK_S
         for cq in self.cqs:
-            for sq in list(cq._timed):
-                sq.progress()
-            for nic in cq._nics:
-                nic.check_alive()
+            cq.tend()
             retry = cq.next_timer()
             if retry is not None:
                 due = min(due, max(retry - now, 0))
@@ -287,6 +295,14 @@ class CQ(Resource):
         """A send queue waits for a timer (True) or no longer does (False): poll() drives its retries."""
         (self._timed.add if waiting else self._timed.discard)(send_queue)
 
+    def tend(self):
+        """Run what a NIC's own timers would, as poll() and a sleeping channel do: the retries of send
+        queues that wait (after an RNR NAK, or for an ACK), and on the udp link whether a NIC died."""
+        for sq in list(self._timed):
+            sq.progress()
+        for nic in self._nics:
+            nic.check_alive()
+
     def next_timer(self):
         """When the earliest waiting send queue wants to retry (monotonic seconds), or None."""
         deadlines = [sq.next_retry() for sq in self._timed]
@@ -307,12 +323,8 @@ class CQ(Resource):
         """Returns (number polled, [WC, ...]), at most num_entries, without waiting."""
         if self._closed:
             self.check_open()
-        if self._timed:
-            for sq in list(self._timed):
-                sq.progress()
-        if self._nics:
-            for nic in self._nics:
-                nic.check_alive()
+        if self._timed or self._nics:
+            self.tend()
         wcs = []
         local = self._completions
         while local and len(wcs) < num_entries:

@@ -24,7 +24,7 @@ import struct
 
 from . import requester, responder, shm
 from .addr import IPV4_MAPPED
-from .device import GIDS, active_mtu
+from .hardware import GIDS, active_mtu
 from .constants import (IBV_QPS_ERR, IBV_QPS_RTR, IBV_QPS_RTS, IBV_QPT_UD, IBV_SEND_SOLICITED, IBV_WC_GRH,
                     IBV_WC_LOC_QP_OP_ERR, IBV_WC_RECV, IBV_WC_SUCCESS, IBV_WC_WITH_IMM, IBV_WR_SEND,
                     IBV_WR_SEND_WITH_IMM)
@@ -44,7 +44,7 @@ class DatagramQueue(requester.UnansweredQueue):
         """Read our memory, deliver the datagram if the destination takes it, complete."""
         if wqe.opcode != IBV_WR_SEND and wqe.opcode != IBV_WR_SEND_WITH_IMM:
             return requester.fail(self, wqe, IBV_WC_LOC_QP_OP_ERR)   # UD only sends (rxe: the QP goes to ERR)
-        payload = requester._gather(self, wqe)
+        payload = requester.gather(self, wqe)
         if type(payload) is int:
             return requester.fail(self, wqe, payload)
         if len(payload) <= 128 << active_mtu():   # a longer one would take packets UD has not: lost

@@ -258,17 +258,6 @@ class Window:
         self.binding.close()
 
 
-def invalidate(key):
-    """LOCAL_INV or SEND_WITH_INV of `key` (rxe_invalidate_mw): only a valid type 2 window's key may be
-    invalidated (rxe invalidates only fast-registered MRs, which soft0 has not). Returns success."""
-    from .responder import mr_segment
-    seg = mr_segment(key) if key & WINDOW_KEY else None
-    if seg is None or seg.header[M_MW_TYPE] != IBV_MW_TYPE_2 or not seg.header[M_VALID]:
-        return False
-    seg.header[M_VALID] = 0
-    return True
-
-
 def _reserve_window_index():
     """A window index no other window of this host has (its keys are WINDOW_KEY | index << 8 | tag)."""
     while True:

@@ -16,7 +16,7 @@ from . import datagram, link, requester, responder, shm
 from .addr import AHAttr, ah_attr_lines
 from .base import Record, Resource, not_supported
 from .cq import CQ
-from .device import DEVICE_ATTR, GIDS, GID_TABLE_LEN, PORT_ATTR, active_mtu
+from .hardware import DEVICE_ATTR, GIDS, GID_TABLE_LEN, PORT_ATTR, active_mtu
 from .constants import (
     IBV_QP_ACCESS_FLAGS as ACCESS_FLAGS, IBV_QP_ALT_PATH as ALT_PATH, IBV_QP_AV as AV,
     IBV_QP_CUR_STATE as CUR_STATE, IBV_QP_DEST_QPN as DEST_QPN,
@@ -431,7 +431,7 @@ class QP(Resource):
     def _datagram_error(self, wr):
         """A UD QP's post-time checks: the common ones, and a destination (an open address handle)."""
         error = QP._send_error(self, wr)
-        if not error and (wr.ah is None or wr.ah._closed):
+        if not error and (wr.ah is None or wr.ah.closed):
             raise PyverbsUserError("A UD send needs its destination, an open AH: "
                                    "wr.set_wr_ud(ah, remote_qpn, remote_qkey) before post_send(wr)")
         return error

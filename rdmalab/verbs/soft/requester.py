@@ -28,7 +28,7 @@ import time
 from collections import deque
 
 from . import cq as cqmod, responder
-from .device import GIDS
+from .hardware import GIDS
 from .constants import (
     IBV_ACCESS_LOCAL_WRITE as LOCAL_WRITE, IBV_QPS_ERR, IBV_SEND_INLINE, IBV_SEND_SIGNALED, IBV_SEND_SOLICITED,
     IBV_WC_COMP_SWAP, IBV_WC_FETCH_ADD, IBV_WC_LOC_PROT_ERR, IBV_WC_LOC_QP_OP_ERR, IBV_WC_RDMA_READ,
@@ -40,9 +40,9 @@ from .constants import (
     IBV_WR_BIND_MW as BIND_MW, IBV_WR_LOCAL_INV as LOCAL_INV, IBV_WC_BIND_MW, IBV_WC_LOCAL_INV, IBV_WC_MW_BIND_ERR)
 from .layout import (C_ARMED, M_VALID, Q_EXPECTED_PSN, Q_GENERATION, Q_RQ_CONSUMED, Q_RQ_POSTED, Q_STATE,
                      R_NUM_SGE, R_SGES, R_STATUS, W_BELL, W_SLEEPERS)
-from .mr import REGISTERED, invalidate
-from .responder import (ACK, ATOMICS, COMPLETION, CONSUMES_RECEIVE, NEEDS_ACCESS, NO_ANSWER, PSN_MOD, RNR_NAK, packets,
-                        respond)
+from .mr import REGISTERED
+from .responder import (ACK, ATOMICS, COMPLETION, CONSUMES_RECEIVE, NEEDS_ACCESS, NO_ANSWER, PSN_MOD, RNR_NAK,
+                        invalidate, packets, respond)
 
 WC_OPCODE = {WRITE: IBV_WC_RDMA_WRITE, WRITE_WITH_IMM: IBV_WC_RDMA_WRITE, SEND: IBV_WC_SEND,
              SEND_WITH_IMM: IBV_WC_SEND, READ: IBV_WC_RDMA_READ, CMP_AND_SWP: IBV_WC_COMP_SWAP,
@@ -180,7 +180,7 @@ class UnansweredQueue(SendQueue):
             return local_operation(self, wqe)
         if wqe.opcode not in UC_OPERATIONS:
             return fail(self, wqe, IBV_WC_LOC_QP_OP_ERR)
-        payload = _gather(self, wqe)
+        payload = gather(self, wqe)
         if type(payload) is int:
             return fail(self, wqe, payload)
         length = len(payload)
@@ -311,11 +311,11 @@ def snapshot(wr):
     wqe = copy.copy(wr)
     wqe.next_wr = None
     if wr.send_flags & IBV_SEND_INLINE:
-        wqe.inline_data = _inline(wr)
+        wqe.inline_data = inline_payload(wr)
     return wqe
 
 
-def _inline(wr):
+def inline_payload(wr):
     return b"".join(ctypes.string_at(addr, length) for addr, length, _ in wr.sges)
 
 
@@ -329,8 +329,8 @@ def attempt(sq, wqe, pending):
         return local_operation(sq, wqe) if opcode in LOCAL_OPERATIONS else fail(sq, wqe, IBV_WC_LOC_QP_OP_ERR)
     sges = wqe.sges
     if opcode in CARRIES_DATA:
-        payload = _local(sq, *sges[0]) if len(sges) == 1 and not wqe.send_flags & IBV_SEND_INLINE \
-            else _gather(sq, wqe)
+        payload = local_bytes(sq, *sges[0]) if len(sges) == 1 and not wqe.send_flags & IBV_SEND_INLINE \
+            else gather(sq, wqe)
         if type(payload) is int:
             return fail(sq, wqe, payload)
         length = len(payload)
@@ -390,19 +390,19 @@ def fail(sq, wqe, status):
     return complete(sq, wqe, status)
 
 
-def _gather(sq, wqe):
+def gather(sq, wqe):
     """The data a WRITE or SEND carries (a view of our memory for one SGE), or an error status."""
     if wqe.send_flags & IBV_SEND_INLINE:
         data = getattr(wqe, "inline_data", None)
-        return memoryview(data if data is not None else _inline(wqe))
-    pieces = [_local(sq, *sge) for sge in wqe.sges]
+        return memoryview(data if data is not None else inline_payload(wqe))
+    pieces = [local_bytes(sq, *sge) for sge in wqe.sges]
     for piece in pieces:
         if type(piece) is int:
             return piece
     return pieces[0] if len(pieces) == 1 else memoryview(b"".join(pieces))
 
 
-def _local(sq, addr, length, lkey):
+def local_bytes(sq, addr, length, lkey):
     """Our memory that an SGE names, as a view; or LOC_QP_OP_ERR (no such key in our PD) or
     LOC_PROT_ERR (out of its bounds). An SGE of length 0 names nothing: rxe checks no key for it."""
     if not length:

@@ -23,7 +23,7 @@ import fcntl
 import struct
 import threading
 
-from rdmalab.proc.procstat import pid_exists
+from rdmalab.proc.procstat import pid_alive, pid_exists
 
 from . import cq as cqmod, mr as mrmod, shm, srq as srqmod
 from .constants import (
@@ -31,11 +31,11 @@ from .constants import (
     IBV_ACCESS_REMOTE_READ as REMOTE_READ, IBV_ACCESS_REMOTE_WRITE as REMOTE_WRITE,
     IBV_QPS_ERR, IBV_QPS_RTR, IBV_QPS_RTS, IBV_QPT_UC, IBV_SEND_SOLICITED, IBV_WC_GRH, IBV_WC_LOC_QP_OP_ERR,
     IBV_WC_RECV, IBV_WC_RECV_RDMA_WITH_IMM, IBV_WC_REM_ACCESS_ERR, IBV_WC_REM_INV_REQ_ERR, IBV_WC_REM_OP_ERR,
-    IBV_WC_SUCCESS, IBV_WC_WITH_IMM, IBV_WC_WR_FLUSH_ERR,
+    IBV_WC_SUCCESS, IBV_WC_WITH_IMM, IBV_WC_WR_FLUSH_ERR, IBV_MW_TYPE_2,
     IBV_WR_ATOMIC_CMP_AND_SWP as CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD as FETCH_AND_ADD,
     IBV_WR_RDMA_READ as READ, IBV_WR_RDMA_WRITE as WRITE, IBV_WR_RDMA_WRITE_WITH_IMM as WRITE_WITH_IMM,
     IBV_WR_SEND as SEND, IBV_WR_SEND_WITH_IMM as SEND_WITH_IMM, IBV_WR_SEND_WITH_INV as SEND_WITH_INV)
-from .layout import (M_ACCESS, M_ADDR, M_LENGTH, M_MR, M_PD, M_QP, M_VALID, Q_ACCESS, Q_ALIVE, Q_EXPECTED_PSN, Q_GENERATION,
+from .layout import (M_ACCESS, M_MW_TYPE, M_ADDR, M_LENGTH, M_MR, M_PD, M_QP, M_VALID, Q_ACCESS, Q_ALIVE, Q_EXPECTED_PSN, Q_GENERATION,
                      Q_MAX_DEST_RD_ATOMIC, Q_MIN_RNR_TIMER, Q_PD, Q_RECV_CQ, Q_RQ_CONSUMED, Q_RQ_MAX_SGE, Q_RQ_POLLED, Q_RQ_POSTED,
                      Q_RQ_SIZE, Q_STATE, Q_TYPE, R_BYTE_LEN, R_FLAGS, R_IMM, R_NUM_SGE, R_OPCODE, R_SGES, R_SRC_QP,
                      R_STATUS, R_WR_ID, Q_NUM, Q_SRQ, S_ALIVE, W_OWNER_PID)
@@ -57,6 +57,22 @@ RNR_TIMER_MS = [655.36, 0.01, 0.02, 0.03, 0.04, 0.06, 0.08, 0.12, 0.16, 0.24, 0.
 LOCAL_QPS = {}        # qp_num -> PeerQP of this process's QPs
 _attached_mrs = {}    # key -> Segment of another process's MR
 _attached_qps = {}    # qp_num -> PeerQP of another process's QP
+
+
+def forget_the_dead():
+    """Drop, and unmap, the peers' QPs and MRs this process attached whose owner has died (a NIC process
+    that serves many programs calls it now and then: their files go when the next soft0 process starts)."""
+    for qpn, peer in list(_attached_qps.items()):
+        if not pid_alive(int(peer.segment.header[W_OWNER_PID])):
+            del _attached_qps[qpn]
+            peer.rq.release()
+            peer.segment.close()
+    for key, seg in list(_attached_mrs.items()):   # (an MR's segment, or a window's binding)
+        header = seg.header
+        if header is not None and not pid_alive(int(header[W_OWNER_PID])):
+            del _attached_mrs[key]
+            if hasattr(seg, "close"):
+                seg.close()
 LOCK = threading.Lock()   # receive queues and atomics, across this process's threads
 # A receive slot's words, read or written in one call each: a SEND's hot path, fewer Python steps
 SLOT_HEAD = struct.Struct("=2Q")   # R_WR_ID, R_NUM_SGE
@@ -107,6 +123,16 @@ def mr_segment(key):
         seg = mrmod.Window(seg, mr)
     _attached_mrs[key] = seg
     return seg
+
+
+def invalidate(key):
+    """LOCAL_INV or SEND_WITH_INV of `key` (rxe_invalidate_mw): only a valid type 2 window's key may be
+    invalidated (rxe invalidates only fast-registered MRs, which soft0 has not). Returns success."""
+    seg = mr_segment(key) if key & mrmod.WINDOW_KEY else None
+    if seg is None or seg.header[M_MW_TYPE] != IBV_MW_TYPE_2 or not seg.header[M_VALID]:
+        return False
+    seg.header[M_VALID] = 0
+    return True
 
 
 def region_of(seg):
@@ -398,7 +424,7 @@ def _into_receive(peer, h, wqe, payload, length, count):
         enter(h, IBV_QPS_ERR)
         peer.announce(solicited)
         return IBV_WC_REM_OP_ERR, None
-    if opcode == SEND_WITH_INV and not mrmod.invalidate(wqe.imm_data):   # (after the data, as rxe)
+    if opcode == SEND_WITH_INV and not invalidate(wqe.imm_data):   # (after the data, as rxe)
         rq.complete(consumed, IBV_WC_REM_INV_REQ_ERR, 0, 0, 0, 0)   # a key it may not invalidate: rxe fails the
         enter(h, IBV_QPS_ERR)                                        # receive and its QP, yet ACKs the SEND
         peer.announce(solicited)

@@ -18,7 +18,8 @@ import random
 
 from . import shm
 from .base import Record, Resource, not_supported
-from .device import DEVICE_ATTR, Context
+from .device import Context
+from .hardware import DEVICE_ATTR
 from .layout import R_NUM_SGE, R_SGES, R_WR_ID, S_ALIVE, S_EVENTS, S_LIMIT, S_MAX_SGE, S_POSTED, S_SIZE, S_TAKEN
 from .libibverbs_enums import IBV_WR_TAG_ADD, IBV_OPS_SIGNALED
 from .constants import IBV_SRQ_LIMIT, IBV_SRQ_MAX_WR, IBV_SRQT_BASIC

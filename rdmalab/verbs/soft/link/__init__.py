@@ -71,8 +71,3 @@ def address_of(gid):
     return str(mapped) if mapped is not None else None
 
 
-def counters(host_address=None):
-    """The port counters of this user's NIC for a host (default: this process's), as a dict, like
-    Linux's /sys/class/infiniband/<dev>/ports/1/hw_counters; None when no NIC runs there."""
-    from .doorbell import nic_counters
-    return nic_counters(host_address)

@@ -46,6 +46,11 @@ class NIC:
     _by_host = {}
 
     @classmethod
+    def running_on(cls, host):
+        """This process's doorbell to `host`'s NIC, if it has opened one; else None."""
+        return cls._by_host.get(host)
+
+    @classmethod
     def for_host(cls, host=None):
         host = host or this_host()
         nic = cls._by_host.get(host)
@@ -260,7 +265,7 @@ class WireSendQueue:
             self.outstanding.append((self.seq, wr.wr_id, requester.snapshot(wr)))
             return None
         status = local_check(self, wr)
-        inline = requester._inline(wr) if wr.send_flags & IBV_SEND_INLINE and not status else None
+        inline = requester.inline_payload(wr) if wr.send_flags & IBV_SEND_INLINE and not status else None
         if not status:   # the PSNs the NIC will give it: query() reports the next one, as rxe does
             length = len(inline) if inline is not None else sum(sge[1] for sge in wr.sges)
             count = packets(8 if wr.opcode in ATOMICS else length, self.mtu)
@@ -283,7 +288,7 @@ class WireSendQueue:
                 requester.local_operation(self, local)
         if completion is not None:
             wr_id, status, opcode, byte_len, flags = completion
-            self.cq._completions.append((wr_id, status, opcode, byte_len, self.qp_num, 0, flags))
+            self.cq.push(wr_id, status, opcode, byte_len, self.qp_num, 0, flags)
         while outstanding and outstanding[0][2] is not None:   # the WRs before it are done: its turn
             requester.local_operation(self, outstanding.popleft()[2])
 
@@ -343,7 +348,7 @@ def local_check(sq, wr):
     if wr.opcode in ANSWERS_DATA or wr.send_flags & IBV_SEND_INLINE:
         return 0
     for sge in wr.sges:
-        found = requester._local(sq, *sge)
+        found = requester.local_bytes(sq, *sge)
         if type(found) is int:
             return found
     return 0
@@ -353,7 +358,7 @@ def nic_counters(host=None):
     """The port counters of this user's NIC for `host` (default: this process's host), as a dict; None
     when no NIC runs there."""
     host = host or this_host()
-    nic = NIC._by_host.get(host)
+    nic = NIC.running_on(host)
     if nic is not None and not nic.lost:
         return nic.counters()
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)

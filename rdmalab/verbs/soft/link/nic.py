@@ -33,7 +33,7 @@ import traceback
 
 from .. import cq as cqmod, datagram, responder as verbs_responder
 from ..constants import IBV_QPS_ERR, IBV_QPS_RESET, IBV_QPS_RTR, IBV_QPS_RTS, IBV_WC_WR_FLUSH_ERR
-from ..layout import M_ACCESS, M_ADDR, M_LENGTH, M_PD, M_VALID, Q_PD, Q_STATE, W_OWNER_PID
+from ..layout import M_ACCESS, M_ADDR, M_LENGTH, M_PD, M_VALID, Q_PD, Q_STATE
 from ..wire import DETH, BadICRC, Flow, ImmDt, Packet, PcapWriter, WireError, encap
 from ..wire.icrc import ICRC_SIZE, icrc_bytes, icrc_of_trailer, ip_id_delta
 from ..wire.packet import sender_ip_id
@@ -538,21 +538,8 @@ def icrc_for_identification(datagram, k):
 
 def _forget_segments_of_the_dead():
     """Let go of segments whose owner died (the next soft0 process to start removes their files)."""
-    for qpn, peer in list(verbs_responder._attached_qps.items()):
-        if not pid_alive(int(peer.segment.header[W_OWNER_PID])):
-            del verbs_responder._attached_qps[qpn]
-            peer.rq.release()
-            peer.segment.close()
-    for key, seg in list(verbs_responder._attached_mrs.items()):   # (an MR's segment, or a window's binding)
-        header = seg.header
-        if header is not None and not pid_alive(int(header[W_OWNER_PID])):
-            del verbs_responder._attached_mrs[key]
-            if hasattr(seg, "close"):
-                seg.close()
-    for name, seg in list(cqmod._attached.items()):
-        if seg.header is not None and not pid_alive(int(seg.header[W_OWNER_PID])):
-            del cqmod._attached[name]
-            seg.close()
+    verbs_responder.forget_the_dead()
+    cqmod.forget_the_dead()
 
 
 def main(argv=None):
