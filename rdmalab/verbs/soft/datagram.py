@@ -25,9 +25,9 @@ import struct
 from . import requester, responder, shm
 from .addr import IPV4_MAPPED
 from .hardware import GIDS, active_mtu
+from .operations import UD_OPERATIONS, WITH_IMM
 from .constants import (IBV_QPS_ERR, IBV_QPS_RTR, IBV_QPS_RTS, IBV_QPT_UD, IBV_SEND_SOLICITED, IBV_WC_GRH,
-                    IBV_WC_LOC_QP_OP_ERR, IBV_WC_RECV, IBV_WC_SUCCESS, IBV_WC_WITH_IMM, IBV_WR_SEND,
-                    IBV_WR_SEND_WITH_IMM)
+                    IBV_WC_LOC_QP_OP_ERR, IBV_WC_RECV, IBV_WC_SUCCESS, IBV_WC_WITH_IMM)
 from .layout import Q_ALIVE, Q_PD, Q_QKEY, Q_RQ_CONSUMED, Q_RQ_POSTED, Q_STATE, Q_TYPE
 
 GRH_BYTES = 40
@@ -42,7 +42,7 @@ class DatagramQueue(requester.UnansweredQueue):
 
     def send_now(self, wqe):
         """Read our memory, deliver the datagram if the destination takes it, complete."""
-        if wqe.opcode != IBV_WR_SEND and wqe.opcode != IBV_WR_SEND_WITH_IMM:
+        if wqe.opcode not in UD_OPERATIONS:
             return requester.fail(self, wqe, IBV_WC_LOC_QP_OP_ERR)   # UD only sends (rxe: the QP goes to ERR)
         payload = requester.gather(self, wqe)
         if type(payload) is int:
@@ -91,7 +91,7 @@ def deliver(src_qp, wqe, payload):
         qpns = [wqe.remote_qpn]
     else:
         return   # an address of no NIC on this host
-    with_imm = wqe.opcode == IBV_WR_SEND_WITH_IMM
+    with_imm = wqe.opcode in WITH_IMM
     message = grh(ah.sgid, ah.dgid, ah.traffic_class, len(payload), with_imm) + bytes(payload)
     for qpn in qpns:
         land(responder.peer_qp(qpn), src_qp, wqe.remote_qkey, message, wqe.imm_data if with_imm else None,

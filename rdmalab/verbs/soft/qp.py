@@ -28,14 +28,11 @@ from .constants import (
     IBV_QPS_ERR as ERR, IBV_QPS_INIT as INIT, IBV_QPS_RESET as RESET, IBV_QPS_RTR as RTR,
     IBV_QPS_RTS as RTS, IBV_MTU_256, IBV_MTU_1024, IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD, IBV_SEND_INLINE,
     IBV_ACCESS_ZERO_BASED, IBV_MW_TYPE_1, IBV_WR_BIND_MW,
-    IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD,
-    IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP, IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD, IBV_QP_EX_WITH_ATOMIC_WRITE,
-    IBV_QP_EX_WITH_BIND_MW, IBV_QP_EX_WITH_FLUSH, IBV_QP_EX_WITH_LOCAL_INV, IBV_QP_EX_WITH_RDMA_READ,
-    IBV_QP_EX_WITH_RDMA_WRITE, IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM, IBV_QP_EX_WITH_SEND,
-    IBV_QP_EX_WITH_SEND_WITH_IMM, IBV_QP_EX_WITH_SEND_WITH_INV, IBV_QP_INIT_ATTR_CREATE_FLAGS, IBV_QP_INIT_ATTR_PD,
+    IBV_QP_INIT_ATTR_CREATE_FLAGS, IBV_QP_INIT_ATTR_PD,
     IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)
 from .layout import (Q_ACCESS, Q_ALIVE, Q_EXPECTED_PSN, Q_MAX_DEST_RD_ATOMIC, Q_MIN_RNR_TIMER, Q_PD, Q_QKEY, Q_RECV_CQ,
                      Q_RQ_MAX_SGE, Q_RQ_SIZE, Q_STATE, Q_TYPE, Q_NUM, Q_SRQ)
+from .operations import ATOMICS, SEND_OPS
 from .pd import PD
 from .pyverbs_error import PyverbsRDMAError, PyverbsUserError
 from .srq import SRQ
@@ -421,7 +418,7 @@ class QP(Resource):
         sges, cap = wr.sges, self.cap
         if len(sges) > cap.max_send_sge:
             return EINVAL
-        if wr.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD or wr.opcode == IBV_WR_ATOMIC_CMP_AND_SWP:
+        if wr.opcode in ATOMICS:
             if sum(s[1] for s in sges) < 8 or wr.remote_addr & 7:
                 return EINVAL
         if wr.send_flags & IBV_SEND_INLINE and sum(s[1] for s in sges) > cap.max_inline_data:
@@ -544,14 +541,5 @@ class QPInitAttrEx(Record):
                                 f"{qp_type_to_str(self.qp_type)} QP (rxe builds "
                                 f"{SEND_OPS.get(self.qp_type, 0):#x} only)")
 
-
-# The send operations an extended QP of each type may ask for (send_ops_flags, IBV_QP_EX_WITH_*)
-_UD_OPS = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM
-_UC_OPS = _UD_OPS | IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_BIND_MW \
-    | IBV_QP_EX_WITH_SEND_WITH_INV
-SEND_OPS = {IBV_QPT_UD: _UD_OPS, IBV_QPT_UC: _UC_OPS,
-            IBV_QPT_RC: _UC_OPS | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP
-            | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_FLUSH
-            | IBV_QP_EX_WITH_ATOMIC_WRITE}
 
 from .qpex import DataBuffer, QPEx  # noqa: E402,F401 (pyverbs.qp has them; QPEx extends QP, defined above)

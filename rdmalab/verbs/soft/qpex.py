@@ -28,6 +28,7 @@ from .constants import (
     IBV_WR_RDMA_WRITE_WITH_IMM, IBV_WR_SEND, IBV_WR_SEND_WITH_IMM, IBV_WR_SEND_WITH_INV)
 from .libibverbs_enums import ibv_qp_create_send_ops_flags as OPS
 from .layout import Q_STATE
+from .operations import ATOMICS, OPERATIONS
 from .pyverbs_error import PyverbsRDMAError, PyverbsUserError
 from .qp import EINVAL, ERR, QP, RTS
 from .wr import SGE, SendWR
@@ -116,9 +117,11 @@ class QPEx(QP):
 
     # ------------------------------------------------------------ builders: each begins one WR
 
-    def _begin(self, needs, opcode, **fields):
-        """Begin a WR of `opcode` (the QP needs `needs` in its send_ops_flags) with the QP's wr_id and wr_flags,
-        unless the batch already failed or the send queue has no slot left for it (ENOSPC)."""
+    def _begin(self, opcode, needs=None, **fields):
+        """Begin a WR of `opcode` (the QP needs the operation's IBV_QP_EX_WITH_* bit, or `needs`, in its
+        send_ops_flags) with the QP's wr_id and wr_flags, unless the batch already failed or the send queue
+        has no slot left for it (ENOSPC)."""
+        needs = needs or OPERATIONS[opcode].ex_flag
         self._usable()
         if self._send_ops & needs != needs:
             name = OPS(needs).name
@@ -137,52 +140,52 @@ class QPEx(QP):
         self._batch.append(draft)
 
     def wr_send(self):
-        self._begin(OPS.IBV_QP_EX_WITH_SEND, IBV_WR_SEND)
+        self._begin(IBV_WR_SEND)
 
     def wr_send_imm(self, data):
         # pyverbs converts the immediate to network order (htobe32), as ibv_wr_send_imm expects it
-        self._begin(OPS.IBV_QP_EX_WITH_SEND_WITH_IMM, IBV_WR_SEND_WITH_IMM, imm_data=socket.htonl(data))
+        self._begin(IBV_WR_SEND_WITH_IMM, imm_data=socket.htonl(data))
 
     def wr_rdma_write(self, rkey, remote_addr):
-        self._begin(OPS.IBV_QP_EX_WITH_RDMA_WRITE, IBV_WR_RDMA_WRITE, rkey=rkey, remote_addr=remote_addr)
+        self._begin(IBV_WR_RDMA_WRITE, rkey=rkey, remote_addr=remote_addr)
 
     def wr_rdma_write_imm(self, rkey, remote_addr, data):
-        self._begin(OPS.IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM, IBV_WR_RDMA_WRITE_WITH_IMM, rkey=rkey,
+        self._begin(IBV_WR_RDMA_WRITE_WITH_IMM, rkey=rkey,
                     remote_addr=remote_addr, imm_data=socket.htonl(data))
 
     def wr_rdma_read(self, rkey, remote_addr):
-        self._begin(OPS.IBV_QP_EX_WITH_RDMA_READ, IBV_WR_RDMA_READ, rkey=rkey, remote_addr=remote_addr)
+        self._begin(IBV_WR_RDMA_READ, rkey=rkey, remote_addr=remote_addr)
 
     def wr_atomic_cmp_swp(self, rkey, remote_addr, compare, swap):
-        self._begin(OPS.IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_CMP_AND_SWP, rkey=rkey,
+        self._begin(IBV_WR_ATOMIC_CMP_AND_SWP, rkey=rkey,
                     remote_addr=remote_addr, compare_add=compare, swap=swap)
 
     def wr_atomic_fetch_add(self, rkey, remote_addr, add):
-        self._begin(OPS.IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD, IBV_WR_ATOMIC_FETCH_AND_ADD, rkey=rkey,
+        self._begin(IBV_WR_ATOMIC_FETCH_AND_ADD, rkey=rkey,
                     remote_addr=remote_addr, compare_add=add)
 
     # memory windows: the key to invalidate travels in imm_data (a union in the C struct), as pyverbs'
     # SendWR has it; a bind names the window and what to bind, as SendWR.set_bind_wr() takes them
     def wr_local_inv(self, invalidate_rkey):
-        self._begin(OPS.IBV_QP_EX_WITH_LOCAL_INV, IBV_WR_LOCAL_INV, imm_data=invalidate_rkey)
+        self._begin(IBV_WR_LOCAL_INV, imm_data=invalidate_rkey)
 
     def wr_send_inv(self, invalidate_rkey):
-        self._begin(OPS.IBV_QP_EX_WITH_SEND_WITH_INV, IBV_WR_SEND_WITH_INV, imm_data=invalidate_rkey)
+        self._begin(IBV_WR_SEND_WITH_INV, imm_data=invalidate_rkey)
 
     def wr_bind_mw(self, mw, rkey, bind_info):
-        self._begin(OPS.IBV_QP_EX_WITH_BIND_MW, IBV_WR_BIND_MW, rkey=rkey, bind=(mw, bind_info))
+        self._begin(IBV_WR_BIND_MW, rkey=rkey, bind=(mw, bind_info))
 
     # soft0 carries none of these out: like post_send(), it completes them with LOC_QP_OP_ERR (as rxe on
     # Linux 6.1 does an ATOMIC_WRITE)
 
     def wr_flush(self, rkey, remote_addr, length, ptype, level):
-        self._begin(OPS.IBV_QP_EX_WITH_FLUSH, IBV_WR_FLUSH, rkey=rkey, remote_addr=remote_addr)
+        self._begin(IBV_WR_FLUSH, rkey=rkey, remote_addr=remote_addr)
 
     def wr_atomic_write(self, rkey, remote_addr, atomic_wr):
-        self._begin(OPS.IBV_QP_EX_WITH_ATOMIC_WRITE, IBV_WR_ATOMIC_WRITE, rkey=rkey, remote_addr=remote_addr)
+        self._begin(IBV_WR_ATOMIC_WRITE, rkey=rkey, remote_addr=remote_addr)
 
     def wr_send_tso(self, hdr, hdr_sz, mss):
-        self._begin(OPS.IBV_QP_EX_WITH_TSO, IBV_WR_SEND)   # no QP soft0 (or rxe) makes has TSO
+        self._begin(IBV_WR_SEND, needs=OPS.IBV_QP_EX_WITH_TSO)   # no QP soft0 (or rxe) makes has TSO
 
     # ------------------------------------------------------------ setters: fill in the WR just begun
 
@@ -253,7 +256,7 @@ class QPEx(QP):
             wr.num_sge = 0   # a WR without data: a zero-length one
         if draft.inline is not None:
             wr.inline_buffer = buffer   # kept alive with the WR
-        if draft.opcode in (IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD):
+        if draft.opcode in ATOMICS:
             wr.set_wr_atomic(draft.rkey, draft.remote_addr, draft.compare_add, draft.swap)
         else:
             wr.set_wr_rdma(draft.rkey, draft.remote_addr)

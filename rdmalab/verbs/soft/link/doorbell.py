@@ -25,11 +25,12 @@ from collections import deque
 from .. import cq as cqmod, requester
 from ..datagram import MULTICAST_QPN, DatagramQueue
 from ..constants import (IBV_QPS_ERR, IBV_QPS_RTS, IBV_SEND_INLINE, IBV_SEND_SOLICITED, IBV_WC_FATAL_ERR,
-                     IBV_WC_LOC_QP_OP_ERR, IBV_WC_WR_FLUSH_ERR, IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD,
-                     IBV_QPT_UC, IBV_WR_RDMA_READ, IBV_WR_SEND_WITH_IMM)
+                     IBV_WC_LOC_QP_OP_ERR, IBV_WC_WR_FLUSH_ERR,
+                     IBV_QPT_UC)
 from ..layout import Q_RECV_CQ, Q_RQ_POLLED, Q_RQ_POSTED, Q_STATE, Q_TYPE
 from ..pyverbs_error import PyverbsRDMAError
-from ..responder import ATOMICS, NEEDS_ACCESS, PSN_MOD, enter, packets
+from ..operations import ANSWERS_DATA, ATOMICS, LOCAL_OPERATIONS, NEEDS_ACCESS, UC_OPERATIONS, WITH_IMM
+from ..responder import PSN_MOD, enter, packets
 from rdmalab.proc import waiting
 from rdmalab.proc.procstat import pid_alive
 from . import address_of, host as this_host
@@ -38,7 +39,6 @@ from .nic import doorbell_name
 EIO = 5
 START_TIMEOUT_S = 20
 LIVENESS_CHECK_S = 0.25
-ANSWERS_DATA = (IBV_WR_RDMA_READ, IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD)
 
 
 class NIC:
@@ -258,7 +258,7 @@ class WireSendQueue:
     # ------------------------------------------------------------ to and from the NIC
 
     def _hand_over(self, wr):
-        if wr.opcode in requester.LOCAL_OPERATIONS:   # binding and invalidating windows: done here, in order
+        if wr.opcode in LOCAL_OPERATIONS:   # binding and invalidating windows: done here, in order
             if not self.outstanding:
                 return requester.local_operation(self, wr)
             self.seq += 1   # after the WRs before it are done, as rxe's requester reaches it in its ring
@@ -328,7 +328,7 @@ class WireDatagramQueue(DatagramQueue):
         dest = address_of(wqe.ah.dgid)
         if dest is None or wqe.remote_qpn == MULTICAST_QPN:
             return super().deliver(wqe, payload)
-        with_imm = wqe.opcode == IBV_WR_SEND_WITH_IMM
+        with_imm = wqe.opcode in WITH_IMM
         self.nic.ring(("datagram", self.qp_num, dest, wqe.remote_qpn, wqe.remote_qkey, self.psn,
                        wqe.imm_data if with_imm else None, bool(wqe.send_flags & IBV_SEND_SOLICITED), bytes(payload)))
 
@@ -343,7 +343,7 @@ def local_check(sq, wr):
     """What the program's side finds wrong with a WR before anything is sent (0: nothing): an unknown
     lkey (LOC_QP_OP_ERR) or an SGE out of its MR (LOC_PROT_ERR), for the data a WRITE or SEND carries.
     READs and atomics are checked when their answer comes back, as on the shared-memory link."""
-    if wr.opcode not in NEEDS_ACCESS or sq.header[Q_TYPE] == IBV_QPT_UC and wr.opcode not in requester.UC_OPERATIONS:
+    if wr.opcode not in NEEDS_ACCESS or sq.header[Q_TYPE] == IBV_QPT_UC and wr.opcode not in UC_OPERATIONS:
         return IBV_WC_LOC_QP_OP_ERR   # no such operation (on UC: SENDs and WRITEs only)
     if wr.opcode in ANSWERS_DATA or wr.send_flags & IBV_SEND_INLINE:
         return 0

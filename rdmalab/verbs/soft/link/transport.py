@@ -39,9 +39,9 @@ from ..constants import (
     IBV_WC_WR_FLUSH_ERR,
     IBV_WR_ATOMIC_CMP_AND_SWP as CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD as FETCH_AND_ADD,
     IBV_WR_RDMA_READ as READ, IBV_WR_RDMA_WRITE as WRITE, IBV_WR_RDMA_WRITE_WITH_IMM as WRITE_WITH_IMM,
-    IBV_WR_SEND as SEND, IBV_WR_SEND_WITH_IMM as SEND_WITH_IMM, IBV_WR_SEND_WITH_INV as SEND_WITH_INV)
+    IBV_WR_SEND_WITH_INV as SEND_WITH_INV)
 from ..layout import Q_EXPECTED_PSN, Q_MIN_RNR_TIMER, Q_STATE
-from ..requester import WC_OPCODE, WITH_IMM
+from ..operations import ATOMICS, CARRIES_DATA, MESSAGE, OPERATIONS, WC_OPCODE, WITH_IMM
 from ..responder import ACK, NO_ANSWER, RNR_NAK, RNR_TIMER_MS, packets
 from ..wire import AETH, RETH, AtomicAckETH, AtomicETH, ImmDt, Op, Packet
 from ..wire.packet import encode_fast
@@ -56,9 +56,7 @@ KEPT_REPLIES = 16     # READ and atomic replies a responder keeps for duplicates
 NAK_STATUS = {NAK_INVALID_REQUEST: IBV_WC_REM_INV_REQ_ERR, NAK_REMOTE_ACCESS_ERROR: IBV_WC_REM_ACCESS_ERR,
               NAK_REMOTE_OPERATIONAL_ERROR: IBV_WC_REM_OP_ERR}
 NAK_CODE = {status: code for code, status in NAK_STATUS.items()}
-ATOMICS = (CMP_AND_SWP, FETCH_AND_ADD)
 _AETH_ACK = struct.Struct("!I")
-KIND = {WRITE: "RDMA_WRITE", WRITE_WITH_IMM: "RDMA_WRITE", SEND: "SEND", SEND_WITH_IMM: "SEND", SEND_WITH_INV: "SEND"}
 
 
 class WQE:
@@ -426,21 +424,23 @@ class Request:
         self.send_flags, self.compare_add, self.swap = send_flags, compare_add, swap
 
 
-# wire opcode -> (operation, position): position 0 first, 1 middle, 2 last, 3 only
-_SEND_OPS = {Op.RC_SEND_FIRST: (SEND, 0), Op.RC_SEND_MIDDLE: (SEND, 1), Op.RC_SEND_LAST: (SEND, 2),
-             Op.RC_SEND_ONLY: (SEND, 3), Op.RC_SEND_LAST_WITH_IMMEDIATE: (SEND_WITH_IMM, 2),
-             Op.RC_SEND_ONLY_WITH_IMMEDIATE: (SEND_WITH_IMM, 3), Op.RC_SEND_LAST_WITH_INVALIDATE: (SEND_WITH_INV, 2),
-             Op.RC_SEND_ONLY_WITH_INVALIDATE: (SEND_WITH_INV, 3),
-             Op.RC_RDMA_WRITE_FIRST: (WRITE, 0), Op.RC_RDMA_WRITE_MIDDLE: (WRITE, 1), Op.RC_RDMA_WRITE_LAST: (WRITE, 2),
-             Op.RC_RDMA_WRITE_ONLY: (WRITE, 3), Op.RC_RDMA_WRITE_LAST_WITH_IMMEDIATE: (WRITE_WITH_IMM, 2),
-             Op.RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE: (WRITE_WITH_IMM, 3)}
-_OPCODE_AT = {}   # operation -> its opcodes (first, middle, last, only)
-for _op, (_operation, _position) in _SEND_OPS.items():
-    _OPCODE_AT.setdefault(_operation, [Op.RC_SEND_FIRST if _operation in (SEND_WITH_IMM, SEND_WITH_INV) else
-                                       Op.RC_RDMA_WRITE_FIRST if _operation == WRITE_WITH_IMM else None,
-                                       Op.RC_SEND_MIDDLE if _operation in (SEND_WITH_IMM, SEND_WITH_INV) else
-                                       Op.RC_RDMA_WRITE_MIDDLE if _operation == WRITE_WITH_IMM else None, None, None])
-    _OPCODE_AT[_operation][_position] = _op
+POSITIONS = ("FIRST", "MIDDLE", "LAST", "ONLY")   # of a packet in its message: 0, 1, 2, 3
+
+
+def _packet_opcodes(operation):
+    """The RC opcodes of a SEND's or WRITE's packets at each position (immediate data or an rkey to invalidate
+    ride in the last packet only: the first and middle are a plain SEND's or WRITE's)."""
+    op = OPERATIONS[operation]
+    suffix = "_WITH_IMMEDIATE" if op.imm else "_WITH_INVALIDATE" if op.inv else ""
+    return [Op[f"RC_{op.message}_{position}{suffix if position in ('LAST', 'ONLY') else ''}"] for position in POSITIONS]
+
+
+_OPCODE_AT = {operation: _packet_opcodes(operation) for operation in CARRIES_DATA}   # operation -> opcodes by position
+# wire opcode -> (operation, position): a last or only packet tells its operation; a first or middle one, a
+# plain SEND's or WRITE's (which one becomes clear at the last)
+_SEND_OPS = {opcode: (operation, position) for operation, opcodes in _OPCODE_AT.items()
+             for position, opcode in enumerate(opcodes)
+             if position >= 2 or not (OPERATIONS[operation].imm or OPERATIONS[operation].inv)}
 UC = 0x20   # a UC opcode is its RC twin's with this bit set (SENDs and WRITEs only)
 _SEND_OPS.update({Op(op | UC): what for op, what in _SEND_OPS.items() if op | UC in Op.__members__.values()
                   and Op(op | UC).name.startswith("UC_")})
@@ -528,7 +528,7 @@ class Responder:
         is answered: no ACK, no NAK, no RNR NAK (a SEND with no receive posted is simply lost)."""
         operation, position = _SEND_OPS[pkt.opcode]
         starts = position in (0, 3)
-        if ahead or (self.partial is None) != starts or self.partial and self.partial.kind != KIND[operation]:
+        if ahead or (self.partial is None) != starts or self.partial and self.partial.kind != MESSAGE[operation]:
             self.partial = None
             if not starts:
                 nic.count("out_of_seq_request")
@@ -546,8 +546,8 @@ class Responder:
             if self.partial is not None:
                 self.partial = None
                 return BAD
-            self.partial = Partial(pkt.psn, KIND[operation], pkt.reth)
-        elif self.partial is None or self.partial.kind != KIND[operation]:
+            self.partial = Partial(pkt.psn, MESSAGE[operation], pkt.reth)
+        elif self.partial is None or self.partial.kind != MESSAGE[operation]:
             self.partial = None
             return BAD   # a MIDDLE or LAST with no FIRST before it
         part, mtu = self.partial, self.conn.mtu
