@@ -110,7 +110,7 @@ class Communicator:
 
     # -------------------------------------------------------------- helpers
 
-    def _handshake(self, writers, targets):
+    def handshake(self, writers, targets):
         """Credits for this call: tell the ranks that will write into us that we are ready, and wait
         until the ranks we will write into are ready too (they have finished with the last call)."""
         for peer in writers:
@@ -131,7 +131,7 @@ class Communicator:
         p = self.size
         others = [r for r in range(p) if r != 0]
         if self.rank == 0:
-            self._handshake(others, others)
+            self.handshake(others, others)
             stage = self.t.buffer("stage")
             for r in others:   # each rank's buffer arrives into its own slot of the stage
                 self._recv(r)
@@ -140,7 +140,7 @@ class Communicator:
                 self._send(r, x, "data", 0)
             self.t.flush()
         else:
-            self._handshake([0], [0])
+            self.handshake([0], [0])
             self._send(0, x, "stage", (self.rank - 1) * x.nbytes)
             self._recv(0)
             self.t.flush()
@@ -155,7 +155,7 @@ class Communicator:
         chunk_bytes = int(max(np.diff(bounds))) * x.itemsize
         seg = max(SEGMENT_BYTES // x.itemsize, 1)
         stage = self.t.buffer("stage")
-        self._handshake([left], [right])
+        self.handshake([left], [right])
         # reduce-scatter: in step s we send chunk (r - s) and add the incoming chunk (r - s - 1)
         for s in range(p - 1):
             send_c, recv_c = (r - s) % p, (r - s - 1) % p
@@ -193,7 +193,7 @@ class Communicator:
         p, r = self.size, self.rank
         partners = [r ^ d for d in _halving_distances(p)]
         stage = self.t.buffer("stage")
-        self._handshake(partners, partners)
+        self.handshake(partners, partners)
         lo, hi, stage_at, kept = 0, x.size, 0, []
         for d in _halving_distances(p):        # reduce-scatter: keep the half on our side of the partner
             partner, mid = r ^ d, (lo + hi) // 2
@@ -245,7 +245,7 @@ def ring_allreduce(comm, x, step=reduce_scatter_step):
         return x
     right, left = (r + 1) % p, (r - 1) % p
     bounds, stage = chunk_bounds(x.size, p), comm.t.buffer("stage")
-    comm._handshake([left], [right])
+    comm.handshake([left], [right])
     for s in range(p - 1):
         step(comm, x, s, bounds, stage)
     comm.t.signal(left)                    # our chunks are final: right may write into us

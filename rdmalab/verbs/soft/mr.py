@@ -187,7 +187,7 @@ class MW(Resource):
         """The NIC binds the window (rxe_bind_mw): False, changing nothing, if a rule forbids it (the
         WR then completes with MW_BIND_ERR). A length of 0 unbinds a type 1 window."""
         mr, addr, length, access = info.mr, info.addr, info.length, info.mw_access_flags
-        if self._closed or mw_key != self.nic_key or length and mr._closed:
+        if self._closed or mw_key != self.nic_key or length and mr.closed:
             return False
         if self.type == IBV_MW_TYPE_2 and (self.window is not None and self.window.header[M_VALID]
                                            or qp_pd is not self.pd or not length):
