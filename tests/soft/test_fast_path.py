@@ -1,4 +1,4 @@
-"""soft0's fast path (requester.Route.carry, which repeats a request of a shape already carried out on
+"""soft0's fast path (requester.Shortcut.carry, which repeats a request of a shape already carried out on
 this connection) against the full path it short-cuts (requester.attempt, responder.respond), as the
 packet codec's fast encoder is tested against the full one: random sequences of WRITEs, READs, SENDs,
 WRITE_WITH_IMMs and atomics, with offsets and lengths inside and outside both MRs, a wrong rkey now and
@@ -91,14 +91,14 @@ def test_the_fast_path_does_what_the_full_path_does(seed, monkeypatch):
     from rdmalab.verbs.soft import requester
     fast = run(seed)
     taken = []
-    real_carry = requester.Route.carry
+    real_carry = requester.Shortcut.carry
 
     def counted(route, *args):
         done = real_carry(route, *args)
         taken.append(done)
         return done
-    monkeypatch.setattr(requester.Route, "carry", counted)
+    monkeypatch.setattr(requester.Shortcut, "carry", counted)
     assert run(seed) == fast
     assert any(taken), "the sequence never took the fast path: it tests nothing"
-    monkeypatch.setattr(requester.Route, "remember", classmethod(lambda cls, *args: None))   # no routes: full path
+    monkeypatch.setattr(requester.Shortcut, "remember", classmethod(lambda cls, *args: None))   # no shortcuts: the full path
     assert run(seed) == fast

@@ -226,7 +226,7 @@ def mwtype2str(mw_type):
 class Window:
     """A bound memory window as a NIC reaches it, in the binder's process or a peer's: the header is its
     binding's (key, access, PD, validity) and the bytes are its MR's, so that the responder, and a
-    requester's cached Route, use it as they use an MR's segment.
+    requester's cached Shortcut, use it as they use an MR's segment.
 
     The bounds a request through the window is checked against are the MR's, not the window's: rxe
     (Linux 6.1) checks them so (a WRITE outside the window but inside the MR succeeds), and soft0

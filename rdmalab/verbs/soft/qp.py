@@ -289,8 +289,8 @@ class QP(Resource):
         self._apply(qp_attr, comp_mask)
         if target == RESET:
             self._reset_attributes()
-        responder.enter(self._words, target)   # peers' cached routes to this QP are dropped
-        self._send.routes.clear()              # and so are ours: the destination or MTU may change
+        responder.enter(self._words, target)   # peers' shortcuts to this QP are dropped
+        self._send.shortcuts.clear()              # and so are ours: the destination or MTU may change
         self._cached_state = target
         if self._wire:
             self._send.modified(target, self._kept["max_rd_atomic"])   # the NIC learns where the QP sends

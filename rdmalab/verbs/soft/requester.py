@@ -15,7 +15,7 @@ Local checks run first, as in rxe: an unknown lkey is LOC_QP_OP_ERR, an SGE out 
 LOC_PROT_ERR, and nothing is sent.
 
 Like a NIC, it caches what it looked up: once a request of one shape (opcode, local key, remote
-key) has been carried out on a connection, a Route remembers where both buffers are. A later
+key) has been carried out on a connection, a Shortcut remembers where both buffers are. A later
 request of the same shape repeats none of the checks while nothing they depended on has changed
 (the target QP's generation, which every change of its state or access flags bumps, and the keys'
 validity); it checks only what is its own (its PSN, its bounds) and copies. That is the path the
@@ -46,7 +46,7 @@ from .responder import ACK, COMPLETION, NO_ANSWER, PSN_MOD, RNR_NAK, invalidate,
 
 # a receive slot's R_NUM_SGE and first SGE (addr, length, lkey), in one read (the words between skipped)
 RECEIVE_SGE = struct.Struct(f"={R_NUM_SGE * 8}xQ{(R_SGES - R_NUM_SGE - 1) * 8}x3Q")
-ROUTES_KEPT = 64   # request shapes a send queue remembers, as a NIC caches translations
+SHORTCUTS_KEPT = 64   # request shapes a send queue remembers, as a NIC caches translations
 PEER_CHECK_S = 0.02   # how often a send queue makes sure its peer's process still lives (a clock read per WR)
 
 
@@ -64,13 +64,13 @@ class SendQueue:
 
     def __init__(self, header, qp_num, pd, cq, sig_all):
         self.header, self.qp_num, self.pd, self.cq, self.sig_all = header, qp_num, pd, cq, sig_all
-        self.pending, self.routes = deque(), {}
+        self.pending, self.shortcuts = deque(), {}
         self.next_peer_check = 0.0
         self.reset()
 
     def reset(self):
         self.pending.clear()
-        self.routes.clear()
+        self.shortcuts.clear()
         self.dest_qp_num = self.psn = self.timeout = self.retry_cnt = self.rnr_retry = 0
         self.dgid, self.mtu = None, 1024
         self.connected, self.connected_to = None, None   # the peer's PeerQP, and its number, once found
@@ -87,8 +87,8 @@ class SendQueue:
             return
         sges = wr.sges
         if len(sges) == 1:
-            route = self.routes.get((wr.opcode, sges[0][2], wr.rkey))
-            if route is not None and route.carry(self, wr, *sges[0]):
+            shortcut = self.shortcuts.get((wr.opcode, sges[0][2], wr.rkey))
+            if shortcut is not None and shortcut.carry(self, wr, *sges[0]):
                 return
         outcome = attempt(self, wr, None)
         if outcome is not None:   # it must wait: keep a copy at the head of the queue
@@ -187,7 +187,7 @@ class UnansweredQueue(SendQueue):
         return complete(self, wqe, IBV_WC_SUCCESS, length)
 
 
-class Route:
+class Shortcut:
     """What the NIC remembers after carrying out one shape of request on this connection: the target
     QP (and the generation its checks passed at), our buffer, the remote buffer (for a key), and for
     a SEND the buffer of the receive it used. carry() does a request of that shape again, checking
@@ -201,36 +201,36 @@ class Route:
     @classmethod
     def remember(cls, sq, wqe, peer, generation):
         addr, length, lkey = wqe.sges[0]
-        route, mr = cls(), REGISTERED[lkey]
-        route.opcode, route.peer, route.header, route.generation = wqe.opcode, peer, peer.header, generation
-        route.lkey, route.local, route.local_base, route.local_length = lkey, mr.memory, mr.buf, mr.length
-        route.remote = route.receive = None
+        shortcut, mr = cls(), REGISTERED[lkey]
+        shortcut.opcode, shortcut.peer, shortcut.header, shortcut.generation = wqe.opcode, peer, peer.header, generation
+        shortcut.lkey, shortcut.local, shortcut.local_base, shortcut.local_length = lkey, mr.memory, mr.buf, mr.length
+        shortcut.remote = shortcut.receive = None
         if NEEDS_ACCESS[wqe.opcode]:
             seg = responder.mr_segment(wqe.rkey)
             if seg is None:   # deregistered by its owner since the request was carried out: nothing to remember
                 return
             h = seg.header
-            route.remote_segment, route.remote_header, route.remote = seg, h, seg.bytes
-            route.remote_base, route.remote_length = responder.region_of(seg)
+            shortcut.remote_segment, shortcut.remote_header, shortcut.remote = seg, h, seg.bytes
+            shortcut.remote_base, shortcut.remote_length = responder.region_of(seg)
         if wqe.opcode in CONSUMES_RECEIVE:
             # what responder.received() looks up for every message: the receive queue, the completion, the CQ
-            rq, route.cq = peer.rq, peer.cq_segment()
-            if route.cq is None:
+            rq, shortcut.cq = peer.rq, peer.cq_segment()
+            if shortcut.cq is None:
                 return
-            route.rq_raw, route.rq_size, route.rq_stride, route.cq_header = rq.raw, rq.size, rq.stride * 8, route.cq.header
-            route.wc_opcode, route.wc_flags = responder.receive_completion(wqe.opcode)
+            shortcut.rq_raw, shortcut.rq_size, shortcut.rq_stride, shortcut.cq_header = rq.raw, rq.size, rq.stride * 8, shortcut.cq.header
+            shortcut.wc_opcode, shortcut.wc_flags = responder.receive_completion(wqe.opcode)
             if not NEEDS_ACCESS[wqe.opcode]:   # a SEND: the receive just used, whose buffer is likely the next one's
-                num_sge, _, _, route.receive_key = RECEIVE_SGE.unpack_from(rq.raw, rq.slot(peer.header[Q_RQ_CONSUMED] - 1) * 8)
+                num_sge, _, _, shortcut.receive_key = RECEIVE_SGE.unpack_from(rq.raw, rq.slot(peer.header[Q_RQ_CONSUMED] - 1) * 8)
                 if num_sge != 1:
                     return
-                seg = responder.mr_segment(route.receive_key)
+                seg = responder.mr_segment(shortcut.receive_key)
                 if seg is None:   # (the receiver deregistered that buffer as soon as its message arrived)
                     return
-                route.receive, route.receive_header = seg.bytes, seg.header
-                route.receive_base, route.receive_length = responder.region_of(seg)
-        if len(sq.routes) >= ROUTES_KEPT:
-            sq.routes.clear()
-        sq.routes[wqe.opcode, lkey, wqe.rkey] = route
+                shortcut.receive, shortcut.receive_header = seg.bytes, seg.header
+                shortcut.receive_base, shortcut.receive_length = responder.region_of(seg)
+        if len(sq.shortcuts) >= SHORTCUTS_KEPT:
+            sq.shortcuts.clear()
+        sq.shortcuts[wqe.opcode, lkey, wqe.rkey] = shortcut
 
     def carry(self, sq, wr, addr, length, lkey):
         peer = self.header
@@ -343,7 +343,7 @@ def attempt(sq, wqe, pending):
             complete(sq, wqe, IBV_WC_SUCCESS, length)
         if len(sges) == 1 and length and not wqe.send_flags & IBV_SEND_INLINE and pending is None \
                 and opcode != SEND_WITH_INV:   # (each of those invalidates a key: no shortcut for them)
-            Route.remember(sq, wqe, peer, generation)
+            Shortcut.remember(sq, wqe, peer, generation)
         return None
     if answer == NO_ANSWER:
         return _wait_for_ack(sq, wqe, pending)

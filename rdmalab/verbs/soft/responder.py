@@ -80,7 +80,7 @@ SGE = struct.Struct("=3Q")         # addr, length, lkey
 
 def enter(header, state):
     """Move a QP (by its shared header) to `state`. Every change a responder would see bumps the
-    QP's generation, so that what a requester cached about it (requester.Route) is dropped. Entering
+    QP's generation, so that what a requester cached about it (requester.Shortcut) is dropped. Entering
     ERR flushes the receives posted and not used (their completions appear when the CQ is polled);
     as on rxe, their CQ's event is raised even if it was armed for solicited completions only."""
     flushing = state == IBV_QPS_ERR and header[Q_STATE] != IBV_QPS_ERR and not header[Q_SRQ] \

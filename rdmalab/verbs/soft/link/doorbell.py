@@ -188,7 +188,7 @@ class WireSendQueue:
 
     def __init__(self, header, qp_num, pd, cq, sig_all):
         self.header, self.qp_num, self.pd, self.cq, self.sig_all = header, qp_num, pd, cq, sig_all
-        self.routes = {}   # (qp.modify clears it; nothing is cached on this side of the link)
+        self.shortcuts = {}   # (qp.modify clears it; nothing is cached on this side of the link)
         self.outstanding = deque()   # (seq, wr_id, local WR or None) handed to the NIC and not yet retired
         self.held = []               # WRs posted before RTS: rxe keeps them in its ring
         self.seq = 0
