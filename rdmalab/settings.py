@@ -1,7 +1,9 @@
 """The lab's RDMALAB_* settings, read from the environment and checked in one place: a value that is not
 one the setting takes stops the program with a message naming the variable, what it takes and how to get
-the default back, never a traceback from deep inside the lab. Each is read once, when first needed:
-soft0's GIDs and its link are fixed for the life of a process (set them before it starts).
+the default back, never a traceback from deep inside the lab. Each is read when it is needed, never at
+import (a program that does not use a setting runs whatever it says). soft0 reads its link and host once,
+as it loads (hardware.LINK and HOST: set them before a program starts); a cluster reads them again for the
+ranks it starts, which inherit them.
 
     time_scale()    RDMALAB_TIME_SCALE   how much slower this machine is (5 under CPU emulation): every
                                          "the peer is silent, so it is dead" wait stretches by it
@@ -10,7 +12,6 @@ soft0's GIDs and its link are fixed for the life of a process (set them before i
     soft_host()     RDMALAB_SOFT_HOST    this process's host address on soft0's udp link
 The others (RDMALAB_SPIN_US, RDMALAB_ENGINE_TIMEOUT, ...) are read with number() where they are used.
 """
-import functools
 import ipaddress
 import math
 import os
@@ -31,12 +32,10 @@ def number(name, default, low=0.0, high=math.inf, what="a number", environ=os.en
     return value
 
 
-@functools.cache
 def time_scale():
     return number("RDMALAB_TIME_SCALE", 1, 0.01, 1000, "a factor between 0.01 and 1000")
 
 
-@functools.cache
 def local_peers():
     return int(number("RDMALAB_LOCAL_PEERS", 1, 1, 1 << 16, "a whole number of processes, at least 1"))
 
@@ -44,7 +43,6 @@ def local_peers():
 LINKS = ("shm", "udp")
 
 
-@functools.cache
 def soft_link():
     chosen = os.environ.get("RDMALAB_SOFT_LINK", "").strip() or "shm"
     if chosen not in LINKS:
@@ -53,7 +51,6 @@ def soft_link():
     return chosen
 
 
-@functools.cache
 def soft_host():
     text = os.environ.get("RDMALAB_SOFT_HOST", "").strip() or "127.0.0.1"
     try:

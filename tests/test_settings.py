@@ -46,9 +46,5 @@ def test_doctor_runs_whatever_a_setting_it_does_not_use_says():
 
 def test_the_time_scale_is_checked_where_a_wait_reads_it(monkeypatch):
     monkeypatch.setenv("RDMALAB_TIME_SCALE", "x")
-    settings.time_scale.cache_clear()
-    try:
-        with pytest.raises(SystemExit, match="RDMALAB_TIME_SCALE='x'"):
-            settings.time_scale()
-    finally:
-        settings.time_scale.cache_clear()
+    with pytest.raises(SystemExit, match="RDMALAB_TIME_SCALE='x'"):
+        settings.time_scale()

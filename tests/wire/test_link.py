@@ -769,7 +769,8 @@ def test_the_allreduce_runs_over_the_wire_link_and_is_right_every_time(monkeypat
                 results = cluster.allreduce(16384, iters=2, warmup=0, in_place=in_place, algorithm="ring")
                 assert [r["wrong"] for r in results] == [0, 0], results
         from rdmalab.verbs.soft import link   # (its functions run on the ranks: a host each, with its NIC)
-        hosts, counters = cluster.view.apply_sync(link.host), cluster.view.apply_sync(link.counters)
+        from rdmalab.verbs.soft.link.doorbell import nic_counters
+        hosts, counters = cluster.view.apply_sync(link.host), cluster.view.apply_sync(nic_counters)
         assert hosts == ["127.0.15.7", "127.0.15.8"], hosts
         assert all(c["sent_pkts"] > 0 and c["rcvd_pkts"] > 0 for c in counters), counters
     assert wait_until(lambda: not nic_processes(("127.0.15.7", "127.0.15.8")), 20), "the NICs end with the ranks"

@@ -13,8 +13,10 @@ NODE_GUID = 0x0002C9FFFE5AB000
 GIDS = ["fe80:0000:0000:0000:0202:c9ff:fe5a:b000",   # 0: link-local (reaches this host only)
         "0000:0000:0000:0000:0000:ffff:7f00:0001"]   # 1: ::ffff:127.0.0.1, IPv4-mapped RoCE v2
 GID_TABLE_LEN = 1024
-if _link.name() == "udp":   # on the wire link, GID 1 is this host's own address (RDMALAB_SOFT_HOST)
-    GIDS[1] = _link.gid_of(_link.host())
+LINK = _link.name()   # shm or udp (RDMALAB_SOFT_LINK), read once: a process's QPs all use one link
+HOST = _link.host() if LINK == "udp" else None   # this process's host on the udp link (RDMALAB_SOFT_HOST)
+if LINK == "udp":   # on the wire link, GID 1 is this host's own address
+    GIDS[1] = _link.gid_of(HOST)
 
 
 # of rxe's device_cap_flags, those soft0 has: resizable SRQs, memory windows of type 1 and 2B
@@ -47,7 +49,7 @@ def active_mtu():
     host's address (lo, for any 127.0.0.x: 4096)."""
     global _active_mtu
     if _active_mtu is None:
-        netdev = _link.netdev_mtu(_link.host()) if _link.name() == "udp" else None
+        netdev = _link.netdev_mtu(HOST) if LINK == "udp" else None
         _active_mtu = rxe_active_mtu(netdev or 1500)
     return _active_mtu
 

@@ -12,11 +12,11 @@ with errno 22 and changes nothing.
 """
 import random
 
-from . import datagram, link, requester, responder, shm
+from . import datagram, requester, responder, shm
 from .addr import AHAttr, ah_attr_lines
 from .base import Record, Resource, not_supported
 from .cq import CQ
-from .hardware import DEVICE_ATTR, GIDS, GID_TABLE_LEN, PORT_ATTR, active_mtu
+from .hardware import DEVICE_ATTR, GIDS, GID_TABLE_LEN, LINK, PORT_ATTR, active_mtu
 from .constants import (
     IBV_QP_ACCESS_FLAGS as ACCESS_FLAGS, IBV_QP_ALT_PATH as ALT_PATH, IBV_QP_AV as AV,
     IBV_QP_CUR_STATE as CUR_STATE, IBV_QP_DEST_QPN as DEST_QPN,
@@ -232,7 +232,7 @@ class QP(Resource):
         self._rq = responder.ReceiveQueue(self._segment, self.qp_num)
         queue = {IBV_QPT_RC: requester.SendQueue, IBV_QPT_UC: requester.UnansweredQueue,   # (UC: no ACKs)
                  IBV_QPT_UD: datagram.DatagramQueue}[self.qp_type]
-        self._wire = link.name() == "udp"
+        self._wire = LINK == "udp"
         if self._wire:   # on the udp link the host's NIC process carries every QP's work as RoCEv2 packets
             from .link.doorbell import WireDatagramQueue, WireSendQueue
             queue = WireDatagramQueue if self.qp_type == IBV_QPT_UD else WireSendQueue
