@@ -44,8 +44,12 @@ def test_the_cluster_tells_its_local_ranks_how_many_share_the_cpus(monkeypatch):
     monkeypatch.setenv(waiting.PEERS_ENV, "4")
     assert waiting.policy().peers == 4 and waiting.policy().spin_s == 0
     monkeypatch.setattr(waiting, "_policy", None)
-    monkeypatch.setenv(waiting.PEERS_ENV, "four")   # not a number: as if unset
+    monkeypatch.delenv(waiting.PEERS_ENV)   # a process on its own
     assert waiting.policy().peers == 1 and waiting.policy().spin_s > 0
+    monkeypatch.setattr(waiting, "_policy", None)
+    monkeypatch.setenv(waiting.PEERS_ENV, "four")   # not a number: said, with the variable's name (settings)
+    with pytest.raises(SystemExit, match="RDMALAB_LOCAL_PEERS='four'"):
+        waiting.policy()
 
 
 def test_a_preempted_spin_sleeps_at_once_for_a_while_then_tries_again():
