@@ -13,6 +13,7 @@ which is which. Tables are HTML in a notebook and text elsewhere; charts say the
 import contextlib
 import html
 import os
+import textwrap
 import time
 
 from rdmalab.allreduce import model
@@ -123,7 +124,8 @@ def fit_two_ranks(sizes, quick, attempts=3):
                 if attempt == attempts:
                     raise ValueError(f"{error}. This machine was too busy for {attempts} attempts: close what else "
                                      f"runs and run this cell again") from None
-                print(f"attempt {attempt}: {error}; the machine is busy, measuring again with {rounds * 2} rounds")
+                print(textwrap.fill(f"attempt {attempt}: {error}; the machine is busy, measuring again with "
+                                    f"{rounds * 2} rounds", 96, subsequent_indent="  "))   # fits a laptop's notebook
                 rounds *= 2
 
 
