@@ -8,7 +8,9 @@ Runs `jupyter lab` with the arguments given, and says what it adds:
   choosing in it), so the terminal says what matters in a few lines;
 - as root (a container, a cloud VM's default user): --allow-root, without which JupyterLab refuses to start;
 - with no display, or in an SSH session: no browser, a port of its own choosing (8888 or the next free
-  one), and the `ssh -L` command that reaches it from the learner's own machine.
+  one), and the `ssh -L` command that reaches it from the learner's own machine;
+- it trusts the lessons as shipped (Jupyter's notebook signatures), which the server otherwise warns of,
+  one line for each lesson opened.
 """
 import getpass
 import glob
@@ -114,25 +116,44 @@ def plan(args, euid, env, pick_port=free_port, address=reachable_address):
 # What `make` writes into the lab's venv once (python -m rdmalab.lab --configure), so that the terminal stays
 # quiet: kernels log errors only (each one had warned that it talks TCP on this machine's loopback), and
 # ipyparallel's JupyterLab panel and its server extension, which the lessons do not use (the extension
-# warns of a deprecated hook at every start, and the panel without it opens an error dialog), are off.
+# warns of a deprecated hook at every start, and the panel without it opens an error dialog), are off; and
+# the websocket ping timeout is set to its interval (jupyter_server's default, three intervals, makes
+# tornado warn once a kernel connects).
+OURS = os.path.join("etc", "jupyter", "jupyter_server_config.d", "zz-rdmalab.json")   # rewritten every time
 QUIET = {
     os.path.join("etc", "ipython", "ipython_kernel_config.py"): 'c.IPKernelApp.log_level = "ERROR"\n',
-    os.path.join("etc", "jupyter", "jupyter_server_config.d", "zz-rdmalab.json"):
-        '{"ServerApp": {"jpserver_extensions": {"ipyparallel": false}}}\n',
+    OURS: '{"ServerApp": {"jpserver_extensions": {"ipyparallel": false}, '
+          '"tornado_settings": {"ws_ping_timeout": 30000}}}\n',
     os.path.join("etc", "jupyter", "labconfig", "page_config.json"):
         '{"disabledExtensions": {"ipyparallel-labextension": true}}\n',
 }
 
 
 def configure(prefix=sys.prefix):
-    """Write QUIET's files under `prefix` (the venv), leaving any that exist with other content alone."""
+    """Write QUIET's files under `prefix` (the venv): ours always, the others only where none exists (someone's
+    own settings are left alone)."""
     for relative, text in QUIET.items():
         path = os.path.join(prefix, relative)
-        if os.path.exists(path):
+        if os.path.exists(path) and relative != OURS:
             continue
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "w") as f:
             f.write(text)
+
+
+def trust_lessons(folder, notary=None):
+    """Sign every notebook in `folder` as trusted (as `jupyter trust` does), unless it is already: the
+    lessons as shipped. Returns how many it signed."""
+    import nbformat
+    from nbformat.sign import NotebookNotary
+    notary = notary or NotebookNotary()
+    signed = 0
+    for path in sorted(glob.glob(os.path.join(folder, "*.ipynb"))):
+        notebook = nbformat.read(path, as_version=4)
+        if not notary.check_signature(notebook):
+            notary.sign(notebook)
+            signed += 1
+    return signed
 
 
 def main(argv=None):
@@ -140,7 +161,13 @@ def main(argv=None):
     if argv[:1] == ["--configure"]:
         configure()
         return
+    try:
+        configure()   # (again: a venv made before a change to QUIET gets it too)
+    except OSError:   # a Python this user cannot write to: JupyterLab runs as it is, only less quiet
+        pass
     command, said = plan(argv, os.geteuid(), os.environ)
+    if first_lesson(argv):
+        trust_lessons(next(a for a in argv if not a.startswith("-")))
     for line in said:
         print(SAY, line, file=sys.stderr, flush=True)
     os.execv(command[0], command)

@@ -1,5 +1,6 @@
 """`make lab` for whoever runs it: root gets --allow-root and is told why, a headless machine or an SSH
 session gets no browser but the URL and the `ssh -L` command with the port JupyterLab really serves on."""
+import json
 import os
 import re
 import subprocess
@@ -114,3 +115,24 @@ def test_configure_quiets_kernels_and_the_unused_cluster_panel_once(tmp_path):
     page.write_text("{}\n")          # someone's own settings are left alone
     lab.configure(prefix=str(tmp_path))
     assert page.read_text() == "{}\n"
+
+
+def test_configure_rewrites_its_own_server_settings_with_the_websocket_ping_fix(tmp_path):
+    ours = tmp_path / lab.OURS
+    ours.parent.mkdir(parents=True)
+    ours.write_text('{"ServerApp": {"jpserver_extensions": {"ipyparallel": false}}}\n')   # an earlier version
+    lab.configure(prefix=str(tmp_path))
+    settings = json.loads(ours.read_text())["ServerApp"]
+    assert settings["tornado_settings"]["ws_ping_timeout"] == 30000 and not settings["jpserver_extensions"]["ipyparallel"]
+
+
+def test_the_lessons_are_trusted_once_so_the_server_does_not_warn_of_each(tmp_path):
+    from nbformat.sign import NotebookNotary
+    import nbformat
+    notary = NotebookNotary(data_dir=str(tmp_path), db_file=str(tmp_path / "signatures.db"))
+    lessons = os.path.join(ROOT, "notebooks")
+    count = len([n for n in os.listdir(lessons) if n.endswith(".ipynb")])
+    assert lab.trust_lessons(lessons, notary) == count
+    assert all(notary.check_signature(nbformat.read(os.path.join(lessons, n), as_version=4))
+               for n in os.listdir(lessons) if n.endswith(".ipynb"))
+    assert lab.trust_lessons(lessons, notary) == 0   # already trusted: nothing signed again
