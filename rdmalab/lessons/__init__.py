@@ -10,6 +10,8 @@ nothing else of rdmalab imports lessons (but the `rdmalab class report` command,
     fixtures.py    QP state diagrams, connected pairs (Pair, one_sided), queue-pairs' QPLab and poll_or_sleep,
                    posting's post_writes
     exercises.py   the exercise framework; checks/ the checks and reference solutions, a module per lesson
+    explain.py     why a work request failed: the rule and the numbers (soft0's own checks, run again), or
+                   what the status and the WR tell on a real device
     evidence.py    what the learner measured, kept so that the allreduce lesson answers with their own numbers
     classroom.py   the instructor's opt-in view: answers and exercises recorded in a class directory
     scaling.py     scaling-out: the model judged on unseen sizes, 4-rank times, the cluster charts and explorer
@@ -24,9 +26,10 @@ names, `from rdmalab.lessons.quiz import ...`.)
 from rdmalab.lessons import checks  # noqa: F401  (the lessons' exercises register themselves)
 from rdmalab.lessons.fixtures import (MEANING, REQUIRED, STATE_NAMES, Pair, QPLab, draw_qp_states, one_sided,
                                       poll_or_sleep, post_writes, state_of, wait_for_sends)
+from rdmalab.lessons.explain import explain
 from rdmalab.lessons.quiz import ANSWER, ANSWERS_FILE, CHOICES, QUESTION, WHY, load_answers, quiz, save_answer
 from rdmalab.lessons import answer, nccl  # modules: answer.closing_view(), nccl.protocols()
 
 __all__ = ["MEANING", "REQUIRED", "STATE_NAMES", "Pair", "QPLab", "draw_qp_states", "one_sided", "state_of",
-           "poll_or_sleep", "post_writes", "wait_for_sends", "ANSWER", "ANSWERS_FILE", "CHOICES", "QUESTION", "WHY", "load_answers", "quiz",
+           "poll_or_sleep", "post_writes", "wait_for_sends", "explain", "ANSWER", "ANSWERS_FILE", "CHOICES", "QUESTION", "WHY", "load_answers", "quiz",
            "save_answer", "answer", "nccl"]

@@ -157,6 +157,30 @@ def remote_region(seg, addr, length, h, need):
     return offset
 
 
+def refusal(seg, addr, length, h, need):
+    """Why remote_region() refuses [addr, addr+length) of `seg`'s MR to the QP whose header is h, as
+    (rule, figures), in the order its checks run; None when it allows it. Not on the data path: read after
+    a completion failed (rdmalab.lessons.explain), and held to remote_region() by tests/soft/test_explain.py."""
+    if seg is None:
+        return "no such key", {}
+    m = seg.header
+    figures = {"start": int(m[M_ADDR]), "length": int(m[M_LENGTH]), "access": int(m[M_ACCESS]), "need": need}
+    if not m[M_VALID]:
+        return "key invalidated", figures
+    if m[M_PD] != h[Q_PD]:
+        return "another PD", figures
+    if not m[M_ACCESS] & need:
+        return "access", figures
+    offset = addr - m[M_ADDR]
+    if offset < 0:
+        return "before the start", {**figures, "by": -offset}
+    if offset + length > m[M_LENGTH]:
+        return "past the end", {**figures, "by": offset + length - m[M_LENGTH]}
+    if m[M_QP] and m[M_QP] != h[Q_NUM]:
+        return "window of another QP", {**figures, "qp_num": int(m[M_QP])}
+    return None
+
+
 class PeerQP:
     """A QP as a NIC reaches it: its shared header, its receive queue, and the CQ its receives
     complete on and the SRQ it takes them from, if any (found when first needed)."""

@@ -1,0 +1,213 @@
+"""Why a work request failed, in a sentence that names the rule and the numbers, where a NIC gives a status.
+
+    wc = lessons.one_sided(pair, e.IBV_WR_RDMA_WRITE, rkey=0x1234)
+    lessons.explain(wc, pair.posted, pair.a)      # the completion, the WR posted, the QP it was posted on
+
+On soft0 the explanation comes from the emulated NIC's own checks, run again on what the WR named (the
+remote key's MR, its range and access flags, the target QP's state, access flags and receives): it says
+"checked". On a real device only the status and what the program posted are known, and it says so
+("inferred"). Each explanation ends with what rxe and mlx5 report for the same mistake. Nothing here runs
+on the data path: it reads the NIC's state after the completion failed.
+"""
+import html
+import textwrap
+
+from rdmalab import verbs as v
+from rdmalab.errors import STATUS_HINTS, status_name
+
+# what each status is on the devices the lab knows (rxe: probed in the Soft-RoCE guest, tests/conformance;
+# mlx5: rdma-core's providers/mlx5 and ibv_poll_cq(3))
+DEVICES = {
+    1: "ibv_poll_cq(3): a receive too small for the incoming message; mlx5 reports that so on the receiver, "
+       "rxe and soft0 report LOC_QP_OP_ERR (2).",
+    2: "rxe and soft0 report an lkey that is no MR of the QP's PD as LOC_QP_OP_ERR (2), mlx5 as LOC_PROT_ERR "
+       "(4); the QP moves to ERR.",
+    4: "LOC_PROT_ERR (4) on rxe and mlx5 for an SGE outside its MR, or a READ into an MR without LOCAL_WRITE; "
+       "the QP moves to ERR.",
+    5: "WR_FLUSH_ERR (5) on every device: the QP was in ERR. Look for the first completion that failed.",
+    9: "REM_INV_REQ_ERR (9) on rxe and mlx5: the target refused the kind of request; on RC both QPs move to ERR.",
+    10: "REM_ACCESS_ERR (10) on rxe and mlx5, on the sender; on RC both QPs move to ERR.",
+    11: "rxe: REM_OP_ERR (11) on the sender and LOC_QP_OP_ERR (2) on the receiver; mlx5's receiver reports "
+        "LOC_LEN_ERR (1).",
+    12: "RETRY_EXC_ERR (12) on every device, after retry_cnt + 1 local ACK timeouts (4.096 us x 2^timeout each).",
+    13: "RNR_RETRY_EXC_ERR (13) on every device; rnr_retry=7 retries for ever instead.",
+}
+ACCESS = (("LOCAL_WRITE", 1), ("REMOTE_WRITE", 2), ("REMOTE_READ", 4), ("REMOTE_ATOMIC", 8))
+
+
+class Explanation:
+    """The status, what went wrong and how that is known (checked on soft0, or inferred), what devices say."""
+
+    def __init__(self, status, said, checked, devices=""):
+        self.status, self.said, self.checked, self.devices = status, said, checked, devices
+
+    def __str__(self):
+        how = "checked by soft0's NIC" if self.checked else "inferred from the status and the work request"
+        parts = [f"status {self.status} ({status_name(self.status)}): {self.said}", f"({how})", self.devices]
+        return "\n".join(textwrap.fill(p, 92, subsequent_indent="  ") for p in parts if p)
+
+    __repr__ = __str__
+
+    def _repr_html_(self):
+        how = "checked by soft0's NIC" if self.checked else "inferred from the status and the work request"
+        return (f"<p><b>status {self.status} ({status_name(self.status)})</b>: {html.escape(self.said)} "
+                f"<i>({how})</i><br><small>{html.escape(self.devices)}</small></p>")
+
+
+def explain(wc, wr=None, qp=None):
+    """Why `wc` (a completion, or a status) failed: `wr` is the work request that was posted, `qp` the QP
+    it was posted on (each makes the sentence more precise)."""
+    status = int(getattr(wc, "status", wc))
+    if status == v.enums.IBV_WC_SUCCESS:
+        return Explanation(status, "it completed: nothing went wrong.", True)
+    said = _checked(status, wr, qp) if v.PROVIDER == "soft" and wr is not None else None
+    return Explanation(status, said or _inferred(status, wr), said is not None, DEVICES.get(status, ""))
+
+
+def flags(access):
+    return " | ".join(name for name, bit in ACCESS if access & bit) or "no access flags"
+
+
+def _opname(opcode):
+    return next((n[len("IBV_WR_"):] for n in dir(v.enums) if n.startswith("IBV_WR_")
+                 and getattr(v.enums, n) == opcode), f"opcode {opcode}")
+
+
+def _inferred(status, wr):
+    if status == 10 and wr is not None and wr.opcode in _remote_ops():
+        return (f"the target refused rkey {wr.rkey:#x} for {_opname(wr.opcode)} at {wr.remote_addr:#x}: the key is "
+                f"no MR of its PD, or that MR lacks {flags(_need(wr.opcode))}, or the range runs outside it. "
+                f"Compare the rkey, address and length with what the target sent you.")
+    return STATUS_HINTS.get(status, "no explanation known for this status") + "."
+
+
+def _remote_ops():
+    from rdmalab.verbs.soft.operations import NEEDS_ACCESS
+    return NEEDS_ACCESS
+
+
+def _need(opcode):
+    return _remote_ops().get(opcode, 0)
+
+
+# ---------------------------------------------------------------- soft0: the NIC's checks, run again
+
+def _checked(status, wr, qp):
+    """A sentence from soft0's own tables, or None when they do not tell (the inferred one is used)."""
+    if status in (2, 4):
+        return _local(wr, qp)
+    peer, dest = _peer(qp)
+    if status == 10:
+        return _remote_access(wr, peer)
+    if status == 9 and peer is not None:
+        return _request_refused(wr, peer)
+    if status == 13 and peer is not None:
+        return (f"no receive was posted on QP {dest} when the {_opname(wr.opcode)} arrived, and the sender's "
+                f"rnr_retry ({qp.query(v.enums.IBV_QP_RNR_RETRY)[0].rnr_retry}) ran out: post_recv before the "
+                f"peer sends, or give rnr_retry=7.")
+    if status == 12:
+        return _no_answer(peer, dest)
+    return None
+
+
+def _peer(qp):
+    """(the target QP as soft0's NIC reaches it, its number); (None, None) when no QP was given."""
+    if qp is None:
+        return None, None
+    from rdmalab.verbs.soft import responder
+    dest = qp.query(v.enums.IBV_QP_DEST_QPN)[0].dest_qp_num
+    return responder.peer_qp(dest), dest
+
+
+def _mrs():
+    from rdmalab.verbs.soft.mr import REGISTERED
+    return "; ".join(f"lkey {m.lkey:#x} rkey {m.rkey:#x} [{m.buf:#x}, +{m.length})"
+                     for m in list(REGISTERED.values())[:4]) or "none"
+
+
+def _local(wr, qp):
+    from rdmalab.verbs.soft.mr import REGISTERED
+    for addr, length, lkey in wr.sges:
+        if not length:
+            continue
+        mr = REGISTERED.get(lkey)
+        if mr is None:
+            return f"the SGE's lkey {lkey:#x} is no MR of this process (its MRs: {_mrs()})."
+        if qp is not None and getattr(qp, "pd", mr.pd) is not mr.pd:
+            return f"the SGE's MR (lkey {lkey:#x}) is registered in another PD than the QP's."
+        offset = addr - mr.buf
+        if offset < 0 or offset + length > mr.length:
+            over = -offset if offset < 0 else offset + length - mr.length
+            where = "before the start" if offset < 0 else "past the end"
+            return (f"the SGE [{addr:#x}, +{length}) runs {over} bytes {where} of its MR, lkey {lkey:#x} "
+                    f"[{mr.buf:#x}, +{mr.length}).")
+        if wr.opcode in (v.enums.IBV_WR_RDMA_READ, v.enums.IBV_WR_ATOMIC_CMP_AND_SWP,
+                         v.enums.IBV_WR_ATOMIC_FETCH_AND_ADD) and not mr.access & v.enums.IBV_ACCESS_LOCAL_WRITE:
+            return (f"a {_opname(wr.opcode)}'s answer lands in the SGE's MR (lkey {lkey:#x}), registered with "
+                    f"{flags(mr.access)}: the NIC writes it, so it needs LOCAL_WRITE.")
+    return None
+
+
+def _remote_access(wr, peer):
+    from rdmalab.verbs.soft import responder
+    from rdmalab.verbs.soft.layout import M_PD, Q_NUM, Q_PD
+    from rdmalab.verbs.soft.mr import REGISTERED
+    op, need = _opname(wr.opcode), _need(wr.opcode)
+    length = 8 if wr.opcode in (v.enums.IBV_WR_ATOMIC_CMP_AND_SWP, v.enums.IBV_WR_ATOMIC_FETCH_AND_ADD) \
+        else sum(sge[1] for sge in wr.sges)
+    seg = responder.mr_segment(wr.rkey)
+    if peer is not None:
+        header = peer.header
+    else:   # no target QP given: its PD cannot be compared, so the MR's own stands in
+        header = {Q_PD: seg.header[M_PD] if seg is not None else 0, Q_NUM: 0}
+    found = responder.refusal(seg, wr.remote_addr, length, header, need)
+    if found is None:
+        return None
+    rule, f = found
+    mr = f"the target's MR (rkey {wr.rkey:#x}, [{f.get('start', 0):#x}, +{f.get('length', 0)}))"
+    if rule == "no such key" and wr.rkey == 0:
+        return ("rkey 0 is the key of an MR registered without any REMOTE_* flag (rxe and soft0 give such an MR "
+                "rkey 0): the target's MR gives peers no access. Register it with the access the peer needs: "
+                f"{flags(need | v.enums.IBV_ACCESS_LOCAL_WRITE)}.")
+    if rule == "no such key":
+        mine = REGISTERED.get(wr.rkey)
+        return (f"rkey {wr.rkey:#x} names no MR or memory window the target may use"
+                + (f"; {wr.rkey:#x} is the lkey of an MR of yours registered without remote access" if mine else "")
+                + f". The MRs here: {_mrs()}.")
+    if rule == "key invalidated":
+        return f"rkey {wr.rkey:#x} was invalidated (LOCAL_INV, SEND_WITH_INV) or its MR deregistered."
+    if rule == "another PD":
+        return f"{mr} is registered in another PD than the target QP: a QP reaches only its own PD's MRs."
+    if rule == "access":
+        return f"{mr} was registered with {flags(f['access'])}: an RDMA {op} needs {flags(need)}."
+    if rule == "window of another QP":
+        return f"rkey {wr.rkey:#x} is a type 2 memory window bound to QP {f['qp_num']}, not to the target QP."
+    return (f"the {op} of {length} bytes at {wr.remote_addr:#x} runs {f['by']} bytes {rule} of {mr}.")
+
+
+def _request_refused(wr, peer):
+    from rdmalab.verbs.soft.layout import Q_ACCESS, Q_MAX_DEST_RD_ATOMIC
+    need, h = _need(wr.opcode), peer.header
+    if need and not h[Q_ACCESS] & need:
+        return (f"the target QP's qp_access_flags are {flags(h[Q_ACCESS])}: an RDMA {_opname(wr.opcode)} needs "
+                f"{flags(need)} there too (set in its RESET to INIT modify), whatever the MR allows.")
+    if need & (v.enums.IBV_ACCESS_REMOTE_READ | v.enums.IBV_ACCESS_REMOTE_ATOMIC) and not h[Q_MAX_DEST_RD_ATOMIC]:
+        return ("the target QP has max_dest_rd_atomic 0: no resources for READs and atomics (set it in the "
+                "INIT to RTR modify).")
+    return None
+
+
+def _no_answer(peer, dest):
+    from rdmalab.verbs.soft.layout import Q_STATE
+    if dest is None:
+        return None
+    if peer is None:
+        return (f"no QP numbered {dest} exists on this NIC: the dest_qp_num given in the INIT to RTR modify "
+                f"is wrong, or that QP was destroyed.")
+    state = int(peer.header[Q_STATE])
+    if state not in (v.enums.IBV_QPS_RTR, v.enums.IBV_QPS_RTS):
+        from rdmalab.lessons.fixtures import STATE_NAMES
+        return (f"QP {dest} is in {STATE_NAMES.get(state, state)}: a QP answers only in RTR or RTS, so every "
+                f"resend went unanswered.")
+    return (f"QP {dest} is ready but did not take the packets: their PSN is not the one it expects (the sender's "
+            f"sq_psn must be the receiver's rq_psn), or they went to another address (the GID).")
