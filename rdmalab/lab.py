@@ -55,9 +55,18 @@ def free_port(start=DEFAULT_PORT, tries=50):
     raise SystemExit(f"{SAY} ports {start}-{start + tries - 1} are all in use: choose one with --port")
 
 
+def served_folder(args):
+    """The folder JupyterLab is told to serve: its first argument, or --ServerApp.root_dir / --notebook-dir."""
+    for i, arg in enumerate(args):
+        name, eq, value = arg.partition("=")
+        if name in ("--ServerApp.root_dir", "--notebook-dir", "--ServerApp.notebook_dir"):
+            return value if eq else (args[i + 1:] or [None])[0]
+    return next((a for a in args if not a.startswith("-")), None)
+
+
 def first_lesson(args):
-    """The first lesson's notebook name, if the folder JupyterLab serves (its first argument) holds the lessons."""
-    folder = next((a for a in args if not a.startswith("-")), None)
+    """The first lesson's notebook name, if the folder JupyterLab serves holds the lessons."""
+    folder = served_folder(args)
     found = sorted(glob.glob(os.path.join(folder, "00-*.ipynb"))) if folder else []
     return os.path.basename(found[0]) if found else None
 
@@ -90,6 +99,10 @@ def plan(args, euid, env, pick_port=free_port, address=reachable_address):
         page = f"lab/tree/{lesson}"
         added.append(f"--LabApp.default_url=/{page}")
     added += ["--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
+    if not given(args, "--ServerApp.tornado_settings"):
+        # jupyter_server's kernel websockets wait three ping intervals for a pong, which tornado finds too long
+        # and warns of when the first kernel connects; one interval (its default, 30 s) is what tornado allows
+        added.append('--ServerApp.tornado_settings={"ws_ping_timeout": 30000}')
     if not given(args, "--log-level", "--ServerApp.log_level", "--Application.log_level"):
         added += ["--log-level=WARN", "--LabApp.log_level=WARN"]   # (its startup INFO lines: the URL is printed here)
     token = None
@@ -116,14 +129,12 @@ def plan(args, euid, env, pick_port=free_port, address=reachable_address):
 # What `make` writes into the lab's venv once (python -m rdmalab.lab --configure), so that the terminal stays
 # quiet: kernels log errors only (each one had warned that it talks TCP on this machine's loopback), and
 # ipyparallel's JupyterLab panel and its server extension, which the lessons do not use (the extension
-# warns of a deprecated hook at every start, and the panel without it opens an error dialog), are off; and
-# the websocket ping timeout is set to its interval (jupyter_server's default, three intervals, makes
-# tornado warn once a kernel connects).
+# warns of a deprecated hook at every start, and the panel without it opens an error dialog), are off.
+# (A server setting other than jpserver_extensions in that folder is not read: plan() passes those.)
 OURS = os.path.join("etc", "jupyter", "jupyter_server_config.d", "zz-rdmalab.json")   # rewritten every time
 QUIET = {
     os.path.join("etc", "ipython", "ipython_kernel_config.py"): 'c.IPKernelApp.log_level = "ERROR"\n',
-    OURS: '{"ServerApp": {"jpserver_extensions": {"ipyparallel": false}, '
-          '"tornado_settings": {"ws_ping_timeout": 30000}}}\n',
+    OURS: '{"ServerApp": {"jpserver_extensions": {"ipyparallel": false}}}\n',
     os.path.join("etc", "jupyter", "labconfig", "page_config.json"):
         '{"disabledExtensions": {"ipyparallel-labextension": true}}\n',
 }
@@ -167,7 +178,7 @@ def main(argv=None):
         pass
     command, said = plan(argv, os.geteuid(), os.environ)
     if first_lesson(argv):
-        trust_lessons(next(a for a in argv if not a.startswith("-")))
+        trust_lessons(served_folder(argv))
     for line in said:
         print(SAY, line, file=sys.stderr, flush=True)
     os.execv(command[0], command)

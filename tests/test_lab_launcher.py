@@ -117,13 +117,28 @@ def test_configure_quiets_kernels_and_the_unused_cluster_panel_once(tmp_path):
     assert page.read_text() == "{}\n"
 
 
-def test_configure_rewrites_its_own_server_settings_with_the_websocket_ping_fix(tmp_path):
+def test_configure_rewrites_its_own_server_settings(tmp_path):
     ours = tmp_path / lab.OURS
     ours.parent.mkdir(parents=True)
-    ours.write_text('{"ServerApp": {"jpserver_extensions": {"ipyparallel": false}}}\n')   # an earlier version
+    ours.write_text('{"ServerApp": {"tornado_settings": {}}}\n')   # an earlier version
     lab.configure(prefix=str(tmp_path))
-    settings = json.loads(ours.read_text())["ServerApp"]
-    assert settings["tornado_settings"]["ws_ping_timeout"] == 30000 and not settings["jpserver_extensions"]["ipyparallel"]
+    assert json.loads(ours.read_text()) == {"ServerApp": {"jpserver_extensions": {"ipyparallel": False}}}
+
+
+def test_the_websocket_ping_timeout_is_passed_as_one_interval_unless_given():
+    command, _ = plan(1000, DESKTOP)
+    setting = [a for a in command if a.startswith("--ServerApp.tornado_settings=")]
+    assert len(setting) == 1 and json.loads(setting[0].partition("=")[2]) == {"ws_ping_timeout": 30000}
+    mine, _ = plan(1000, DESKTOP, ["notebooks/", '--ServerApp.tornado_settings={"x": 1}'])
+    assert [a for a in mine if "tornado_settings" in a] == ['--ServerApp.tornado_settings={"x": 1}']
+
+
+def test_the_folder_served_is_found_as_an_argument_or_a_root_dir():
+    assert lab.served_folder(["notebooks/", "--no-browser"]) == "notebooks/"
+    assert lab.served_folder(["--no-browser", "--ServerApp.root_dir=/srv/lessons"]) == "/srv/lessons"
+    assert lab.served_folder(["--notebook-dir", "/srv/x"]) == "/srv/x"
+    assert lab.served_folder(["--no-browser"]) is None
+    assert lab.first_lesson([f"--ServerApp.root_dir={os.path.join(ROOT, 'notebooks')}"]) == "00-welcome.ipynb"
 
 
 def test_the_lessons_are_trusted_once_so_the_server_does_not_warn_of_each(tmp_path):
