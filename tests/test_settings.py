@@ -32,7 +32,7 @@ def test_the_cli_says_which_setting_is_wrong_without_a_traceback(variable, value
     done = subprocess.run([sys.executable, "-m", "rdmalab", "bench", "write_lat", "-s", "8", "-n", "50"],
                           capture_output=True, text=True, timeout=120,
                           env=dict(os.environ, PYTHONPATH=ROOT, RDMALAB_PROVIDER="soft", **more, **{variable: value}))
-    assert done.returncode != 0
+    assert done.returncode != 0, done.stdout + done.stderr
     assert variable in done.stderr and "Traceback" not in done.stderr, done.stderr
 
 

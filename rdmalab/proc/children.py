@@ -115,7 +115,7 @@ class Helper:
         while not select.select([self.proc.stdout], [], [], 0.2)[0]:
             for other in watch:
                 if other.proc.poll() is not None:
-                    raise self.error(f"{other.name} died (exit {other.proc.returncode}) while {self.name} was working")
+                    raise self.error(f"{other.died()}, while {self.name} was working")
             if self.proc.poll() is not None:
                 break
             if time.monotonic() > deadline:
@@ -134,12 +134,16 @@ class Helper:
         return self.reply(reply_within)
 
     def _died(self):
+        raise self.error(self.died())
+
+    def died(self):
+        """'NAME died (exit N): its last line on stderr', once it has ended."""
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             pass
         err = self.proc.stderr.read().strip().splitlines() if self.proc.stderr else []
-        raise self.error(f"{self.name} died (exit {self.proc.returncode}): {err[-1] if err else 'no message'}")
+        return f"{self.name} died (exit {self.proc.returncode}): {err[-1] if err else 'no message'}"
 
     def close(self):
         stop(self.proc)
