@@ -11,6 +11,7 @@ on the data path: it reads the NIC's state after the completion failed.
 """
 import html
 import textwrap
+from typing import NamedTuple
 
 from rdmalab import verbs as v
 from rdmalab.errors import STATUS_HINTS, status_name
@@ -35,6 +36,15 @@ DEVICES = {
 ACCESS = (("LOCAL_WRITE", 1), ("REMOTE_WRITE", 2), ("REMOTE_READ", 4), ("REMOTE_ATOMIC", 8))
 
 
+class Posted(NamedTuple):
+    """What a program posted, as explain() reads it: lessons.one_sided keeps one (pair.posted), since a real
+    pyverbs SendWR does not give its rkey, remote address or SGEs back (soft0's does)."""
+    opcode: int
+    sges: list          # (addr, length, lkey) each
+    rkey: int
+    remote_addr: int
+
+
 class Explanation:
     """The status, what went wrong and how that is known (checked on soft0, or inferred), what devices say."""
 
@@ -55,8 +65,8 @@ class Explanation:
 
 
 def explain(wc, wr=None, qp=None):
-    """Why `wc` (a completion, or a status) failed: `wr` is the work request that was posted, `qp` the QP
-    it was posted on (each makes the sentence more precise)."""
+    """Why `wc` (a completion, or a status) failed: `wr` is the work request that was posted (or the Posted
+    record lessons.one_sided keeps), `qp` the QP it was posted on (each makes the sentence more precise)."""
     status = int(getattr(wc, "status", wc))
     if status == v.enums.IBV_WC_SUCCESS:
         return Explanation(status, "it completed: nothing went wrong.", True)
@@ -75,7 +85,10 @@ def _opname(opcode):
 
 def _inferred(status, wr):
     if status == 10 and wr is not None and wr.opcode in _remote_ops():
-        return (f"the target refused rkey {wr.rkey:#x} for {_opname(wr.opcode)} at {wr.remote_addr:#x}: the key is "
+        rkey, addr = getattr(wr, "rkey", None), getattr(wr, "remote_addr", None)   # (not on a real SendWR)
+        what = f"rkey {rkey:#x} for {_opname(wr.opcode)} at {addr:#x}" if rkey is not None \
+            else f"the rkey of this {_opname(wr.opcode)}"
+        return (f"the target refused {what}: the key is "
                 f"no MR of its PD, or that MR lacks {flags(_need(wr.opcode))}, or the range runs outside it. "
                 f"Compare the rkey, address and length with what the target sent you.")
     return STATUS_HINTS.get(status, "no explanation known for this status") + "."

@@ -68,7 +68,7 @@ class Pair:
     bytes a WR may carry inline (IBV_SEND_INLINE); max_send_wr, sq_sig_all: the QPs' send queue (with
     sq_sig_all=0 only WRs flagged IBV_SEND_SIGNALED complete)."""
 
-    posted = None   # the last WR one_sided() posted on a
+    posted = None   # what one_sided() last posted on a (an explain.Posted)
 
     def __init__(self, ctx, pd, b_access=None, rnr_retry=7, max_inline_data=0, max_send_wr=8, sq_sig_all=1):
         from rdmalab.verbs import enums as e
@@ -104,14 +104,16 @@ class Pair:
 
 def one_sided(pair, opcode, length=8, target=None, rkey=None, remote_offset=0, lkey=None):
     """Post one signaled RDMA operation from pair.a into `target` (default pair.b_mr), optionally with a
-    wrong rkey, offset or lkey; returns its completion (the WR posted is pair.posted)."""
+    wrong rkey, offset or lkey; returns its completion (what it posted is pair.posted, for lessons.explain)."""
     from rdmalab.verbs import enums as e
     from rdmalab.verbs import rc, wr
     target = target or pair.b_mr
     sge = wr.SGE(pair.a_mr.buf, length, pair.a_mr.lkey if lkey is None else lkey)
     request = wr.SendWR(wr_id=1, opcode=opcode, num_sge=1, sg=[sge], send_flags=e.IBV_SEND_SIGNALED)
-    request.set_wr_rdma(target.rkey if rkey is None else rkey, target.buf + remote_offset)
-    pair.posted = request   # (for lessons.explain)
+    request_rkey = target.rkey if rkey is None else rkey
+    request.set_wr_rdma(request_rkey, target.buf + remote_offset)
+    from .explain import Posted
+    pair.posted = Posted(opcode, [(sge.addr, length, sge.lkey)], request_rkey, target.buf + remote_offset)
     pair.a.post_send(request)
     return rc.wait_for_completion(pair.cq_a)
 

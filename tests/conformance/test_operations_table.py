@@ -26,7 +26,9 @@ def connected(request, make_pair):
 
 
 def name(opcode):
-    return next(n for n in dir(e) if n.startswith("IBV_WR_") and getattr(e, n) == opcode)
+    """The IBV_WR_* name this pyverbs gives `opcode`, or None: rdma-core before 45 (Debian 12's 44) has
+    no FLUSH or ATOMIC_WRITE."""
+    return next((n for n in dir(e) if n.startswith("IBV_WR_") and getattr(e, n) == opcode), None)
 
 
 @pytest.mark.parametrize("op", POSTED, ids=[name(op.opcode) for op in POSTED])
@@ -56,4 +58,6 @@ def test_a_qpex_accepts_the_send_ops_the_table_gives_its_type(ctx, pd, qp_type):
                 accepted = True
             except v.pyverbs_error.PyverbsRDMAError:
                 accepted = False
-            assert accepted == bool(SEND_OPS[qp_type] & op.ex_flag), name(op.opcode)
+            # an operation newer than this rdma-core: its provider lets no QPEx ask for it
+            expected = bool(SEND_OPS[qp_type] & op.ex_flag) and name(op.opcode) is not None
+            assert accepted == expected, name(op.opcode) or f"opcode {op.opcode}, which this pyverbs does not name"
