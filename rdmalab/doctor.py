@@ -14,6 +14,7 @@ import subprocess
 
 from rdmalab import verbs
 from rdmalab.verbs.provider import real_pyverbs_status
+from rdmalab.verbs.route import ipv4_of
 
 
 MTU_BYTES = {1: 256, 2: 512, 3: 1024, 4: 2048, 5: 4096}
@@ -83,7 +84,7 @@ def describe_devices(verbs):
                             kind = verbs.GID_TYPE_NAMES.get(ctx.query_gid_type(port, index), "?")
                         except Exception:
                             kind = "?"
-                        gids.append({"index": index, "gid": gid, "type": kind, "ipv4": _ipv4_of(gid)})
+                        gids.append({"index": index, "gid": gid, "type": kind, "ipv4": ipv4_of(gid)})
                     entry["ports"].append({
                         "port": port, "state": PORT_STATES.get(p.state, str(p.state)),
                         "active_mtu": MTU_BYTES.get(p.active_mtu), "max_mtu": MTU_BYTES.get(p.max_mtu),
@@ -92,14 +93,6 @@ def describe_devices(verbs):
             entry["error"] = str(error)
         devices.append(entry)
     return devices, None
-
-
-def _ipv4_of(gid):
-    """The IPv4 address an IPv4-mapped GID (::ffff:a.b.c.d) holds, as show_gids prints it; '' for another."""
-    words = gid.split(":")
-    if words[:6] != ["0000"] * 5 + ["ffff"]:
-        return ""
-    return ".".join(str(int(w[i:i + 2], 16)) for w in words[6:] for i in (0, 2))
 
 
 def next_steps(report):

@@ -120,10 +120,8 @@ def test_link_pyverbs_refuses_a_pyverbs_built_for_another_python(monkeypatch, tm
 
 
 def test_the_gid_table_reads_as_show_gids_and_names_the_gid_index_nccl_wants():
-    import importlib
-    module = importlib.import_module("rdmalab.doctor")
-    assert module._ipv4_of("0000:0000:0000:0000:0000:ffff:0a0a:0001") == "10.10.0.1"
-    assert module._ipv4_of("fe80:0000:0000:0000:0202:c9ff:fe5a:b000") == ""
+    assert v.ipv4_of("0000:0000:0000:0000:0000:ffff:0a0a:0001") == "10.10.0.1"
+    assert v.ipv4_of("fe80:0000:0000:0000:0202:c9ff:fe5a:b000") == ""
     report = doctor()
     text, route = str(report), report.data["route"]
     assert f"NCCL_IB_GID_INDEX={route['gid_index']} on this device" in text

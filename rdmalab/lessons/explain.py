@@ -11,7 +11,6 @@ on the data path: it reads the NIC's state after the completion failed.
 """
 import html
 import textwrap
-from typing import NamedTuple
 
 from rdmalab import verbs as v
 from rdmalab.errors import STATUS_HINTS, status_name
@@ -36,15 +35,6 @@ DEVICES = {
 ACCESS = (("LOCAL_WRITE", 1), ("REMOTE_WRITE", 2), ("REMOTE_READ", 4), ("REMOTE_ATOMIC", 8))
 
 
-class Posted(NamedTuple):
-    """What a program posted, as explain() reads it: lessons.one_sided keeps one (pair.posted), since a real
-    pyverbs SendWR does not give its rkey, remote address or SGEs back (soft0's does)."""
-    opcode: int
-    sges: list          # (addr, length, lkey) each
-    rkey: int
-    remote_addr: int
-
-
 class Explanation:
     """The status, what went wrong and how that is known (checked on soft0, or inferred), what devices say."""
 
@@ -65,8 +55,8 @@ class Explanation:
 
 
 def explain(wc, wr=None, qp=None):
-    """Why `wc` (a completion, or a status) failed: `wr` is the work request that was posted (or the Posted
-    record lessons.one_sided keeps), `qp` the QP it was posted on (each makes the sentence more precise)."""
+    """Why `wc` (a completion, or a status) failed: `wr` is the work request that was posted (or the record
+    of it lessons.one_sided keeps, pair.posted), `qp` the QP it was posted on (each makes the sentence more precise)."""
     status = int(getattr(wc, "status", wc))
     if status == v.enums.IBV_WC_SUCCESS:
         return Explanation(status, "it completed: nothing went wrong.", True)

@@ -4,6 +4,7 @@ point of each lesson stays in the notebook, in plain pyverbs; the plumbing (rdma
 """
 import statistics
 import time
+from typing import NamedTuple
 
 import matplotlib.pyplot as plt
 
@@ -62,13 +63,22 @@ def draw_qp_states(current=None, ax=None):
 
 # ---------------------------------------------------------------- pairs of connected QPs for demonstrations
 
+class Posted(NamedTuple):
+    """What one_sided() posted, as lessons.explain reads it: a real pyverbs SendWR does not give its rkey,
+    remote address or SGEs back (soft0's does)."""
+    opcode: int
+    sges: list          # (addr, length, lkey) each
+    rkey: int
+    remote_addr: int
+
+
 class Pair:
     """Two RC QPs of one PD, connected to each other in this process, with a 4 KiB MR each.
     `a` sends, `b` receives; `b_mr` is what a's one-sided operations target. max_inline_data: how many
     bytes a WR may carry inline (IBV_SEND_INLINE); max_send_wr, sq_sig_all: the QPs' send queue (with
     sq_sig_all=0 only WRs flagged IBV_SEND_SIGNALED complete)."""
 
-    posted = None   # what one_sided() last posted on a (an explain.Posted)
+    posted = None   # what one_sided() last posted on a (a Posted)
 
     def __init__(self, ctx, pd, b_access=None, rnr_retry=7, max_inline_data=0, max_send_wr=8, sq_sig_all=1):
         from rdmalab.verbs import enums as e
@@ -112,7 +122,6 @@ def one_sided(pair, opcode, length=8, target=None, rkey=None, remote_offset=0, l
     request = wr.SendWR(wr_id=1, opcode=opcode, num_sge=1, sg=[sge], send_flags=e.IBV_SEND_SIGNALED)
     request_rkey = target.rkey if rkey is None else rkey
     request.set_wr_rdma(request_rkey, target.buf + remote_offset)
-    from .explain import Posted
     pair.posted = Posted(opcode, [(sge.addr, length, sge.lkey)], request_rkey, target.buf + remote_offset)
     pair.a.post_send(request)
     return rc.wait_for_completion(pair.cq_a)

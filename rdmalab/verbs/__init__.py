@@ -11,12 +11,17 @@ PROVIDER, REASON) is used. The rule of the package: rdmalab.verbs imports rdmala
 rdmalab.proc only; everything else of the lab reaches a NIC through it. route.py picks the port, GID
 and MTU that work; rc.py connects RC queue pairs; run.py runs an unmodified pyverbs program on soft0.
 """
+from rdmalab.errors import ProviderError
 from rdmalab.verbs.provider import CHOICES, ENUM_MODULES, MODULES, PROVIDED, chosen, select  # noqa: F401
 
 
 def __getattr__(name):
     if name in PROVIDED:
-        return chosen()[name]
+        try:
+            return chosen()[name]
+        except KeyError:   # (only rdma_cm's modules may be missing)
+            raise ProviderError(f"this pyverbs has no {name} module: it was built without librdmacm "
+                                f"(Debian and Ubuntu's python3-pyverbs have it)") from None
     raise AttributeError(f"module 'rdmalab.verbs' has no attribute {name!r}")
 
 
@@ -34,4 +39,4 @@ def as_array(mr, dtype="uint8"):
 
 
 from rdmalab.verbs.route import (GID_TYPE_NAMES, IPV4_MAPPED_PREFIX, Route, choose_route,  # noqa: E402,F401
-                                 routable_gid_index, route_of)
+                                 ipv4_of, routable_gid_index, route_of)

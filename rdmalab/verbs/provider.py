@@ -5,7 +5,9 @@ import os
 from rdmalab.errors import ProviderError
 
 MODULES = ("device", "pd", "mr", "cq", "qp", "wr", "addr", "srq", "pyverbs_error")
-ENUM_MODULES = ("enums", "libibverbs_enums")  # pyverbs <= 58 has the first, >= 59 the second
+# pyverbs <= 58 has the first of each pair, >= 59 the second: each stands in for the other
+ENUM_PAIRS = (("enums", "libibverbs_enums"), ("cm_enums", "librdmacm_enums"))
+ENUM_MODULES = tuple(name for pair in ENUM_PAIRS for name in pair)
 CHOICES = ("auto", "soft", "pyverbs")
 
 
@@ -50,7 +52,7 @@ def select(choice=None):
     return "soft", f"{why}: using the emulated NIC soft0"
 
 
-PROVIDED = MODULES + ENUM_MODULES + ("PROVIDER", "REASON")
+PROVIDED = MODULES + ("cmid",) + ENUM_MODULES + ("PROVIDER", "REASON")
 _chosen = {}
 
 
@@ -60,13 +62,13 @@ def chosen():
         provider, reason = select()
         package = "rdmalab.verbs.soft" if provider == "soft" else "pyverbs"
         found = {name: importlib.import_module(f"{package}.{name}") for name in MODULES}
-        enum_modules = {}
-        for name in ENUM_MODULES:   # pyverbs <= 58 has `enums`, >= 59 `libibverbs_enums`: each stands in for the other
+        for name in ("cmid",) + ENUM_MODULES:   # (rdma_cm's: a pyverbs built without librdmacm has none)
             try:
-                enum_modules[name] = importlib.import_module(f"{package}.{name}")
+                found[name] = importlib.import_module(f"{package}.{name}")
             except ImportError:
                 pass
-        found["enums"] = enum_modules.get("enums") or enum_modules["libibverbs_enums"]
-        found["libibverbs_enums"] = enum_modules.get("libibverbs_enums", found["enums"])
+        for old, new in ENUM_PAIRS:
+            if old in found or new in found:
+                found[old] = found[new] = found.get(old) or found[new]
         _chosen.update(found, PROVIDER=provider, REASON=reason)
     return _chosen

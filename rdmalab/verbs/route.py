@@ -32,6 +32,14 @@ def routable_gid_index(ctx, port=1):
     return mapped[0] if mapped else 0
 
 
+def ipv4_of(gid):
+    """The IPv4 address an IPv4-mapped GID (::ffff:a.b.c.d) holds, as show_gids prints it; '' for another."""
+    words = str(gid).split(":")
+    if words[:6] != ["0000"] * 5 + ["ffff"]:
+        return ""
+    return ".".join(str(int(w[i:i + 2], 16)) for w in words[6:] for i in (0, 2))
+
+
 class Route:
     """Where to send from: device, active port, GID index and path MTU, chosen to avoid the traps.
 
@@ -42,6 +50,11 @@ class Route:
     def __init__(self, device, port, gid_index, gid, path_mtu, link_layer):
         self.device, self.port, self.gid_index, self.gid = device, port, gid_index, gid
         self.path_mtu, self.link_layer = path_mtu, link_layer
+
+    @property
+    def ipv4(self):
+        """The port's IPv4 address (its GID's, on RoCE; '' on InfiniBand): what rdma_cm is given."""
+        return ipv4_of(self.gid)
 
     def __repr__(self):
         mtu = 128 << self.path_mtu
