@@ -7,8 +7,8 @@ nothing else of rdmalab imports lessons (but the `rdmalab class report` command,
     answer.py      the allreduce lesson's closing view: the answer from the learner's own numbers
                    (socket-path, one-sided, allreduce)
     nccl.py        NCCL in practice (allreduce): LL/LL128/Simple's bytes per flag, ring against tree steps
-    fixtures.py    QP state diagrams, connected pairs (Pair, one_sided), queue-pairs' QPLab and poll_or_sleep,
-                   posting's post_writes
+    fixtures.py    QP state diagrams, connected pairs (Pair, one_sided), queue-pairs' QPLab, posting's
+                   poll_or_sleep and post_writes
     exercises.py   the exercise framework; checks/ the checks and reference solutions, a module per lesson
     explain.py     why a work request failed: the rule and the numbers (soft0's own checks, run again), or
                    what the status and the WR tell on a real device
@@ -16,6 +16,7 @@ nothing else of rdmalab imports lessons (but the `rdmalab class report` command,
     classroom.py   the instructor's opt-in view: answers and exercises recorded in a class directory
     scaling.py     scaling-out: the model judged on unseen sizes, 4-rank times, the cluster charts and explorer
     target.py      one-sided's second process (RemoteBuffer); dashboard.py, plots.py: charts and widgets
+    cm_peer.py     queue-pairs' second process for rdma_cm (CMPeer), and a CMID's QP numbers
     packets.py     on-the-wire: a capture of rxe (captures/) decoded as Wireshark shows it, a ladder diagram,
                    the bytes a message puts on the wire
 
@@ -27,9 +28,10 @@ from rdmalab.lessons import checks  # noqa: F401  (the lessons' exercises regist
 from rdmalab.lessons.fixtures import (MEANING, REQUIRED, STATE_NAMES, Pair, QPLab, draw_qp_states, one_sided,
                                       poll_or_sleep, post_writes, state_of, wait_for_sends)
 from rdmalab.lessons.explain import explain
+from rdmalab.lessons.cm_peer import CMPeer, qp_numbers
 from rdmalab.lessons.quiz import ANSWER, ANSWERS_FILE, CHOICES, QUESTION, WHY, load_answers, quiz, save_answer
 from rdmalab.lessons import answer, nccl  # modules: answer.closing_view(), nccl.protocols()
 
 __all__ = ["MEANING", "REQUIRED", "STATE_NAMES", "Pair", "QPLab", "draw_qp_states", "one_sided", "state_of",
-           "poll_or_sleep", "post_writes", "wait_for_sends", "explain", "ANSWER", "ANSWERS_FILE", "CHOICES", "QUESTION", "WHY", "load_answers", "quiz",
+           "poll_or_sleep", "post_writes", "wait_for_sends", "explain", "CMPeer", "qp_numbers", "ANSWER", "ANSWERS_FILE", "CHOICES", "QUESTION", "WHY", "load_answers", "quiz",
            "save_answer", "answer", "nccl"]

@@ -201,7 +201,7 @@ class QPLab:
                 side.close()
 
 
-# ---------------------------------------------------------------- polling or sleeping (queue-pairs)
+# ---------------------------------------------------------------- polling or sleeping (posting)
 
 def wait_for_sends(target, qp, cq, mr, messages=20, gap_s=0.005, channel=None):
     """The target process SENDs `messages` small messages to `qp`, `gap_s` apart; this thread waits
