@@ -12,6 +12,8 @@ nothing else of rdmalab imports lessons (but the `rdmalab class report` command,
     exercises.py   the exercise framework; checks/ the checks and reference solutions, a module per lesson
     explain.py     why a work request failed: the rule and the numbers (soft0's own checks, run again), or
                    what the status and the WR tell on a real device
+    nic_view.py    the glass-box NIC: a QP pair's state, PSNs, queues as rings of slots, CQ, MRs and counters,
+                   redrawn while cells run (soft0's own state; query_qp's on a real device)
     evidence.py    what the learner measured, kept so that the allreduce lesson answers with their own numbers
     classroom.py   the instructor's opt-in view: answers and exercises recorded in a class directory
     scaling.py     scaling-out: the model judged on unseen sizes, 4-rank times, the cluster charts and explorer
@@ -29,9 +31,10 @@ from rdmalab.lessons.fixtures import (MEANING, REQUIRED, STATE_NAMES, Pair, QPLa
                                       poll_or_sleep, post_writes, state_of, wait_for_sends)
 from rdmalab.lessons.explain import explain
 from rdmalab.lessons.cm_peer import CMPeer, qp_numbers
+from rdmalab.lessons.nic_view import nic_view
 from rdmalab.lessons.quiz import ANSWER, ANSWERS_FILE, CHOICES, QUESTION, WHY, load_answers, quiz, save_answer
 from rdmalab.lessons import answer, nccl  # modules: answer.closing_view(), nccl.protocols()
 
 __all__ = ["MEANING", "REQUIRED", "STATE_NAMES", "Pair", "QPLab", "draw_qp_states", "one_sided", "state_of",
-           "poll_or_sleep", "post_writes", "wait_for_sends", "explain", "CMPeer", "qp_numbers", "ANSWER", "ANSWERS_FILE", "CHOICES", "QUESTION", "WHY", "load_answers", "quiz",
+           "poll_or_sleep", "post_writes", "wait_for_sends", "explain", "CMPeer", "qp_numbers", "nic_view", "ANSWER", "ANSWERS_FILE", "CHOICES", "QUESTION", "WHY", "load_answers", "quiz",
            "save_answer", "answer", "nccl"]

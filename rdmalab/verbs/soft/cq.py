@@ -341,7 +341,7 @@ class CQ(Resource):
         self.check_open()
         if isinstance(cqe, float):
             cqe = int(cqe)
-        held = len(self._completions) + sum(rq.waiting() for rq in self._receive_queues)
+        held = entries(self)
         if not 1 <= cqe <= DEVICE_ATTR["max_cqe"] or cqe < held:
             raise PyverbsRDMAError("Failed to resize CQ", EINVAL)
         self.cqe = (1 << cqe.bit_length()) - 1
@@ -421,3 +421,9 @@ class WcTmInfo(Record):
 
 
 from .cqex import CQEX  # noqa: E402,F401 (pyverbs.cq has it; CQEX extends CQ, defined above)
+
+
+def entries(cq):
+    """How many completions `cq` holds that no poll has taken yet: sends', and receives' from each QP's
+    receive queue (the glass-box view; resize() may not shrink below it)."""
+    return len(cq._completions) + sum(rq.waiting() for rq in cq._receive_queues)

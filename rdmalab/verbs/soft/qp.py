@@ -30,6 +30,7 @@ from .constants import (
     IBV_ACCESS_ZERO_BASED, IBV_MW_TYPE_1, IBV_WR_BIND_MW,
     IBV_QP_INIT_ATTR_CREATE_FLAGS, IBV_QP_INIT_ATTR_PD,
     IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)
+from .libibverbs_enums import ibv_wr_opcode
 from .layout import (Q_ACCESS, Q_ALIVE, Q_EXPECTED_PSN, Q_MAX_DEST_RD_ATOMIC, Q_MIN_RNR_TIMER, Q_PD, Q_QKEY, Q_RECV_CQ,
                      Q_RQ_MAX_SGE, Q_RQ_SIZE, Q_STATE, Q_TYPE, Q_NUM, Q_SRQ)
 from .operations import ATOMICS, SEND_OPS
@@ -540,6 +541,41 @@ class QPInitAttrEx(Record):
             raise not_supported(f"Failed to create QP: send_ops_flags {self.send_ops_flags:#x} on a "
                                 f"{qp_type_to_str(self.qp_type)} QP (rxe builds "
                                 f"{SEND_OPS.get(self.qp_type, 0):#x} only)")
+
+
+WR_NAMES = {op.value: op.name[len("IBV_WR_"):] for op in ibv_wr_opcode}
+
+
+def look(qp):
+    """What soft0's NIC holds for `qp` beyond what query() tells: its send queue's waiting WQEs and what
+    each waits for, its receive queue's posted and completed slots, its CQs' entries not yet polled,
+    the expected PSN, its PD's MRs, and on the udp link the NIC process's port counters. A real NIC
+    keeps all this in its own memory; soft0 is ours to read (rdmalab.lessons.nic_view shows it)."""
+    from .cq import entries
+    from .mr import REGISTERED
+    send, rq = qp._send, qp._rq
+    waiting = []
+    if hasattr(send, "outstanding"):   # the udp link: the NIC process has them
+        waiting += [(wr_id, "", "with the NIC process") for _, wr_id, _ in list(send.outstanding)]
+        waiting += [(wr.wr_id, WR_NAMES.get(wr.opcode, "?"), "posted before RTS") for wr in list(send.held)]
+    else:
+        for p in list(send.pending):
+            stage = ("posted before RTS" if p.retries_left is None and p.rnr_left is None and not p.deadline
+                     else "waiting out an RNR NAK" if p.rnr_left is not None and p.deadline
+                     else f"waiting for an ACK ({p.retries_left} retries left)")
+            waiting.append((p.wqe.wr_id, WR_NAMES.get(p.wqe.opcode, "?"), stage))
+    counters = None
+    if qp._wire:
+        from .link.doorbell import nic_counters
+        counters = nic_counters()
+    return {"expected_psn": int(qp._words[Q_EXPECTED_PSN]), "sq_psn": send.psn, "send_slots": qp.cap.max_send_wr,
+            "send_waiting": waiting, "recv_slots": rq.size, "recv_posted": rq.posted_ids(),
+            "recv_completed": int(rq.waiting()),
+            "send_cq": entries(qp._send_cq),   # (recv_cq None: the send CQ takes the receives' completions too)
+            "recv_cq": None if qp._recv_cq is qp._send_cq else entries(qp._recv_cq),
+            "mrs": [(mr.lkey, mr.rkey, mr.buf, mr.length, mr.access) for mr in list(REGISTERED.values())
+                    if mr.pd is qp.pd],
+            "link": LINK, "counters": counters}
 
 
 from .qpex import DataBuffer, QPEx  # noqa: E402,F401 (pyverbs.qp has them; QPEx extends QP, defined above)

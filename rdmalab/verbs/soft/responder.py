@@ -312,6 +312,11 @@ class ReceiveQueue:
         """Completed receives not polled yet."""
         return self.header[Q_RQ_CONSUMED] - self.header[Q_RQ_POLLED]
 
+    def posted_ids(self):
+        """The wr_ids of the receives posted and not yet consumed, oldest first (the glass-box view)."""
+        h, words = self.header, self.words
+        return [int(words[self.slot(n) + R_WR_ID]) for n in range(h[Q_RQ_CONSUMED], h[Q_RQ_POSTED])]
+
     def flush(self):
         """The QP entered ERR: every receive posted until now completes with WR_FLUSH_ERR (once)."""
         h = self.header

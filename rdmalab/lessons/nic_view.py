@@ -1,0 +1,191 @@
+"""The glass-box NIC: what a QP pair holds, drawn while the program posts and polls.
+
+    view = lessons.nic_view(pair.a, pair.b)      # shown when it ends a cell; refreshes itself 4 times a second
+    ... post, poll ...
+    view.refresh()                               # (or at once)
+    print(view)                                  # the same as text
+
+For each QP: its state, its number and the one it sends to, the next PSN it sends and the one it
+expects, its limits on READs and atomics, and its send and receive queues as rings of slots. Those
+come from query_qp() on any device. On soft0, whose NIC is ours to read (rdmalab.verbs.soft.qp.look),
+the view also shows what each waiting WR waits for (an ACK, an RNR timer), the receives posted and the
+completions not yet polled, the completions in the CQ, the PD's MRs with their keys, ranges and
+access, and on the udp link the port counters. On a real device those live in the NIC's own memory;
+the view says so, and shows rxe's port counters where sysfs has them.
+
+Nothing here runs on the data path: the view reads the QPs' state when it refreshes, from a thread of
+its own while it is shown, and stops when a QP is closed or close() is called.
+"""
+import html
+import os
+import threading
+
+from rdmalab import verbs as v
+from rdmalab.lessons.explain import flags
+from rdmalab.lessons.fixtures import STATE_NAMES
+
+STATE_COLOURS = {"RESET": "#9e9e9e", "INIT": "#1e88e5", "RTR": "#00897b", "RTS": "#43a047", "SQD": "#fb8c00",
+                 "SQE": "#e53935", "ERR": "#e53935"}
+SLOT_COLOURS = {"waiting": "#fb8c00", "posted": "#1e88e5", "completed": "#43a047", "free": "#e0e0e0"}
+GIVE_UP = 3            # refreshes in a row that fail before the view stops
+DRAWN_SLOTS = 32        # a ring larger than this is drawn with its first 32 slots, the rest counted
+COUNTERS = ("sent_pkts", "rcvd_pkts", "retransmitted_pkts", "ack_timeouts", "duplicate_request", "out_of_seq_request",
+            "rcvd_seq_err", "rcvd_rnr_err", "send_rnr_err", "retry_exceeded_err", "rnr_nak_retry_err")
+HIDDEN = ("a real NIC keeps its send and receive rings, its timers and its CQ in its own memory: query_qp() "
+          "shows the state, the PSNs and the limits, and the port counters show what crossed the wire")
+
+
+def snapshot(qp):
+    """What can be seen of `qp` now, as a dict: query_qp()'s fields on any device, and on soft0 its NIC's."""
+    e = v.enums
+    mask = (e.IBV_QP_STATE | e.IBV_QP_DEST_QPN | e.IBV_QP_SQ_PSN | e.IBV_QP_RQ_PSN | e.IBV_QP_MAX_QP_RD_ATOMIC
+            | e.IBV_QP_MAX_DEST_RD_ATOMIC | e.IBV_QP_ACCESS_FLAGS | e.IBV_QP_PATH_MTU | e.IBV_QP_CAP)
+    attr, init = qp.query(mask)
+    seen = {"qp_num": qp.qp_num, "state": STATE_NAMES.get(attr.qp_state, str(attr.qp_state)),
+            "dest_qp_num": attr.dest_qp_num, "sq_psn": attr.sq_psn, "rq_psn": attr.rq_psn,
+            "max_rd_atomic": attr.max_rd_atomic, "max_dest_rd_atomic": attr.max_dest_rd_atomic,
+            "access": attr.qp_access_flags, "mtu": 128 << attr.path_mtu if attr.path_mtu else 0,
+            "send_slots": init.cap.max_send_wr, "recv_slots": init.cap.max_recv_wr}
+    if v.PROVIDER == "soft":
+        from rdmalab.verbs.soft.qp import look
+        seen.update(look(qp), glass=True)
+    else:
+        seen.update(glass=False, counters=device_counters())
+    return seen
+
+
+def device_counters(device=None, port=1):
+    """A real device's port counters (rxe's hw_counters in sysfs), as a dict; None where there are none."""
+    device = device or v.choose_route().device
+    folder = f"/sys/class/infiniband/{device}/ports/{port}/hw_counters"
+    try:
+        return {name: int(open(os.path.join(folder, name)).read()) for name in COUNTERS
+                if os.path.exists(os.path.join(folder, name))} or None
+    except OSError:
+        return None
+
+
+def ring(slots, marks):
+    """Slot states for a ring of `slots`: `marks` is [(state, count), ...] from its oldest slot on."""
+    states = [state for state, count in marks for _ in range(count)]
+    return states + ["free"] * max(slots - len(states), 0)
+
+
+def queues(seen):
+    """The send and receive rings as slot states (on a real device only their sizes are known)."""
+    if not seen["glass"]:
+        return ["free"] * seen["send_slots"], ["free"] * seen["recv_slots"]
+    send = ring(seen["send_slots"], [("waiting", len(seen["send_waiting"]))])
+    receive = ring(seen["recv_slots"], [("completed", seen["recv_completed"]), ("posted", len(seen["recv_posted"]))])
+    return send, receive
+
+
+def lines(seen, name):
+    """The view of one QP as lines of text."""
+    out = [f"{name}: QP {seen['qp_num']:#x} in {seen['state']}, sends to QP {seen['dest_qp_num']:#x}",
+           f"  PSN: next sent {seen['sq_psn']:#08x}, next expected {seen['rq_psn']:#08x}; path MTU {seen['mtu']}",
+           f"  READs and atomics at once: {seen['max_rd_atomic']} out, {seen['max_dest_rd_atomic']} in; "
+           f"peers may: {flags(seen['access'])}"]
+    send, receive = queues(seen)
+    if seen["glass"]:
+        out.append(f"  send queue: {send.count('waiting')} of {len(send)} slots hold a WR")
+        out += [f"    wr_id {wr_id} {op}: {stage}" for wr_id, op, stage in seen["send_waiting"]]
+        out.append(f"  receive queue: {len(seen['recv_posted'])} posted, {seen['recv_completed']} completed and "
+                   f"not polled, of {len(receive)} slots")
+        cqs = f"{seen['send_cq']}" + ("" if seen["recv_cq"] is None else f" (send CQ), {seen['recv_cq']} (receive CQ)")
+        out.append(f"  completions not polled: {cqs}")
+        out += [f"  MR lkey {lkey:#x} rkey {rkey:#x} [{buf:#x}, +{length}) {flags(access)}"
+                for lkey, rkey, buf, length, access in seen["mrs"]]
+    else:
+        out.append(f"  send queue {len(send)} slots, receive queue {len(receive)} slots ({HIDDEN})")
+    counters = seen.get("counters")
+    if counters:
+        out.append("  port: " + ", ".join(f"{k} {n}" for k, n in counters.items() if n or k.endswith("pkts")))
+    elif seen["glass"] and seen.get("link") == "shm":
+        out.append("  port: no packets on the shared-memory link (RDMALAB_SOFT_LINK=udp sends RoCEv2 packets)")
+    return out
+
+
+def _slots_html(states, title):
+    drawn = "".join(f"<span title='{s}' style='display:inline-block;width:10px;height:14px;margin:1px;"
+                    f"background:{SLOT_COLOURS[s]}'></span>" for s in states[:DRAWN_SLOTS])
+    more = f" +{len(states) - DRAWN_SLOTS} free" if len(states) > DRAWN_SLOTS else ""
+    return f"<div><small>{title}</small><br>{drawn}<small>{more}</small></div>"
+
+
+def side_html(seen, name):
+    colour = STATE_COLOURS.get(seen["state"], "#616161")
+    send, receive = queues(seen)
+    text = lines(seen, name)
+    head = (f"<b>{html.escape(name)}</b> QP {seen['qp_num']:#x} <span style='background:{colour};color:white;"
+            f"padding:0 6px;border-radius:3px'>{seen['state']}</span> &rarr; QP {seen['dest_qp_num']:#x}")
+    rest = "<br>".join(html.escape(line.strip()) for line in text[1:3])
+    detail = "<br>".join(html.escape(line.strip()) for line in text[3:])
+    return (f"<td style='vertical-align:top;padding:4px 12px;font-size:12px'>{head}<br>{rest}"
+            f"{_slots_html(send, 'send queue')}{_slots_html(receive, 'receive queue')}"
+            f"<div style='font-family:monospace;font-size:11px'>{detail}</div></td>")
+
+
+class NICView:
+    """The view of one or more QPs (see the module's docstring)."""
+
+    def __init__(self, *qps, names=None, interval=0.25):
+        self.qps, self.names = qps, list(names or ["a", "b", "c", "d"][:len(qps)])
+        self.interval, self._stop, self.thread, self.widget = interval, threading.Event(), None, None
+        self.refreshes, self.error = 0, None
+
+    def state(self):
+        return [snapshot(qp) for qp in self.qps]
+
+    def __str__(self):
+        return "\n".join(line for seen, name in zip(self.state(), self.names) for line in lines(seen, name))
+
+    __repr__ = __str__
+
+    def html(self):
+        cells = "".join(side_html(seen, name) for seen, name in zip(self.state(), self.names))
+        legend = " ".join(f"<span style='background:{c};padding:0 5px'>&nbsp;</span> {s}"
+                          for s, c in SLOT_COLOURS.items())
+        return f"<table><tr>{cells}</tr></table><small>slots: {legend}</small>"
+
+    def refresh(self):
+        """Read the QPs again and redraw. False when they could not be read: a QP closed, or (soft0, rarely)
+        read while the program changed it."""
+        try:
+            shown = self.html()
+        except Exception as error:
+            self.error = f"{type(error).__name__}: {error}"
+            return False
+        self.refreshes, self.error = self.refreshes + 1, None
+        if self.widget is not None and self.widget.value != shown:
+            self.widget.value = shown
+        return True
+
+    def _run(self):
+        failed = 0
+        while not self._stop.wait(self.interval):
+            failed = 0 if self.refresh() else failed + 1
+            if failed == GIVE_UP:   # a closed QP fails every time: say so, keep the last drawing, stop
+                self.widget.value += (f"<p><small>The view stopped: its QPs cannot be read any more (closed?): "
+                                      f"{html.escape(self.error)}</small></p>")
+                return
+
+    def _ipython_display_(self):
+        import ipywidgets
+        from IPython.display import display
+        self.widget = ipywidgets.HTML(self.html())
+        display(self.widget)
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._run, name="rdmalab-nic-view", daemon=True)
+            self.thread.start()
+
+    def close(self):
+        """Stop refreshing (the drawing stays as it last was)."""
+        self._stop.set()
+        if self.thread is not None:
+            self.thread.join(5)
+
+
+def nic_view(*qps, names=None, interval=0.25):
+    """A NICView of `qps` (a pair: the initiator's, then the target's)."""
+    return NICView(*qps, names=names, interval=interval)
