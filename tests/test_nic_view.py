@@ -78,6 +78,6 @@ def test_a_shown_view_redraws_itself_and_stops_once_its_qps_are_closed(ctx_pd, m
         while "ERR" not in shown[0].value and time.monotonic() < deadline:
             time.sleep(0.05)
         assert "ERR" in shown[0].value   # redrawn by its own thread
-    view._thread.join(10)
-    assert not view._thread.is_alive() and "The view stopped" in shown[0].value
+    view.thread.join(10)
+    assert not view.thread.is_alive() and "The view stopped" in shown[0].value
     assert {t.name for t in threading.enumerate()} - before == set()
