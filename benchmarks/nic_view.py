@@ -49,7 +49,7 @@ def shown(pair):
     import IPython.display
     view = lessons.nic_view(pair.a, pair.b)
     keep = IPython.display.display
-    IPython.display.display = lambda widget: None
+    IPython.display.display = lambda bundle, raw: None
     try:
         view._ipython_display_()
     finally:

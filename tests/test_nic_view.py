@@ -46,38 +46,42 @@ def test_on_soft0_the_rings_show_a_send_waiting_for_a_receive_then_the_completio
     with lessons.Pair(*ctx_pd, rnr_retry=7) as pair:
         view = NICView(pair.a, pair.b)
         send(pair, 1)
+        send(pair, 2)
         a, b = view.state()
-        assert a["send_waiting"] == [(1, "SEND", "waiting out an RNR NAK")] and b["recv_posted"] == []
+        assert a["send_waiting"] == [(1, "SEND", "waiting out an RNR NAK"), (2, "SEND", "queued behind the WR before it")]
+        assert b["recv_posted"] == []
         send_slots, _ = queues(a)
-        assert send_slots.count("waiting") == 1 and len(send_slots) == a["send_slots"]
+        assert send_slots.count("waiting") == 2 and len(send_slots) == a["send_slots"]
         pair.b.post_recv(v.wr.RecvWR(wr_id=5, num_sge=1, sg=[v.wr.SGE(pair.b_mr.buf, 8, pair.b_mr.lkey)]))
         pair.b.post_recv(v.wr.RecvWR(wr_id=6, num_sge=1, sg=[v.wr.SGE(pair.b_mr.buf, 8, pair.b_mr.lkey)]))
+        pair.b.post_recv(v.wr.RecvWR(wr_id=7, num_sge=1, sg=[v.wr.SGE(pair.b_mr.buf, 8, pair.b_mr.lkey)]))
         deadline = time.monotonic() + 10
         while view.state()[0]["send_waiting"] and time.monotonic() < deadline:
             pair.cq_a.poll(0)   # (polling the CQ lets the NIC retry once the RNR timer ran out)
             time.sleep(0.01)
         a, b = view.state()
-        assert a["send_waiting"] == [] and a["send_cq"] == 1
-        assert b["recv_posted"] == [6] and b["recv_completed"] == 1 and b["send_cq"] == 1
+        assert a["send_waiting"] == [] and a["send_cq"] == 2
+        assert b["recv_posted"] == [7] and b["recv_completed"] == 2 and b["send_cq"] == 2
         _, receive_slots = queues(b)
-        assert receive_slots[:3] == ["completed", "posted", "free"]
+        assert receive_slots[:4] == ["completed", "completed", "posted", "free"]
         assert {lkey for lkey, *_ in a["mrs"]} >= {pair.a_mr.lkey, pair.b_mr.lkey}
 
 
 def test_a_shown_view_redraws_itself_and_stops_once_its_qps_are_closed(ctx_pd, monkeypatch):
     shown = []
-    monkeypatch.setattr("IPython.display.display", lambda widget: shown.append(widget))
+    monkeypatch.setattr("IPython.display.display", lambda bundle, raw: shown.append(bundle))
     before = {t.name for t in threading.enumerate()}
     with lessons.Pair(*ctx_pd) as pair:
         view = lessons.nic_view(pair.a, pair.b, interval=0.05)
         view._ipython_display_()
-        first = shown[0].value
+        first = view.widget.value
         assert "RTS" in first and f"QP {pair.a.qp_num:#x}" in first
+        assert shown[0]["text/plain"].startswith(f"a: QP {pair.a.qp_num:#x} in RTS")   # without widgets: the text
         pair.a.modify(v.qp.QPAttr(qp_state=e.IBV_QPS_ERR), e.IBV_QP_STATE)
         deadline = time.monotonic() + 10
-        while "ERR" not in shown[0].value and time.monotonic() < deadline:
+        while "ERR" not in view.widget.value and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert "ERR" in shown[0].value   # redrawn by its own thread
+        assert "ERR" in view.widget.value   # redrawn by its own thread
     view.thread.join(10)
-    assert not view.thread.is_alive() and "The view stopped" in shown[0].value
+    assert not view.thread.is_alive() and "The view stopped" in view.widget.value
     assert {t.name for t in threading.enumerate()} - before == set()

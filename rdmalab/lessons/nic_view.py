@@ -80,50 +80,72 @@ def queues(seen):
     return send, receive
 
 
+def peers_may(access):
+    return flags(access & ~1).replace("no access flags", "nothing")   # (a QP's LOCAL_WRITE bit means nothing)
+
+
 def lines(seen, name):
     """The view of one QP as lines of text."""
     out = [f"{name}: QP {seen['qp_num']:#x} in {seen['state']}, sends to QP {seen['dest_qp_num']:#x}",
            f"  PSN: next sent {seen['sq_psn']:#08x}, next expected {seen['rq_psn']:#08x}; path MTU {seen['mtu']}",
            f"  READs and atomics at once: {seen['max_rd_atomic']} out, {seen['max_dest_rd_atomic']} in; "
-           f"peers may: {flags(seen['access'])}"]
-    send, receive = queues(seen)
+           f"peers may: {peers_may(seen['access'])}"]
+    out += ["  " + line for line in queue_lines(seen)]
     if seen["glass"]:
-        out.append(f"  send queue: {send.count('waiting')} of {len(send)} slots hold a WR")
-        out += [f"    wr_id {wr_id} {op}: {stage}" for wr_id, op, stage in seen["send_waiting"]]
-        out.append(f"  receive queue: {len(seen['recv_posted'])} posted, {seen['recv_completed']} completed and "
-                   f"not polled, of {len(receive)} slots")
-        cqs = f"{seen['send_cq']}" + ("" if seen["recv_cq"] is None else f" (send CQ), {seen['recv_cq']} (receive CQ)")
-        out.append(f"  completions not polled: {cqs}")
         out += [f"  MR lkey {lkey:#x} rkey {rkey:#x} [{buf:#x}, +{length}) {flags(access)}"
                 for lkey, rkey, buf, length, access in seen["mrs"]]
-    else:
-        out.append(f"  send queue {len(send)} slots, receive queue {len(receive)} slots ({HIDDEN})")
+    out.append("  " + port_line(seen))
+    return out
+
+
+def queue_lines(seen):
+    """The rings' titles, then the waiting WRs, then the CQ (soft0), or what a real device hides."""
+    if not seen["glass"]:
+        return [f"send queue: {seen['send_slots']} slots", f"receive queue: {seen['recv_slots']} slots",
+                f"({HIDDEN})"]
+    cq = f"completions not polled: {seen['send_cq']}"
+    if seen["recv_cq"] is not None:
+        cq += f" (send CQ), {seen['recv_cq']} (receive CQ)"
+    return ([f"send queue: {len(seen['send_waiting'])} of {seen['send_slots']} slots hold a WR"]
+            + [f"  wr_id {wr_id} {op}: {stage}" for wr_id, op, stage in seen["send_waiting"]]
+            + [f"receive queue: {len(seen['recv_posted'])} posted, {seen['recv_completed']} completed and not "
+               f"polled, of {seen['recv_slots']} slots", cq])
+
+
+def port_line(seen):
     counters = seen.get("counters")
     if counters:
-        out.append("  port: " + ", ".join(f"{k} {n}" for k, n in counters.items() if n or k.endswith("pkts")))
-    elif seen["glass"] and seen.get("link") == "shm":
-        out.append("  port: no packets on the shared-memory link (RDMALAB_SOFT_LINK=udp sends RoCEv2 packets)")
-    return out
+        return "port: " + ", ".join(f"{k} {n}" for k, n in counters.items() if n or k.endswith("pkts"))
+    if seen["glass"] and seen.get("link") == "shm":
+        return "port: no packets on the shared-memory link (RDMALAB_SOFT_LINK=udp sends RoCEv2 packets)"
+    return "port: no counters to read"
 
 
 def _slots_html(states, title):
     drawn = "".join(f"<span title='{s}' style='display:inline-block;width:10px;height:14px;margin:1px;"
                     f"background:{SLOT_COLOURS[s]}'></span>" for s in states[:DRAWN_SLOTS])
     more = f" +{len(states) - DRAWN_SLOTS} free" if len(states) > DRAWN_SLOTS else ""
-    return f"<div><small>{title}</small><br>{drawn}<small>{more}</small></div>"
+    return f"<div style='margin-top:4px'>{html.escape(title)}<br>{drawn}<small>{more}</small></div>"
 
 
 def side_html(seen, name):
     colour = STATE_COLOURS.get(seen["state"], "#616161")
     send, receive = queues(seen)
-    text = lines(seen, name)
+    text, queued = lines(seen, name), queue_lines(seen)
     head = (f"<b>{html.escape(name)}</b> QP {seen['qp_num']:#x} <span style='background:{colour};color:white;"
             f"padding:0 6px;border-radius:3px'>{seen['state']}</span> &rarr; QP {seen['dest_qp_num']:#x}")
     rest = "<br>".join(html.escape(line.strip()) for line in text[1:3])
-    detail = "<br>".join(html.escape(line.strip()) for line in text[3:])
-    return (f"<td style='vertical-align:top;padding:4px 12px;font-size:12px'>{head}<br>{rest}"
-            f"{_slots_html(send, 'send queue')}{_slots_html(receive, 'receive queue')}"
-            f"<div style='font-family:monospace;font-size:11px'>{detail}</div></td>")
+    rings = _slots_html(send, queued[0]) + "".join(f"<div style='font-size:11px'>{html.escape(line)}</div>"
+                                                   for line in queued[1:-2])
+    rings += _slots_html(receive, queued[-2]) + f"<div>{html.escape(queued[-1])}</div>"
+    mrs = ""
+    if seen["glass"] and seen["mrs"]:
+        rows = "".join(f"<tr><td>{lkey:#x}</td><td>{rkey:#x}</td><td>[{buf:#x}, +{length})</td>"
+                       f"<td>{html.escape(flags(access))}</td></tr>" for lkey, rkey, buf, length, access in seen["mrs"])
+        mrs = (f"<table style='font-size:11px;margin-top:4px'><tr><th>MR lkey</th><th>rkey</th><th>range</th>"
+               f"<th>access</th></tr>{rows}</table>")
+    return (f"<td style='vertical-align:top;padding:4px 12px;font-size:12px'>{head}<br>{rest}{rings}{mrs}"
+            f"<div style='font-size:11px'>{html.escape(port_line(seen))}</div></td>")
 
 
 class NICView:
@@ -174,7 +196,9 @@ class NICView:
         import ipywidgets
         from IPython.display import display
         self.widget = ipywidgets.HTML(self.html())
-        display(self.widget)
+        bundle = self.widget._repr_mimebundle_()
+        bundle["text/plain"] = str(self)   # what a copy of the notebook without widgets shows (papermill's, say)
+        display(bundle, raw=True)
         if self.thread is None:
             self.thread = threading.Thread(target=self._run, name="rdmalab-nic-view", daemon=True)
             self.thread.start()

@@ -6,8 +6,8 @@ Starts JupyterLab through `make lab`'s launcher, rdmalab.lab (so a broken `make 
 Playwright, runs copies of the lessons with QUICK = True, in order and with one learner's HOME (so that
 the AllReduce lesson finds what welcome, socket-path and one-sided kept): every cell runs without an
 error, lesson 00's question saves the answer clicked and its exercise's "Show solution" button shows the
-solution, 01-03 show their charts, the one-sided lesson's dashboard renders its chart, the posting
-lesson's exercise reveals its solution, the AllReduce lesson (ipyparallel ranks) ends with the closing
+solution, 01-03 show their charts, 02, 03 and 05 the glass-box view of a QP pair, redrawn as their cells
+run, the one-sided lesson's dashboard renders its chart, the posting lesson's exercise reveals its solution, the AllReduce lesson (ipyparallel ranks) ends with the closing
 view of the learner's own figures, the scaling lesson with its charts and its explorer's widgets.
 Lessons are named by slug (rdmalab.lessons.series), so renumbering them changes nothing here.
 Screenshots go to .ci/artifacts/lesson-NN.png (RDMALAB_SCREENSHOT names the one-sided lesson's). Skips, saying
@@ -168,6 +168,18 @@ def nothing_wraps(page):
     }""")
 
 
+def the_nic_view_redrew(page, state):
+    """The glass-box view (lessons.nic_view) rendered its rings of slots, showed `state` (a regular expression:
+    a state the QPs reached after it was first drawn), and went on redrawing itself until the lesson closed
+    its QPs, when it says it stopped. Returns its text."""
+    view = page.locator(".widget-html", has_text="send queue").first
+    view.wait_for(state="attached", timeout=30_000)   # (JupyterLab may not lay out a cell out of view: its text)
+    view.get_by_text("The view stopped", exact=False).wait_for(state="attached", timeout=30_000)
+    text = " ".join(view.text_content().split())
+    assert re.search(state, text) and view.locator("span[title='free']").count() > 0, text[:800]
+    return text
+
+
 def shows_progress(page):
     """A long cell says what it is doing: a progress bar widget, or a live status line (rdmalab.lessons.live)."""
     return page.locator(".jupyter-widgets .progress-bar").count() + page.get_by_text("\u231b").count() > 0
@@ -203,6 +215,8 @@ def test_lessons_01_to_03_run_to_the_end_with_their_figures(lab, name):
         wait_until_every_cell_ran(page)
         figures = page.locator(".jp-RenderedImage img")
         assert figures.count() >= 1, "each of these lessons draws at least one chart"
+        if name != name_of("socket-path"):   # drawn with the QPs in RTS (03: yours in RESET), seen in ERR / RTS
+            the_nic_view_redrew(page, r"\bERR\b" if name == name_of("memory-registration") else r"your QP QP 0x[0-9a-f]+ RTS")
         assert not (bad := nothing_wraps(page)), "\n".join(bad)
         figures.last.scroll_into_view_if_needed()
         page.screenshot(path=shot)
@@ -237,6 +251,7 @@ def test_the_posting_lesson_runs_and_its_exercise_reveals_its_solution(lab):
         page.locator(".widget-button", has_text="Show solution").first.click()
         page.get_by_text("def post_all(post, wait, count, depth)", exact=False).first.wait_for(timeout=30_000)
         page.get_by_text("completions, at most 16 slots held at once", exact=False).first.wait_for(timeout=30_000)
+        the_nic_view_redrew(page, r"\bRTS\b")
         page.screenshot(path=shot)
 
 

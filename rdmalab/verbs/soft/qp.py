@@ -559,9 +559,11 @@ def look(qp):
         waiting += [(wr_id, "", "with the NIC process") for _, wr_id, _ in list(send.outstanding)]
         waiting += [(wr.wr_id, WR_NAMES.get(wr.opcode, "?"), "posted before RTS") for wr in list(send.held)]
     else:
-        for p in list(send.pending):
-            stage = ("posted before RTS" if p.retries_left is None and p.rnr_left is None and not p.deadline
-                     else "waiting out an RNR NAK" if p.rnr_left is not None and p.deadline
+        before_rts = qp._words[Q_STATE] in (RESET, INIT, RTR)
+        for n, p in enumerate(list(send.pending)):
+            stage = ("posted before RTS: carried out at the first post in RTS" if before_rts
+                     else "queued behind the WR before it" if n or not p.deadline
+                     else "waiting out an RNR NAK" if p.rnr_left is not None
                      else f"waiting for an ACK ({p.retries_left} retries left)")
             waiting.append((p.wqe.wr_id, WR_NAMES.get(p.wqe.opcode, "?"), stage))
     counters = None
