@@ -60,7 +60,7 @@ def explain(wc, wr=None, qp=None):
     status = int(getattr(wc, "status", wc))
     if status == v.enums.IBV_WC_SUCCESS:
         return Explanation(status, "it completed: nothing went wrong.", True)
-    said = _checked(status, wr, qp) if v.PROVIDER == "soft" and wr is not None else None
+    said = _checked(status, wr, qp) if v.PROVIDER == "soft" else None
     return Explanation(status, said or _inferred(status, wr), said is not None, DEVICES.get(status, ""))
 
 
@@ -97,6 +97,8 @@ def _need(opcode):
 
 def _checked(status, wr, qp):
     """A sentence from soft0's own tables, or None when they do not tell (the inferred one is used)."""
+    if wr is None and status != 12:   # (only a request nobody answered is explained without its WR)
+        return None
     if status in (2, 4):
         return _local(wr, qp)
     peer, dest = _peer(qp)
@@ -105,7 +107,7 @@ def _checked(status, wr, qp):
     if status == 9 and peer is not None:
         return _request_refused(wr, peer)
     if status == 13 and peer is not None:
-        return (f"no receive was posted on QP {dest} when the {_opname(wr.opcode)} arrived, and the sender's "
+        return (f"no receive was posted on QP {dest:#x} when the {_opname(wr.opcode)} arrived, and the sender's "
                 f"rnr_retry ({qp.query(v.enums.IBV_QP_RNR_RETRY)[0].rnr_retry}) ran out: post_recv before the "
                 f"peer sends, or give rnr_retry=7.")
     if status == 12:
@@ -182,9 +184,9 @@ def _remote_access(wr, peer):
     if rule == "another PD":
         return f"{mr} is registered in another PD than the target QP: a QP reaches only its own PD's MRs."
     if rule == "access":
-        return f"{mr} was registered with {flags(f['access'])}: an RDMA {op} needs {flags(need)}."
+        return f"{mr} was registered with {flags(f['access'])}: an {op.replace('RDMA_', 'RDMA ')} needs {flags(need)}."
     if rule == "window of another QP":
-        return f"rkey {wr.rkey:#x} is a type 2 memory window bound to QP {f['qp_num']}, not to the target QP."
+        return f"rkey {wr.rkey:#x} is a type 2 memory window bound to QP {f['qp_num']:#x}, not to the target QP."
     return (f"the {op} of {length} bytes at {wr.remote_addr:#x} runs {f['by']} bytes {rule} of {mr}.")
 
 
@@ -192,7 +194,7 @@ def _request_refused(wr, peer):
     from rdmalab.verbs.soft.layout import Q_ACCESS, Q_MAX_DEST_RD_ATOMIC
     need, h = _need(wr.opcode), peer.header
     if need and not h[Q_ACCESS] & need:
-        return (f"the target QP's qp_access_flags are {flags(h[Q_ACCESS])}: an RDMA {_opname(wr.opcode)} needs "
+        return (f"the target QP's qp_access_flags are {flags(h[Q_ACCESS])}: an {_opname(wr.opcode).replace('RDMA_', 'RDMA ')} needs "
                 f"{flags(need)} there too (set in its RESET to INIT modify), whatever the MR allows.")
     if need & (v.enums.IBV_ACCESS_REMOTE_READ | v.enums.IBV_ACCESS_REMOTE_ATOMIC) and not h[Q_MAX_DEST_RD_ATOMIC]:
         return ("the target QP has max_dest_rd_atomic 0: no resources for READs and atomics (set it in the "
@@ -205,12 +207,12 @@ def _no_answer(peer, dest):
     if dest is None:
         return None
     if peer is None:
-        return (f"no QP numbered {dest} exists on this NIC: the dest_qp_num given in the INIT to RTR modify "
+        return (f"no QP numbered {dest:#x} exists on this NIC: the dest_qp_num given in the INIT to RTR modify "
                 f"is wrong, or that QP was destroyed.")
     state = int(peer.header[Q_STATE])
     if state not in (v.enums.IBV_QPS_RTR, v.enums.IBV_QPS_RTS):
         from rdmalab.lessons.fixtures import STATE_NAMES
-        return (f"QP {dest} is in {STATE_NAMES.get(state, state)}: a QP answers only in RTR or RTS, so every "
+        return (f"QP {dest:#x} is in {STATE_NAMES.get(state, state)}: a QP answers only in RTR or RTS, so every "
                 f"resend went unanswered.")
-    return (f"QP {dest} is ready but did not take the packets: their PSN is not the one it expects (the sender's "
+    return (f"QP {dest:#x} is ready but did not take the packets: their PSN is not the one it expects (the sender's "
             f"sq_psn must be the receiver's rq_psn), or they went to another address (the GID).")

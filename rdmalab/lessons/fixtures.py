@@ -134,6 +134,7 @@ class QPLab:
     acknowledges after PEER_RETRIES resends (RETRY_EXC_ERR), so a wrong address or PSN shows at once."""
 
     PEER_RETRIES = 2
+    posted = None   # what from_peer() last posted on the peer's QP (a Posted, for lessons.explain)
 
     def __init__(self, ctx, pd):
         from rdmalab.verbs import choose_route, route_of
@@ -189,6 +190,8 @@ class QPLab:
                             send_flags=e.IBV_SEND_SIGNALED)
         if opcode != e.IBV_WR_SEND:
             request.set_wr_rdma(self.local["rkey"], self.local["addr"])
+        self.posted = Posted(opcode, [(self.peer_mr.buf, length, self.peer_mr.lkey)], self.local["rkey"],
+                             self.local["addr"])   # (for lessons.explain)
         self.peer.post_send(request)
         done = rc.wait_for_completion(self.peer_cq, timeout=timeout)
         if opcode == e.IBV_WR_SEND and done.status == e.IBV_WC_SUCCESS:

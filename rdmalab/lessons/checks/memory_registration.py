@@ -1,6 +1,7 @@
 """The memory registration lesson (memory-registration): its exercises, each a check (raising Wrong
 with a hint) and a reference solution."""
 from rdmalab.lessons.exercises import Wrong, exercise, reference
+from rdmalab.lessons.explain import explain
 from rdmalab.lessons.fixtures import Pair, one_sided
 
 SECRET = b"weights!"   # what the check puts in the learner's buffer before a peer tries to read it
@@ -30,7 +31,8 @@ def _check_write_not_read(mr, ctx, pd):
     with Pair(ctx, pd) as pair:
         wc = one_sided(pair, e.IBV_WR_RDMA_WRITE, target=mr)
         if wc.status != e.IBV_WC_SUCCESS:
-            raise Wrong(f"a peer's RDMA WRITE into it completed with status {wc.status} (REM_ACCESS_ERR is 10).",
+            raise Wrong(f"a peer's RDMA WRITE into it completed with status {wc.status} (REM_ACCESS_ERR is 10): "
+                        f"{explain(wc, pair.posted, pair.a).said}",
                         "Without IBV_ACCESS_REMOTE_WRITE the target's NIC refuses every peer's WRITE into the MR.")
     with Pair(ctx, pd) as pair:
         wc = one_sided(pair, e.IBV_WR_RDMA_READ, target=mr)

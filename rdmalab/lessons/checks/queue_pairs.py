@@ -1,6 +1,7 @@
 """The queue pairs lesson (queue-pairs): its exercises, each a check (raising Wrong with a hint) and a
 reference solution."""
 from rdmalab.lessons.exercises import Wrong, exercise, reference
+from rdmalab.lessons.explain import explain
 from rdmalab.lessons.fixtures import state_of
 
 
@@ -41,7 +42,8 @@ def _check_both_ways(qp, local, remote, route, lab):
                     "it is resent retry_cnt times, then fails with RETRY_EXC_ERR, status 12; Soft-RoCE and "
                     "soft0 treat retry_cnt 7 as 'forever').", hint) from None
     if wc.status != e.IBV_WC_SUCCESS:
-        raise Wrong(f"a SEND from it completed with status {wc.status} (12 is RETRY_EXC_ERR: nobody answered).", hint)
+        raise Wrong(f"a SEND from it completed with status {wc.status} (12 is RETRY_EXC_ERR: nobody answered): "
+                    f"{explain(wc, None, qp).said}", hint)
     _check_from_peer(qp, lab)
 
 
@@ -64,7 +66,8 @@ def _check_from_peer(qp, lab):
             raise Wrong(f"{what} never arrived.", advice) from None
         if wc.status != e.IBV_WC_SUCCESS:
             raise Wrong(f"{what} failed: the peer's completion has status {wc.status} (9 REM_INV_REQ_ERR or "
-                        "10 REM_ACCESS_ERR: your QP refused it; 12 RETRY_EXC_ERR: it did not answer).", advice)
+                        f"10 REM_ACCESS_ERR: your QP refused it; 12 RETRY_EXC_ERR: it did not answer): "
+                        f"{explain(wc, lab.posted, lab.peer).said}", advice)
         landed = lab.peer_mr.read(len(payload), 0) if opcode == e.IBV_WR_RDMA_READ else \
             lab.mr.read(len(payload), 2048 if opcode == e.IBV_WR_SEND else 0)
         if landed != payload:
