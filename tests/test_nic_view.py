@@ -85,3 +85,16 @@ def test_a_shown_view_redraws_itself_and_stops_once_its_qps_are_closed(ctx_pd, m
     view.thread.join(10)
     assert not view.thread.is_alive() and "The view stopped" in view.widget.value
     assert {t.name for t in threading.enumerate()} - before == set()
+
+
+def test_step_mode_walks_a_write_then_posts_it(ctx_pd):
+    with lessons.Pair(*ctx_pd) as pair:
+        w = v.wr.SendWR(wr_id=1, opcode=e.IBV_WR_RDMA_WRITE, num_sge=1, send_flags=e.IBV_SEND_SIGNALED,
+                        sg=[v.wr.SGE(pair.a_mr.buf, 8, pair.a_mr.lkey)])
+        w.set_wr_rdma(pair.b_mr.rkey, pair.b_mr.buf)
+        step = lessons.nic_view(pair.a, pair.b).step(w, pair.cq_a)
+        names = [stage for stage, _, _ in step.stages]
+        assert names == ["post_send", "requester checks", "packets", "responder", "answer", "completion"]
+        assert all(passed is (True if SOFT else None) for *_, passed in step.stages)
+        assert step.post().status == e.IBV_WC_SUCCESS
+        assert ("as predicted" if SOFT else "nothing was predicted") in step.outcome()

@@ -203,6 +203,11 @@ class NICView:
             self.thread = threading.Thread(target=self._run, name="rdmalab-nic-view", daemon=True)
             self.thread.start()
 
+    def step(self, wr, cq):
+        """Step mode: `wr`, to be posted on the view's first QP (its completion comes on `cq`), walked
+        through the NIC's stages before it is posted (see Step)."""
+        return Step(self.qps[0], wr, cq, self)
+
     def close(self):
         """Stop refreshing (the drawing stays as it last was)."""
         self._stop.set()
@@ -213,3 +218,98 @@ class NICView:
 def nic_view(*qps, names=None, interval=0.25):
     """A NICView of `qps` (a pair: the initiator's, then the target's)."""
     return NICView(*qps, names=names, interval=interval)
+
+
+GENERIC = [("post_send", "the WR takes a slot of the send queue; the NIC reads it (the doorbell)"),
+           ("requester checks", "the NIC checks each SGE's lkey and bounds, in its own memory"),
+           ("packets", "the message leaves as packets of at most the path MTU, numbered by PSN"),
+           ("responder", "the peer's NIC checks its QP's state, the PSN, its access flags, the rkey and range"),
+           ("answer", "an ACK (READ: the bytes), or a NAK, or nothing (the requester resends)"),
+           ("completion", "a completion on the send CQ, with the status the answer gave")]
+
+
+class Step:
+    """One WR walked through the NIC before it is posted: `stages` [(stage, what happens, passed)], and
+    `predicted`, the completion status to expect (None: it waits; "EINVAL": post_send refuses it). On
+    soft0 the stages are its NIC's own checks (rdmalab.verbs.soft.qp.walk); on a real device they are
+    what every RC NIC does, with no verdict (passed None). post() then posts it and compares.
+    Shown in a notebook: a button reveals the next stage, the last one posts."""
+
+    def __init__(self, qp, wr, cq, view=None):
+        self.qp, self.wr, self.cq, self.view = qp, wr, cq, view
+        if v.PROVIDER == "soft":
+            from rdmalab.verbs.soft.qp import walk
+            self.stages, self.predicted = walk(qp, wr)
+        else:
+            self.stages, self.predicted = [(stage, what, None) for stage, what in GENERIC], None
+        self.shown, self.completion, self.refused = 0, None, None
+
+    def post(self, timeout=5.0):
+        """Post the WR and wait for its completion (None if none comes within `timeout` s, or the post was
+        refused: then `refused` holds the error). Returns the completion."""
+        from rdmalab.verbs import rc
+        try:
+            self.qp.post_send(self.wr)
+        except v.pyverbs_error.PyverbsRDMAError as error:
+            self.refused = error
+            return None
+        try:
+            self.completion = rc.wait_for_completion(self.cq, timeout=timeout)
+        except TimeoutError:
+            self.completion = None
+        if self.view is not None:
+            self.view.refresh()
+        return self.completion
+
+    def outcome(self):
+        """What happened, set beside what was predicted."""
+        if self.refused is not None:
+            got = f"post_send refused it: {self.refused}"
+            same = self.predicted == "EINVAL"
+        elif self.completion is None:
+            got, same = "no completion yet (it waits)", self.predicted is None
+        else:
+            got = f"completion status {self.completion.status}"
+            same = self.completion.status == self.predicted
+            if self.completion.status:
+                from rdmalab.lessons.explain import explain
+                got += f": {explain(self.completion, self.wr, self.qp).said}"
+        if v.PROVIDER != "soft":
+            return f"{got} (a real device: its checks cannot be read, so nothing was predicted)"
+        return f"{got} ({'as predicted' if same else 'NOT as predicted: please report it'})"
+
+    def __str__(self):
+        mark = {True: "ok", False: "STOP", None: "?"}
+        out = [f"{i + 1}. {stage} [{mark[passed]}]: {what}" for i, (stage, what, passed) in enumerate(self.stages)]
+        return "\n".join(out)
+
+    __repr__ = __str__
+
+    def _html(self):
+        colour = {True: "#43a047", False: "#e53935", None: "#757575"}
+        rows = "".join(f"<li><b style='color:{colour[passed]}'>{html.escape(stage)}</b>: {html.escape(what)}</li>"
+                       for stage, what, passed in self.stages[:self.shown])
+        done = "" if self.completion is None and self.refused is None else \
+            f"<p><b>posted</b>: {html.escape(self.outcome())}</p>"
+        return f"<ol style='font-size:12px'>{rows}</ol>{done}"
+
+    def _ipython_display_(self):
+        import ipywidgets
+        from IPython.display import display
+        shown = ipywidgets.HTML(self._html())
+        button = ipywidgets.Button(description="Next stage")
+
+        def next_stage(_):
+            if self.shown < len(self.stages):
+                self.shown += 1
+                button.description = "Next stage" if self.shown < len(self.stages) else "Post it"
+            else:
+                self.post()
+                button.disabled = True
+            shown.value = self._html()
+
+        button.on_click(next_stage)
+        box = ipywidgets.VBox([shown, button])
+        bundle = box._repr_mimebundle_()
+        bundle["text/plain"] = str(self)
+        display(bundle, raw=True)

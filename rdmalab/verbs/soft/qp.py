@@ -544,6 +544,7 @@ class QPInitAttrEx(Record):
 
 
 WR_NAMES = {op.value: op.name[len("IBV_WR_"):] for op in ibv_wr_opcode}
+STATE_NAME = {RESET: "RESET", INIT: "INIT", RTR: "RTR", RTS: "RTS", ERR: "ERR"}
 
 
 def look(qp):
@@ -578,6 +579,114 @@ def look(qp):
             "mrs": [(mr.lkey, mr.rkey, mr.buf, mr.length, mr.access) for mr in list(REGISTERED.values())
                     if mr.pd is qp.pd],
             "link": LINK, "counters": counters}
+
+
+def walk(qp, wr):
+    """What soft0's NIC will do with `wr` (an RDMA WRITE, RDMA READ or SEND on an RC QP) if it is posted
+    now, stage by stage, without posting it: [(stage, what happens, passed)], and the status its
+    completion should have (None: it will wait, for a receive or for an ACK that does not come). The
+    checks are the NIC's own (requester.local_bytes, responder.refusal) in the order it runs them;
+    rdmalab.lessons.nic_view's step mode then posts the WR and compares."""
+    from .constants import (IBV_ACCESS_LOCAL_WRITE, IBV_SEND_SIGNALED, IBV_WC_LOC_PROT_ERR, IBV_WC_REM_ACCESS_ERR,
+                            IBV_WC_REM_INV_REQ_ERR, IBV_WC_RETRY_EXC_ERR, IBV_WC_RNR_RETRY_EXC_ERR, IBV_WC_SUCCESS,
+                            IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE, IBV_WR_SEND)
+    from .layout import Q_MAX_DEST_RD_ATOMIC, Q_RQ_CONSUMED, Q_RQ_POSTED
+    from .mr import REGISTERED
+    from .operations import NEEDS_ACCESS
+    op, send, stages = WR_NAMES.get(wr.opcode, str(wr.opcode)), qp._send, []
+    if qp.qp_type != IBV_QPT_RC or wr.opcode not in (IBV_WR_RDMA_WRITE, IBV_WR_RDMA_READ, IBV_WR_SEND):
+        raise ValueError("the step mode walks an RDMA WRITE, an RDMA READ or a SEND on an RC QP")
+    state = qp._words[Q_STATE]
+    if state != RTS:
+        return [("post_send", f"refused at once (errno 22): the QP is in {STATE_NAME.get(int(state), state)}, and a QP "
+                              f"posts sends only in RTS", False)], "EINVAL"
+    stages.append(("post_send", f"the WR takes a slot of the send queue ({len(send.pending) + 1} of "
+                                f"{qp.cap.max_send_wr}); the NIC reads it (the doorbell)", True))
+    length, landing = sum(sge[1] for sge in wr.sges), None
+    if wr.opcode == IBV_WR_RDMA_READ:   # its SGEs are where the answer will land: judged when it comes back
+        for addr, size, lkey in wr.sges:
+            mr = REGISTERED.get(lkey)
+            if not size:
+                continue
+            if mr is None or mr.pd is not qp.pd:
+                landing = f"lkey {lkey:#x} is no MR of this QP's PD"
+            elif not mr.access & IBV_ACCESS_LOCAL_WRITE:
+                landing = f"the MR of lkey {lkey:#x} lacks LOCAL_WRITE"
+            elif not 0 <= addr - mr.buf <= mr.length - size:
+                landing = f"[{addr:#x}, +{size}) runs outside the MR of lkey {lkey:#x}"
+        stages.append(("requester checks", f"a READ sends no data: its {len(wr.sges)} SGE(s), {length} bytes, are "
+                                           f"where the answer will land, checked when it comes back", True))
+    else:
+        for addr, size, lkey in wr.sges:
+            local = requester.local_bytes(send, addr, size, lkey)
+            if type(local) is int:
+                mr = REGISTERED.get(lkey)
+                why = ("no MR of this QP's PD has that lkey" if local != IBV_WC_LOC_PROT_ERR
+                       else f"it runs outside its MR [{mr.buf:#x}, +{mr.length})")
+                return stages + [("requester checks", f"SGE [{addr:#x}, +{size}) lkey {lkey:#x}: {why}; nothing "
+                                                      f"is sent", False)], local
+        stages.append(("requester checks", f"{len(wr.sges)} SGE(s), {length} bytes, each inside an MR of the "
+                                           f"QP's PD", True))
+    count = responder.packets(length if wr.opcode != IBV_WR_RDMA_READ else 0, send.mtu)
+    kind = {IBV_WR_RDMA_WRITE: "RDMA_WRITE", IBV_WR_SEND: "SEND"}.get(wr.opcode)
+    if kind:
+        names = ([f"{kind}_ONLY"] if count == 1 else
+                 [f"{kind}_FIRST"] + [f"{kind}_MIDDLE"] * (count - 2) + [f"{kind}_LAST"])
+        what = ", ".join(f"{n} (PSN {(send.psn + i) % responder.PSN_MOD:#x})" for i, n in enumerate(names[:4]))
+        what += f", ... {count} packets" if count > 4 else ""
+        extra = " The first carries the RETH: remote address, rkey, length." if kind == "RDMA_WRITE" else ""
+    else:
+        what, extra = f"RDMA_READ_REQUEST (PSN {send.psn:#x}), with a RETH: remote address, rkey, length", ""
+    stages.append(("packets", f"path MTU {send.mtu}: {what}.{extra}", True))
+    retries = (f"the requester resends after each ACK timeout, retry_cnt ({send.retry_cnt}) times, then fails "
+               f"with RETRY_EXC_ERR (12)" if send.retry_cnt < 7 else "the requester resends for ever (retry_cnt 7)")
+    unanswered = IBV_WC_RETRY_EXC_ERR if send.retry_cnt < 7 else None
+    peer = send.peer()
+    if peer is None:
+        return stages + [("responder", f"no QP {send.dest_qp_num:#x} answers at that address: nothing comes "
+                                       f"back; {retries}", False)], unanswered
+    h = peer.header
+    if h[Q_STATE] not in (RTR, RTS):
+        return stages + [("responder", f"QP {send.dest_qp_num:#x} is in {STATE_NAME.get(int(h[Q_STATE]), h[Q_STATE])}: it drops "
+                                       f"the packets; {retries}", False)], unanswered
+    if h[Q_EXPECTED_PSN] != send.psn:
+        return stages + [("responder", f"QP {send.dest_qp_num:#x} expects PSN {int(h[Q_EXPECTED_PSN]):#x}, not "
+                                       f"{send.psn:#x}: it drops them (RC drops a PSN it does not expect); {retries}",
+                          False)], unanswered
+    need = NEEDS_ACCESS[wr.opcode]
+    if need and not h[Q_ACCESS] & need or wr.opcode == IBV_WR_RDMA_READ and not h[Q_MAX_DEST_RD_ATOMIC]:
+        return stages + [("responder", f"QP {send.dest_qp_num:#x} may not serve an {op.replace('RDMA_', 'RDMA ')} "
+                                       f"(its qp_access_flags, or max_dest_rd_atomic 0): it NAKs it and enters "
+                                       f"ERR", False)], IBV_WC_REM_INV_REQ_ERR
+    if wr.opcode == IBV_WR_SEND:
+        if h[Q_RQ_CONSUMED] == h[Q_RQ_POSTED]:
+            then = (f"rnr_retry ({send.rnr_retry}) times, then fails with RNR_RETRY_EXC_ERR (13) unless a receive "
+                    f"is posted meanwhile" if send.rnr_retry < 7 else "until a receive is posted (rnr_retry 7)")
+            return stages + [("responder", f"QP {send.dest_qp_num:#x} has no receive posted: it answers RNR NAK, "
+                                           f"and the requester waits out its min_rnr_timer and resends, {then}",
+                              False)], IBV_WC_RNR_RETRY_EXC_ERR if send.rnr_retry < 7 else None
+        stages.append(("responder", f"QP {send.dest_qp_num:#x} takes its next posted receive and copies the "
+                                    f"{length} bytes into it", True))
+    elif length:
+        refused = responder.refusal(responder.mr_segment(wr.rkey), wr.remote_addr, length, h, need)
+        if refused is not None:
+            return stages + [("responder", f"rkey {wr.rkey:#x} at {wr.remote_addr:#x}, {length} bytes: refused "
+                                           f"({refused[0]}); it NAKs it, writes nothing and enters ERR",
+                              False)], IBV_WC_REM_ACCESS_ERR
+        stages.append(("responder", f"rkey {wr.rkey:#x} names an MR that allows it, and [{wr.remote_addr:#x}, "
+                                    f"+{length}) lies inside: it "
+                                    + ("writes the bytes" if wr.opcode == IBV_WR_RDMA_WRITE else "reads the bytes"),
+                       True))
+    answer = (f"{count} RDMA_READ_RESPONSE packet(s) carry the bytes back" if wr.opcode == IBV_WR_RDMA_READ
+              else f"an ACK for PSN {(send.psn + count - 1) % responder.PSN_MOD:#x}")
+    if landing is not None:
+        return stages + [("answer", f"{answer}, but they may not land in your SGE ({landing}): LOC_PROT_ERR",
+                          False)], IBV_WC_LOC_PROT_ERR
+    stages.append(("answer", answer, True))
+    signaled = wr.send_flags & IBV_SEND_SIGNALED or send.sig_all
+    stages.append(("completion", "a completion with status 0 (SUCCESS) on the send CQ" if signaled
+                   else "none: the WR is unsignaled (a later signaled one's completion covers it)", True))
+    return stages, IBV_WC_SUCCESS
 
 
 from .qpex import DataBuffer, QPEx  # noqa: E402,F401 (pyverbs.qp has them; QPEx extends QP, defined above)
