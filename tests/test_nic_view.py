@@ -14,13 +14,6 @@ e = v.enums
 SOFT = v.PROVIDER == "soft"
 
 
-@pytest.fixture(scope="module")
-def ctx_pd():
-    ctx = v.device.Context(name=v.choose_route().device)
-    pd = v.pd.PD(ctx)
-    yield ctx, pd
-    pd.close()
-    ctx.close()
 
 
 def send(pair, wr_id):

@@ -9,7 +9,6 @@ import pytest
 
 from rdmalab import lessons
 from rdmalab import verbs as v
-from rdmalab.verbs import rc
 
 pytestmark = pytest.mark.skipif(v.PROVIDER != "soft", reason="the step mode predicts from soft0's own checks; "
                                                              "on a real NIC it lists the stages without verdicts")
@@ -18,13 +17,6 @@ OPCODES = [e.IBV_WR_RDMA_WRITE, e.IBV_WR_RDMA_READ, e.IBV_WR_SEND]
 REMOTE = e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
 
 
-@pytest.fixture(scope="module")
-def ctx_pd():
-    ctx = v.device.Context(name="soft0")
-    pd = v.pd.PD(ctx)
-    yield ctx, pd
-    pd.close()
-    ctx.close()
 
 
 def random_case(chosen, pair, readonly_mr):
