@@ -28,8 +28,10 @@ Q_GENERATION = 10   # bumped whenever what a responder checks changes: state, ac
 Q_MAX_DEST_RD_ATOMIC = 11   # READs and atomics it may answer at once: with 0 it answers none
 Q_TYPE, Q_QKEY = 12, 13   # RC, UC or UD (a datagram reaches only a UD QP), and a UD QP's Q_Key
 Q_NUM, Q_SRQ = 16, 17   # the QP's own number (a type 2 window checks it), and its SRQ's (0: none)
+Q_PATH_MTU = 18         # its path MTU (an IBV_MTU_* value, 0 before RTR): a WRITE's packets must fit it exactly
 # - written by the peer's NIC for every message it delivers
 Q_EXPECTED_PSN, Q_RQ_CONSUMED = 24, 25
+Q_SEQ_NAKED = 26        # a request ahead of the expected PSN was NAKed (and counted) since the last in order
 # - written by the QP's owner as it posts and polls receives
 Q_RQ_POSTED, Q_RQ_POLLED = 32, 33
 

@@ -16,7 +16,7 @@ from . import datagram, requester, responder, shm
 from .addr import AHAttr, ah_attr_lines
 from .base import Record, Resource, not_supported
 from .cq import CQ
-from .hardware import DEVICE_ATTR, GIDS, GID_TABLE_LEN, LINK, PORT_ATTR, active_mtu
+from .hardware import DEVICE_ATTR, GIDS, GID_TABLE_LEN, LINK, PORT_ATTR
 from .constants import (
     IBV_QP_ACCESS_FLAGS as ACCESS_FLAGS, IBV_QP_ALT_PATH as ALT_PATH, IBV_QP_AV as AV,
     IBV_QP_CUR_STATE as CUR_STATE, IBV_QP_DEST_QPN as DEST_QPN,
@@ -32,7 +32,7 @@ from .constants import (
     IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)
 from .libibverbs_enums import ibv_wr_opcode
 from .layout import (Q_ACCESS, Q_ALIVE, Q_EXPECTED_PSN, Q_MAX_DEST_RD_ATOMIC, Q_MIN_RNR_TIMER, Q_PD, Q_QKEY, Q_RECV_CQ,
-                     Q_RQ_MAX_SGE, Q_RQ_SIZE, Q_STATE, Q_TYPE, Q_NUM, Q_SRQ)
+                     Q_PATH_MTU, Q_RQ_MAX_SGE, Q_RQ_SIZE, Q_STATE, Q_TYPE, Q_NUM, Q_SRQ)
 from .operations import ATOMICS, SEND_OPS
 from .pd import PD
 from .pyverbs_error import PyverbsRDMAError, PyverbsUserError
@@ -86,7 +86,8 @@ APPLIED = [
     (TIMEOUT, "timeout", "send", "timeout"), (RETRY_CNT, "retry_cnt", "send", "retry_cnt"),
     (RNR_RETRY, "rnr_retry", "send", "rnr_retry"),
     (PKEY_INDEX, "pkey_index", "qp", "pkey_index"), (PORT, "port_num", "qp", "port_num"),
-    (PATH_MTU, "path_mtu", "qp", "path_mtu"), (AV, "ah_attr", "qp", "ah_attr"),
+    (PATH_MTU, "path_mtu", "qp", "path_mtu"), (PATH_MTU, "path_mtu", "header", Q_PATH_MTU),
+    (AV, "ah_attr", "qp", "ah_attr"),
     (MAX_DEST_RD_ATOMIC, "max_dest_rd_atomic", "qp", "max_dest_rd_atomic"),
     (MAX_DEST_RD_ATOMIC, "max_dest_rd_atomic", "header", Q_MAX_DEST_RD_ATOMIC),
     (MAX_QP_RD_ATOMIC, "max_rd_atomic", "qp", "max_rd_atomic"), (QKEY, "qkey", "header", Q_QKEY),
@@ -269,6 +270,7 @@ class QP(Resource):
                           max_dest_rd_atomic=0)
         if self.qp_type == IBV_QPT_UD:   # what rxe reports for a QP that has no path
             self._kept.update(path_mtu=IBV_MTU_256, ah_attr=AHAttr(port_num=0, is_global=1))
+        w[Q_PATH_MTU] = self._kept["path_mtu"]
 
     # ------------------------------------------------------------ state
 
@@ -332,8 +334,8 @@ class QP(Resource):
                     self._kept[name] = value
         if mask & AV:
             self._send.dgid = str(a.ah_attr.gr.dgid)
-        if mask & PATH_MTU:
-            self._send.mtu = 128 << min(a.path_mtu, active_mtu())
+        if mask & PATH_MTU:   # (as rxe: the path MTU asked for, even past the port's active MTU)
+            self._send.mtu = 128 << a.path_mtu
 
     # pyverbs' helpers: the masks a transition needs, then modify()
     def _get_comp_mask(self, dst):
@@ -564,8 +566,8 @@ def look(qp):
         for n, p in enumerate(list(send.pending)):
             stage = ("posted before RTS: carried out at the first post in RTS" if before_rts
                      else "queued behind the WR before it" if n or not p.deadline
-                     else "waiting out an RNR NAK" if p.rnr_left is not None
-                     else f"waiting for an ACK ({p.retries_left} retries left)")
+                     else f"waiting for an ACK ({p.retries_left} resends left)" if p.acking
+                     else "waiting out an RNR NAK")
             waiting.append((p.wqe.wr_id, WR_NAMES.get(p.wqe.opcode, "?"), stage))
     counters = None
     if qp._wire:

@@ -27,7 +27,7 @@ import struct
 import time
 from collections import deque
 
-from . import cq as cqmod, responder
+from . import counters, cq as cqmod, responder
 from .hardware import GIDS
 from .constants import (
     IBV_ACCESS_LOCAL_WRITE as LOCAL_WRITE, IBV_QPS_ERR, IBV_SEND_INLINE, IBV_SEND_SIGNALED, IBV_SEND_SOLICITED,
@@ -37,7 +37,7 @@ from .constants import (
     IBV_WR_RDMA_READ as READ, IBV_WR_RDMA_WRITE as WRITE, IBV_WR_RDMA_WRITE_WITH_IMM as WRITE_WITH_IMM,
     IBV_WR_SEND as SEND, IBV_WR_SEND_WITH_INV as SEND_WITH_INV,
     IBV_WR_BIND_MW as BIND_MW, IBV_WC_MW_BIND_ERR)
-from .layout import (C_ARMED, M_VALID, Q_EXPECTED_PSN, Q_GENERATION, Q_RQ_CONSUMED, Q_RQ_POSTED, Q_STATE,
+from .layout import (C_ARMED, M_VALID, Q_EXPECTED_PSN, Q_GENERATION, Q_PATH_MTU, Q_RQ_CONSUMED, Q_RQ_POSTED, Q_STATE,
                      R_NUM_SGE, R_SGES, R_STATUS, W_BELL, W_SLEEPERS)
 from .mr import REGISTERED
 from .operations import (ATOMICS, CARRIES_DATA, CONSUMES_RECEIVE, LOCAL_OPERATIONS, NEEDS_ACCESS, UC_OPERATIONS,
@@ -51,10 +51,10 @@ PEER_CHECK_S = 0.02   # how often a send queue makes sure its peer's process sti
 
 
 class Pending:
-    """A send WQE that is waiting: for an RNR timer, or for an ACK that did not come."""
+    """A send WQE that is waiting: for an RNR timer, or for an ACK that did not come (acking)."""
 
     def __init__(self, wqe):
-        self.wqe, self.deadline, self.rnr_left, self.retries_left = wqe, 0.0, None, None
+        self.wqe, self.deadline, self.rnr_left, self.retries_left, self.acking = wqe, 0.0, None, None, False
 
 
 class SendQueue:
@@ -93,7 +93,7 @@ class SendQueue:
         outcome = attempt(self, wr, None)
         if outcome is not None:   # it must wait: keep a copy at the head of the queue
             pending = Pending(snapshot(wr))
-            pending.deadline, pending.rnr_left, pending.retries_left = outcome
+            pending.deadline, pending.rnr_left, pending.retries_left, pending.acking = outcome
             self.pending.append(pending)
             self.cq.wait_for_timer(self)
 
@@ -122,9 +122,14 @@ class SendQueue:
                 continue
             if head.deadline and time.monotonic() < head.deadline:
                 return
+            if head.acking and head.retries_left == 0:   # the last resend's ACK timeout ran out too
+                queue.popleft()
+                counters.count("retry_exceeded_err")
+                fail(self, head.wqe, IBV_WC_RETRY_EXC_ERR)
+                continue
             outcome = attempt(self, head.wqe, head)
             if outcome is not None:
-                head.deadline, head.rnr_left, head.retries_left = outcome
+                head.deadline, head.rnr_left, head.retries_left, head.acking = outcome
                 return
             queue.popleft()
         self.cq.wait_for_timer(self, False)
@@ -200,6 +205,8 @@ class Shortcut:
 
     @classmethod
     def remember(cls, sq, wqe, peer, generation):
+        if 128 << peer.header[Q_PATH_MTU] != sq.mtu:   # the two sides disagree on the MTU: a later WRITE may not fit
+            return
         addr, length, lkey = wqe.sges[0]
         shortcut, mr = cls(), REGISTERED[lkey]
         shortcut.opcode, shortcut.peer, shortcut.header, shortcut.generation = wqe.opcode, peer, peer.header, generation
@@ -315,7 +322,7 @@ def inline_payload(wr):
 
 def attempt(sq, wqe, pending):
     """Carry out one WQE. Returns None when it completed (well or not), else (deadline, rnr_left,
-    retries_left) for the timer it now waits on."""
+    retries_left, acking) for the timer it now waits on (acking: an ACK timeout, else an RNR timer)."""
     opcode = wqe.opcode
     if opcode not in NEEDS_ACCESS:
         return local_operation(sq, wqe) if opcode in LOCAL_OPERATIONS else fail(sq, wqe, IBV_WC_LOC_QP_OP_ERR)
@@ -332,7 +339,7 @@ def attempt(sq, wqe, pending):
     peer = sq.connected if sq.connected_to == sq.dest_qp_num else sq.peer()
     try:
         generation = peer.header[Q_GENERATION] if peer else None   # what the checks below will have seen
-        answer, data = respond(peer, wqe, payload, length, sq.psn, count) if peer else (NO_ANSWER, None)
+        answer, data = respond(peer, wqe, payload, length, sq.psn, count, sq.mtu) if peer else (NO_ANSWER, None)
     except ValueError:   # the peer was a QP of this process, closed since: nobody answers now
         sq.connected_to, answer, data = None, NO_ANSWER, None
     if answer == ACK:
@@ -435,21 +442,26 @@ def _scatter(sq, wqe, data):
 
 def _wait_for_receive(sq, wqe, pending, timer_ms):
     """RNR NAK: the peer has no receive posted. Retry after its min_rnr_timer, rnr_retry times (7: forever)."""
+    counters.count("rcvd_rnr_err")
     first = pending is None or pending.rnr_left is None
     rnr_left = sq.rnr_retry if first else pending.rnr_left
     if rnr_left == 0:
+        counters.count("retry_rnr_exceeded_err")
         return fail(sq, wqe, IBV_WC_RNR_RETRY_EXC_ERR)
     retries_left = None if pending is None else pending.retries_left
-    return time.monotonic() + timer_ms / 1000.0, (rnr_left if rnr_left == 7 else rnr_left - 1), retries_left
+    return (time.monotonic() + timer_ms / 1000.0, (rnr_left if rnr_left == 7 else rnr_left - 1), retries_left,
+            False)
 
 
 def _wait_for_ack(sq, wqe, pending):
-    """No answer: retransmit after the ACK timeout (4.096 us * 2**timeout; 0 = never), retry_cnt times.
-    As in rxe, retry_cnt 7 retries forever (the spec reserves that meaning for rnr_retry only)."""
+    """No answer: retransmit after the ACK timeout (4.096 us * 2**timeout; 0 = never), retry_cnt times;
+    once the last resend's timeout runs out too, SendQueue.progress fails it with RETRY_EXC_ERR (as rxe:
+    retry_cnt 2 sends it 3 times, over 3 timeouts). As in rxe, retry_cnt 7 retries forever (the spec
+    reserves that meaning for rnr_retry only)."""
     first = pending is None or pending.retries_left is None
-    if not first and pending.retries_left == 0:
-        return fail(sq, wqe, IBV_WC_RETRY_EXC_ERR)
+    if not first:
+        counters.count("completer_retry_err")   # this was a resend, and it went unanswered too
     retries_left = sq.retry_cnt if first or sq.retry_cnt == 7 else pending.retries_left - 1
     wait = float("inf") if sq.timeout == 0 else 4.096e-6 * (1 << sq.timeout)
     rnr_left = None if pending is None else pending.rnr_left
-    return time.monotonic() + wait, rnr_left, retries_left
+    return time.monotonic() + wait, rnr_left, retries_left, True

@@ -25,7 +25,7 @@ import threading
 
 from rdmalab.proc.procstat import pid_alive, pid_exists
 
-from . import cq as cqmod, mr as mrmod, shm, srq as srqmod
+from . import counters, cq as cqmod, mr as mrmod, shm, srq as srqmod
 from .constants import (
     IBV_ACCESS_LOCAL_WRITE as LOCAL_WRITE, IBV_ACCESS_REMOTE_ATOMIC as REMOTE_ATOMIC,
     IBV_ACCESS_REMOTE_READ as REMOTE_READ, IBV_ACCESS_REMOTE_WRITE as REMOTE_WRITE,
@@ -39,7 +39,7 @@ from .operations import ATOMICS, CONSUMES_RECEIVE, NEEDS_ACCESS
 from .layout import (M_ACCESS, M_MW_TYPE, M_ADDR, M_LENGTH, M_MR, M_PD, M_QP, M_VALID, Q_ACCESS, Q_ALIVE, Q_EXPECTED_PSN, Q_GENERATION,
                      Q_MAX_DEST_RD_ATOMIC, Q_MIN_RNR_TIMER, Q_PD, Q_RECV_CQ, Q_RQ_CONSUMED, Q_RQ_MAX_SGE, Q_RQ_POLLED, Q_RQ_POSTED,
                      Q_RQ_SIZE, Q_STATE, Q_TYPE, R_BYTE_LEN, R_FLAGS, R_IMM, R_NUM_SGE, R_OPCODE, R_SGES, R_SRC_QP,
-                     R_STATUS, R_WR_ID, Q_NUM, Q_SRQ, S_ALIVE, W_OWNER_PID)
+                     R_STATUS, R_WR_ID, Q_NUM, Q_PATH_MTU, Q_SEQ_NAKED, Q_SRQ, S_ALIVE, W_OWNER_PID)
 
 ACK, NO_ANSWER, RNR_NAK = IBV_WC_SUCCESS, -1, -2   # besides NAKs, which carry their completion status
 # A SEND_WITH_INV's receive: rxe passes the kernel's IB_WC_WITH_INVALIDATE (1 << 2) to user space as it is,
@@ -370,24 +370,34 @@ class ReceiveQueue:
 
 # ---------------------------------------------------------------- answering one request
 
-def respond(peer, wqe, payload, length, psn, count):
+def respond(peer, wqe, payload, length, psn, count, mtu=None):
     """Carry out the request `wqe` (opcode, remote_addr, rkey, imm_data, send_flags, compare_add, swap)
     at `peer`, arriving as `count` packets from sequence number `psn` on (packets(): the requester
-    segments it at its path MTU). `payload` holds the data of a WRITE or SEND (`length` bytes). Returns (answer, data): ACK with a READ's bytes or an
-    atomic's old value (else None), NO_ANSWER, RNR_NAK with the timer in ms, or a NAK's status."""
+    segments it at its path MTU, `mtu` bytes; None: its packets are not checked against the responder's).
+    `payload` holds the data of a WRITE or SEND (`length` bytes). Returns (answer, data): ACK with a READ's
+    bytes or an atomic's old value (else None), NO_ANSWER, RNR_NAK with the timer in ms, or a NAK's status."""
     h = peer.header
     state = h[Q_STATE]
     if (state != IBV_QPS_RTR and state != IBV_QPS_RTS) or not h[Q_ALIVE]:
         return NO_ANSWER, None   # a QP not ready to receive drops the packet
     if h[Q_EXPECTED_PSN] != psn:
+        behind = (h[Q_EXPECTED_PSN] - psn) % PSN_MOD
         if h[Q_TYPE] == IBV_QPT_UC:
             h[Q_EXPECTED_PSN] = psn   # UC never retries: a new message is taken from whatever PSN it starts at
-        elif 0 < (h[Q_EXPECTED_PSN] - psn) % PSN_MOD < count:
-            # it began behind: its first packets are duplicates, and the one at the expected PSN is a
-            # middle or last packet of a message the responder never saw begin, an invalid request
-            return _refuse(h, IBV_WC_REM_INV_REQ_ERR)
-        else:
-            return NO_ANSWER, None   # RC drops a PSN it does not expect (the requester will retry)
+        elif behind < PSN_MOD // 2:   # already taken: duplicates (rxe counts each such packet)
+            counters.count("duplicate_request", min(behind, count))
+            if behind < count:
+                # it began behind: its first packets are duplicates, and the one at the expected PSN is a
+                # middle or last packet of a message the responder never saw begin, an invalid request
+                return _refuse(h, IBV_WC_REM_INV_REQ_ERR)
+            return NO_ANSWER, None
+        else:   # ahead of what it expects: rxe NAKs the first such request (a sequence error), then drops them
+            if not h[Q_SEQ_NAKED]:
+                h[Q_SEQ_NAKED] = 1
+                counters.count("out_of_seq_request")
+            return NO_ANSWER, None   # (the requester will retry)
+    elif h[Q_SEQ_NAKED]:
+        h[Q_SEQ_NAKED] = 0
     opcode = wqe.opcode
     need = NEEDS_ACCESS[opcode]
     if need and not h[Q_ACCESS] & need or need & (REMOTE_READ | REMOTE_ATOMIC) and not h[Q_MAX_DEST_RD_ATOMIC]:
@@ -403,6 +413,8 @@ def respond(peer, wqe, payload, length, psn, count):
     offset = remote_region(seg, wqe.remote_addr, reach, h, need)
     if offset is None:
         return _refuse(h, IBV_WC_REM_ACCESS_ERR)
+    if opcode == WRITE and mtu and not fits_path_mtu(length, mtu, h):
+        return _refuse(h, IBV_WC_REM_INV_REQ_ERR)
     if opcode == WRITE:
         seg.bytes[offset:offset + length] = payload
         seg.ring()
@@ -415,6 +427,16 @@ def respond(peer, wqe, payload, length, psn, count):
         data = atomic(seg, offset, opcode, wqe.compare_add, wqe.swap).to_bytes(8, "little")
     h[Q_EXPECTED_PSN] = (psn + count) % PSN_MOD
     return ACK, data
+
+
+def fits_path_mtu(length, mtu, h):
+    """Whether a WRITE of `length` bytes, sent in packets of `mtu` bytes, fits the responder's path MTU as
+    rxe checks it: while more than one MTU is left, a packet must carry exactly one MTU; the last, all that
+    is left. So both sides must agree on the MTU for a WRITE of more than the smaller one (rxe: a NAK,
+    invalid request, and both QPs in ERR)."""
+    own = 128 << h[Q_PATH_MTU]
+    first = min(length, mtu)
+    return first == own if length > own else first == length
 
 
 def _refuse(h, status):
@@ -430,6 +452,7 @@ def _into_receive(peer, h, wqe, payload, length, count):
     """SEND, SEND_WITH_IMM and WRITE_WITH_IMM: each consumes the peer's next posted receive."""
     consumed = h[Q_RQ_CONSUMED]
     if consumed == h[Q_RQ_POSTED] and not (h[Q_SRQ] and peer.take_shared_receive()):
+        counters.count("send_rnr_err")
         return RNR_NAK, RNR_TIMER_MS[h[Q_MIN_RNR_TIMER] % 32]
     opcode, rq = wqe.opcode, peer.rq
     solicited = wqe.send_flags & IBV_SEND_SOLICITED

@@ -1,0 +1,159 @@
+"""When it breaks: a working pair broken on purpose, one way at a time, and what each failure looks like
+(the failures lesson). Each run returns a Broken: the completion's status, both QPs' states, the port
+counters that moved, and how long the failure took to show.
+
+    b = failures.run("wrong address", ctx, pd)      # b.status 12, b.states ("ERR", "RTS"), b.moved {...}
+
+The ways (KINDS): a wrong address (the peer's GID: nobody answers), a wrong PSN (the peer drops what it
+does not expect), an MTU larger than the port's (modify to RTR), an MR without REMOTE_WRITE (the peer's
+NIC refuses), no receive posted (RNR), and the QP in ERR afterwards (every WR flushed) with the way back.
+"""
+import ipaddress
+import os
+import time
+
+from rdmalab import verbs as v
+from rdmalab.lessons.fixtures import STATE_NAMES
+from rdmalab.verbs import rc
+
+KINDS = ("wrong address", "wrong PSN", "MTU too large", "no REMOTE_WRITE", "no receive", "flushed")
+RETRY_CNT = 2      # resends before RETRY_EXC_ERR: a wrong address or PSN shows in 3 ACK timeouts
+TIMEOUT = 12       # 4.096 us * 2**12 = 16.8 ms per ACK timeout
+RNR_RETRY = 2      # resends of a SEND that finds no receive, before RNR_RETRY_EXC_ERR
+COUNTERS = ("sent_pkts", "rcvd_pkts", "duplicate_request", "out_of_seq_request", "rcvd_seq_err", "rcvd_rnr_err",
+            "send_rnr_err", "retry_exceeded_err", "retry_rnr_exceeded_err", "completer_retry_err", "send_err",
+            "ack_deferred", "link_downed", "rdma_sends", "rdma_recvs")
+
+
+def port_counters(device=None, port=1):
+    """The port's counters now: rxe's hw_counters in sysfs on a real device, soft0's own on soft0
+    (named as rxe names them); {} where there are none."""
+    if v.PROVIDER == "soft":
+        try:
+            from rdmalab.verbs.soft import counters
+        except ImportError:
+            return {}
+        return counters.read()
+    device = device or v.choose_route().device
+    folder = f"/sys/class/infiniband/{device}/ports/{port}/hw_counters"
+    found = {}
+    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+        try:
+            found[name] = int(open(os.path.join(folder, name)).read())
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+class Broken:
+    """What one failure looked like."""
+
+    def __init__(self, kind):
+        self.kind, self.status, self.states, self.moved, self.seconds = kind, None, None, {}, 0.0
+        self.refused = None      # an error raised at modify() or post_send() instead of a completion
+        self.later = []          # statuses of the WRs posted after the first failed (flushed)
+        self.recovered = None    # the status of a WRITE after the way back (RESET, INIT, RTR, RTS)
+
+    def __repr__(self):
+        return (f"Broken({self.kind!r}, status={self.status}, states={self.states}, moved={self.moved}, "
+                f"seconds={self.seconds:.3f}, refused={self.refused!r}, later={self.later}, "
+                f"recovered={self.recovered})")
+
+
+def _state(qp):
+    attr, _ = qp.query(v.enums.IBV_QP_STATE)
+    return STATE_NAMES.get(attr.qp_state, str(attr.qp_state))
+
+
+def _unused_gid(gid):
+    """A GID in the same IPv4 subnet as `gid` that no port has: the next address up, ::ffff:a.b.c.(d+99)."""
+    words = gid.split(":")
+    ip = ipaddress.IPv4Address(int("".join(words[6:]), 16))
+    other = int(ip) + 99 if ip.packed[3] < 150 else int(ip) - 99
+    hexed = f"{other:08x}"
+    return ":".join(words[:6] + [hexed[:4], hexed[4:]])
+
+
+def _pair(ctx, pd, b_mr_access=None):
+    """Two sides (Resources), a and b, not connected yet."""
+    e = v.enums
+    full = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
+    a = rc.Resources(ctx=ctx, pd=pd, access=full, cq_depth=16, max_send_wr=8, max_recv_wr=8)
+    b = rc.Resources(ctx=ctx, pd=pd, access=full if b_mr_access is None else b_mr_access, cq_depth=16,
+                     max_send_wr=8, max_recv_wr=8)
+    return a, b
+
+
+def _post(side, peer_end, opcode, wr_id=1, length=64):
+    e = v.enums
+    w = v.wr.SendWR(wr_id=wr_id, opcode=opcode, num_sge=1, sg=[v.wr.SGE(side.mr.buf, length, side.mr.lkey)],
+                    send_flags=e.IBV_SEND_SIGNALED)
+    if opcode != e.IBV_WR_SEND:
+        w.set_wr_rdma(peer_end["rkey"], peer_end["addr"])
+    side.qp.post_send(w)
+
+
+def connect(side, remote, path_mtu=None):
+    """side.qp to RTS, connected to `remote`, with the lesson's short timers: RETRY_CNT resends TIMEOUT
+    apart, RNR_RETRY resends after an RNR NAK; the peer may write and read through it."""
+    e = v.enums
+    route = v.route_of(side.ctx, "this device")
+    a = v.qp.QPAttr(port_num=route.port, path_mtu=route.path_mtu if path_mtu is None else path_mtu)
+    a.pkey_index = 0
+    a.qp_access_flags = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
+    a.ah_attr = rc.address_vector(route, remote)
+    a.dest_qp_num, a.rq_psn, a.max_dest_rd_atomic = remote["qp_num"], remote["psn"], rc.MAX_DEST_RD_ATOMIC
+    a.min_rnr_timer = rc.MIN_RNR_TIMER
+    a.sq_psn, a.timeout, a.retry_cnt, a.max_rd_atomic = side.psns[0], TIMEOUT, RETRY_CNT, rc.MAX_RD_ATOMIC
+    a.rnr_retry = RNR_RETRY
+    side.qp.to_rts(a)
+
+
+def run(kind, ctx, pd, timeout=30.0):
+    """Break a fresh pair the way `kind` says, and return what it looked like (a Broken)."""
+    if kind not in KINDS:
+        raise ValueError(f"{kind!r} is not one of the failures: {', '.join(KINDS)}")
+    e = v.enums
+    out = Broken(kind)
+    no_write = kind in ("no REMOTE_WRITE", "flushed")
+    a, b = _pair(ctx, pd, b_mr_access=e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_READ if no_write else None)
+    try:
+        a_end, b_end = a.endpoint(mr=a.mr), b.endpoint(mr=b.mr)
+        a_is_told, b_is_told = dict(b_end), dict(a_end)   # what each side learns of the other, out of band
+        if kind == "wrong address":
+            a_is_told["gid"] = _unused_gid(b_end["gid"])
+        if kind == "wrong PSN":   # b is told a PSN 1000 before the one a sends from: a's requests run ahead
+            b_is_told["psn"] = (a_end["psn"] - 1000) % (1 << 24)
+        before, started = port_counters(), time.monotonic()
+        try:
+            connect(a, a_is_told, path_mtu=e.IBV_MTU_4096 if kind == "MTU too large" else None)
+            connect(b, b_is_told)
+        except v.pyverbs_error.PyverbsRDMAError as error:
+            out.refused = str(error)
+        else:
+            _post(a, b_end, e.IBV_WR_SEND if kind == "no receive" else e.IBV_WR_RDMA_WRITE,
+                  length=4096 if kind == "MTU too large" else 64)   # (one packet of 4096 bytes: more than the netdev's)
+            out.status = rc.wait_for_completion(a.cq, timeout=timeout).status
+            out.seconds = time.monotonic() - started
+            if kind == "flushed":
+                for wr_id in (2, 3):   # posted on a QP in ERR: each completes at once, flushed
+                    _post(a, b_end, e.IBV_WR_RDMA_WRITE, wr_id=wr_id)
+                    out.later.append(rc.wait_for_completion(a.cq, timeout=timeout).status)
+        out.states = (_state(a.qp), _state(b.qp))
+        out.moved = _moved(before, port_counters())
+        if kind == "flushed":   # the way back: RESET, then INIT, RTR and RTS again, with fresh PSNs
+            for side in (a, b):
+                side.qp.modify(v.qp.QPAttr(qp_state=e.IBV_QPS_RESET), e.IBV_QP_STATE)
+                side.psns[0] = (side.psns[0] + 4096) % (1 << 24)
+            connect(a, b.endpoint(mr=b.mr))
+            connect(b, a.endpoint(mr=a.mr))
+            _post(a, b_end, e.IBV_WR_RDMA_READ)   # b's MR allows READs
+            out.recovered = rc.wait_for_completion(a.cq, timeout=timeout).status
+        return out
+    finally:
+        b.close()
+        a.close()
+
+
+def _moved(before, after):
+    return {name: after[name] - before.get(name, 0) for name in after if after[name] != before.get(name, 0)}
