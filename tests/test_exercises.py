@@ -488,3 +488,15 @@ def test_on_the_wire_packets_typical_wrong_answers_are_named():
     def skeleton(length, mtu):
         raise NotImplementedError
     assert feedback("on-the-wire.packets", skeleton).status == "not yet"
+
+
+def test_when_it_breaks_diagnosis_rejects_each_plausible_wrong_cause_with_its_evidence():
+    from rdmalab.lessons.checks.when_it_breaks import ANSWER, CAUSES, WHY_NOT
+    assert feedback("when-it-breaks.diagnose", dict(ANSWER)).passed
+    assert feedback("when-it-breaks.diagnose", None).status == "not yet"
+    for (key, wrong), why in WHY_NOT.items():
+        f = feedback("when-it-breaks.diagnose", {**ANSWER, key: wrong})
+        assert f.status == "wrong" and f.message.startswith(f"{key} is not {wrong!r}") and why in f.message
+    f = feedback("when-it-breaks.diagnose", {**ANSWER, "B": "cosmic rays"})
+    assert f.status == "wrong" and all(cause in f.message for cause in CAUSES)
+    assert feedback("when-it-breaks.diagnose", ["wrong address"]).status == "wrong"

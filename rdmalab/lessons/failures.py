@@ -8,11 +8,13 @@ The ways (KINDS): a wrong address (the peer's GID: nobody answers), a wrong PSN 
 does not expect), an MTU larger than the port's (modify to RTR), an MR without REMOTE_WRITE (the peer's
 NIC refuses), no receive posted (RNR), and the QP in ERR afterwards (every WR flushed) with the way back.
 """
+import html
 import ipaddress
 import os
 import time
 
 from rdmalab import verbs as v
+from rdmalab.errors import status_name
 from rdmalab.lessons.fixtures import STATE_NAMES
 from rdmalab.verbs import rc
 
@@ -29,10 +31,10 @@ def port_counters(device=None, port=1):
     """The port's counters now: rxe's hw_counters in sysfs on a real device, soft0's own on soft0
     (named as rxe names them); {} where there are none."""
     if v.PROVIDER == "soft":
-        try:
-            from rdmalab.verbs.soft import counters
-        except ImportError:
-            return {}
+        from rdmalab.verbs.soft import counters, hardware
+        if hardware.LINK == "udp":   # the NIC process counts every packet
+            from rdmalab.verbs.soft.link.doorbell import nic_counters
+            return nic_counters() or {}
         return counters.read()
     device = device or v.choose_route().device
     folder = f"/sys/class/infiniband/{device}/ports/{port}/hw_counters"
@@ -52,7 +54,9 @@ class Broken:
         self.kind, self.status, self.states, self.moved, self.seconds = kind, None, None, {}, 0.0
         self.refused = None      # an error raised at modify() or post_send() instead of a completion
         self.later = []          # statuses of the WRs posted after the first failed (flushed)
-        self.recovered = None    # the status of a WRITE after the way back (RESET, INIT, RTR, RTS)
+        self.recovered = None    # the status of a READ after the way back (RESET, INIT, RTR, RTS)
+        self.wc = None           # the failed completion
+        self.gids = ("", "")     # (ours, the peer's as we were told it)
 
     def __repr__(self):
         return (f"Broken({self.kind!r}, status={self.status}, states={self.states}, moved={self.moved}, "
@@ -133,8 +137,9 @@ def run(kind, ctx, pd, timeout=30.0):
         else:
             _post(a, b_end, e.IBV_WR_SEND if kind == "no receive" else e.IBV_WR_RDMA_WRITE,
                   length=4096 if kind == "MTU too large" else 64)   # (one packet of 4096 bytes: more than the netdev's)
-            out.status = rc.wait_for_completion(a.cq, timeout=timeout).status
-            out.seconds = time.monotonic() - started
+            out.wc = rc.wait_for_completion(a.cq, timeout=timeout)
+            out.status, out.seconds = out.wc.status, time.monotonic() - started
+            out.gids = (a_end["gid"], a_is_told["gid"])
             if kind == "flushed":
                 for wr_id in (2, 3):   # posted on a QP in ERR: each completes at once, flushed
                     _post(a, b_end, e.IBV_WR_RDMA_WRITE, wr_id=wr_id)
@@ -157,3 +162,76 @@ def run(kind, ctx, pd, timeout=30.0):
 
 def _moved(before, after):
     return {name: after[name] - before.get(name, 0) for name in after if after[name] != before.get(name, 0)}
+
+
+# ---------------------------------------------------------------- what a training job prints
+
+def _wc_opcode_name(opcode):
+    return next((n for n in dir(v.enums) if n.startswith("IBV_WC_") and getattr(v.enums, n) == opcode
+                 and "FLAG" not in n and n not in ("IBV_WC_SUCCESS",)), f"opcode {opcode}")
+
+
+def _gid_text(gid):
+    """A GID as NCCL prints it (inet_ntop of the 16 bytes): ::ffff:10.10.0.1."""
+    packed = bytes.fromhex(gid.replace(":", ""))
+    if len(packed) != 16:
+        return gid
+    address = ipaddress.IPv6Address(packed)
+    return f"::ffff:{address.ipv4_mapped}" if address.ipv4_mapped else str(address)
+
+
+def nccl_line(broken, peer="10.0.0.2<47513>", device=None):
+    """The WARN line NCCL's IB transport prints for this failed completion, in the format of
+    ncclIbLogCompletionWithError (NCCL's src/transport/net_ib/p2p.cc): status and opcode by name and
+    number, the vendor error, both GIDs on RoCE, the HCA. `peer` stands for the peer's bootstrap socket."""
+    wc = broken.wc
+    device = device or v.choose_route().device
+    local, remote = (_gid_text(g) for g in broken.gids)
+    return (f"NET/IB: Got completion from peer {peer} with status=IBV_WC_{status_name(wc.status)}({wc.status}) "
+            f"opcode={_wc_opcode_name(wc.opcode)}({wc.opcode}) vendor_err={wc.vendor_err}  localGid {local} "
+            f"remoteGids {remote} hca {device}")
+
+
+# NCCL's hints after that line (printIbWcStatusHint, src/transport/net_ib/common.h), the first line of
+# each: its switch has no break between cases, so LOC_PROT_ERR prints all three, WR_FLUSH_ERR two
+HINTS = {
+    4: "In many cases this error occurs when ACS is enabled which would break GPU Direct RDMA protocol.",
+    5: "In many cases this error occurs when NIC on the same instance cannot talk to each other.",
+    12: "In many cases this error occurs when the NCCL_IB_TIMEOUT is set too short.",
+}
+
+
+def nccl_hints(status):
+    """The HINT lines NCCL prints after a failed completion of `status` (none for most statuses)."""
+    order = [4, 5, 12]
+    return [HINTS[s] for s in order[order.index(status):]] if status in order else []
+
+
+def table(results):
+    """The lesson's table of failures: one row each, as HTML with a text fallback."""
+    return FailureTable(results)
+
+
+class FailureTable:
+    HEAD = ("what broke", "completion", "QP states (sender, target)", "error counters that moved", "after")
+
+    def __init__(self, results):
+        self.results = results
+
+    def rows(self):
+        for b in self.results:
+            what = (f"modify refused: {b.refused}" if b.refused else
+                    f"{b.status} {status_name(b.status)}" if b.status is not None else "none")
+            moved = ", ".join(f"{k} +{n}" for k, n in sorted(b.moved.items()) if not k.endswith(("pkts", "bytes")))
+            yield b.kind, what, " / ".join(b.states or ()), moved or "-", f"{b.seconds * 1e3:.0f} ms"
+
+    def __str__(self):
+        return "\n".join(" | ".join(row) for row in [self.HEAD, *self.rows()])
+
+    __repr__ = __str__
+
+    def _repr_html_(self):
+        head = "".join(f"<th style='text-align:left'>{h}</th>" for h in self.HEAD)
+        body = "".join("<tr>" + "".join(f"<td style='text-align:left'>{html.escape(c)}</td>" for c in row) + "</tr>"
+                       for row in self.rows())
+        return f"<table><tr>{head}</tr>{body}</table>"

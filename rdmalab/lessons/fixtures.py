@@ -19,6 +19,10 @@ REQUIRED = {
     ("RTR", "RTS"): ["IBV_QP_STATE", "IBV_QP_SQ_PSN", "IBV_QP_TIMEOUT", "IBV_QP_RETRY_CNT", "IBV_QP_RNR_RETRY",
                      "IBV_QP_MAX_QP_RD_ATOMIC"],
 }
+# called with a lesson's QPs just before Pair or QPLab closes them: lessons.nic_view stops a view of them
+# there (on real pyverbs a QP read after it was closed crashes the kernel, so the view must stop first)
+BEFORE_CLOSE = []
+
 MEANING = {"RESET": "just created", "INIT": "may post receives", "RTR": "ready to receive",
            "RTS": "ready to send", "ERR": "flushes everything"}
 
@@ -101,6 +105,7 @@ class Pair:
             raise
 
     def close(self):
+        _closing(self._a, self._b)
         for side in (self._a, self._b):
             if side is not None:
                 side.close()
@@ -199,9 +204,16 @@ class QPLab:
         return done
 
     def close(self):
+        _closing(self._mine, self._theirs)
         for side in (self._mine, self._theirs):
             if side is not None:
                 side.close()
+
+
+def _closing(*sides):
+    qps = [qp for side in sides if side is not None for qp in side.qps]
+    for hook in BEFORE_CLOSE:
+        hook(qps)
 
 
 # ---------------------------------------------------------------- polling or sleeping (posting)

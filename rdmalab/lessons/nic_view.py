@@ -14,15 +14,18 @@ access, and on the udp link the port counters. On a real device those live in th
 the view says so, and shows rxe's port counters where sysfs has them.
 
 Nothing here runs on the data path: the view reads the QPs' state when it refreshes, from a thread of
-its own while it is shown, and stops when a QP is closed or close() is called.
+its own while it is shown. It stops when close() is called, or when the lesson's Pair or QPLab closes its
+QPs (just before). On soft0 it also stops by itself once its QPs cannot be read. On a real device, call
+view.close() before closing QPs of your own that it shows: pyverbs crashes on a QP read after close.
 """
 import html
 import os
 import threading
+import weakref
 
 from rdmalab import verbs as v
 from rdmalab.lessons.explain import flags
-from rdmalab.lessons.fixtures import STATE_NAMES
+from rdmalab.lessons.fixtures import BEFORE_CLOSE, STATE_NAMES
 
 STATE_COLOURS = {"RESET": "#9e9e9e", "INIT": "#1e88e5", "RTR": "#00897b", "RTS": "#43a047", "SQD": "#fb8c00",
                  "SQE": "#e53935", "ERR": "#e53935"}
@@ -148,13 +151,26 @@ def side_html(seen, name):
             f"<div style='font-size:11px'>{html.escape(port_line(seen))}</div></td>")
 
 
+SHOWN = weakref.WeakSet()   # the views being redrawn
+
+
+def _before_close(qps):
+    """A lesson's Pair or QPLab is about to close `qps`: stop every view of them first."""
+    for view in list(SHOWN):
+        if any(qp is mine for qp in qps for mine in view.qps):
+            view.close("its QPs were closed")
+
+
+BEFORE_CLOSE.append(_before_close)
+
+
 class NICView:
     """The view of one or more QPs (see the module's docstring)."""
 
     def __init__(self, *qps, names=None, interval=0.25):
         self.qps, self.names = qps, list(names or ["a", "b", "c", "d"][:len(qps)])
         self.interval, self._stop, self.thread, self.widget = interval, threading.Event(), None, None
-        self.refreshes, self.error = 0, None
+        self.refreshes, self.error, self._lock = 0, None, threading.Lock()
 
     def state(self):
         return [snapshot(qp) for qp in self.qps]
@@ -173,8 +189,11 @@ class NICView:
     def refresh(self):
         """Read the QPs again and redraw. False when they could not be read: a QP closed, or (soft0, rarely)
         read while the program changed it."""
+        if self._stop.is_set():
+            return False
         try:
-            shown = self.html()
+            with self._lock:   # (close() waits for a read under way)
+                shown = self.html()
         except Exception as error:
             self.error = f"{type(error).__name__}: {error}"
             return False
@@ -187,9 +206,8 @@ class NICView:
         failed = 0
         while not self._stop.wait(self.interval):
             failed = 0 if self.refresh() else failed + 1
-            if failed == GIVE_UP:   # a closed QP fails every time: say so, keep the last drawing, stop
-                self.widget.value += (f"<p><small>The view stopped: its QPs cannot be read any more (closed?): "
-                                      f"{html.escape(self.error)}</small></p>")
+            if failed == GIVE_UP:   # (soft0) a closed QP fails every time: say so, keep the last drawing, stop
+                self.close(f"its QPs cannot be read any more (closed?): {self.error}")
                 return
 
     def _ipython_display_(self):
@@ -199,7 +217,8 @@ class NICView:
         bundle = self.widget._repr_mimebundle_()
         bundle["text/plain"] = str(self)   # what a copy of the notebook without widgets shows (papermill's, say)
         display(bundle, raw=True)
-        if self.thread is None:
+        if self.thread is None and not self._stop.is_set():
+            SHOWN.add(self)
             self.thread = threading.Thread(target=self._run, name="rdmalab-nic-view", daemon=True)
             self.thread.start()
 
@@ -208,11 +227,17 @@ class NICView:
         through the NIC's stages before it is posted (see Step)."""
         return Step(self.qps[0], wr, cq, self)
 
-    def close(self):
-        """Stop refreshing (the drawing stays as it last was)."""
+    def close(self, why=""):
+        """Stop refreshing (the drawing stays as it last was, and says why it stopped)."""
+        if self._stop.is_set():
+            return
         self._stop.set()
-        if self.thread is not None:
+        with self._lock:   # a read under way ends before the QPs may be closed
+            SHOWN.discard(self)
+        if self.thread is not None and self.thread is not threading.current_thread():
             self.thread.join(5)
+        if self.widget is not None and why:
+            self.widget.value += f"<p><small>The view stopped: {html.escape(why)}.</small></p>"
 
 
 def nic_view(*qps, names=None, interval=0.25):

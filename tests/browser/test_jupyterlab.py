@@ -8,7 +8,8 @@ the AllReduce lesson finds what welcome, socket-path and one-sided kept): every 
 error, lesson 00's question saves the answer clicked and its exercise's "Show solution" button shows the
 solution, 01-03 show their charts, 02, 03 and 05 the glass-box view of a QP pair, redrawn as their cells
 run, the one-sided lesson's dashboard renders its chart, the posting lesson's exercise reveals its solution, the AllReduce lesson (ipyparallel ranks) ends with the closing
-view of the learner's own figures, the scaling lesson with its charts and its explorer's widgets.
+view of the learner's own figures, the scaling lesson with its charts and its explorer's widgets, the
+failures lesson with its table of failures and its exercise.
 Lessons are named by slug (rdmalab.lessons.series), so renumbering them changes nothing here.
 Screenshots go to .ci/artifacts/lesson-NN.png (RDMALAB_SCREENSHOT names the one-sided lesson's). Skips, saying
 why, where there is no Chromium; RDMALAB_BROWSER_TEST=1 (CI) makes that a failure.
@@ -298,6 +299,25 @@ def test_the_wire_lesson_captures_packets_and_shows_them_as_tables_and_charts(la
         page.get_by_text("no answer yet", exact=False).first.wait_for(timeout=30_000)
         page.locator(".jp-RenderedImage img").first.scroll_into_view_if_needed()
         page.wait_for_timeout(1000)   # (JupyterLab draws the cells scrolled into view a moment later)
+        page.screenshot(path=shot)
+
+
+def test_the_failures_lesson_shows_each_failure_and_its_exercise_reveals_its_solution(lab):
+    shot = screenshot_path(name_of("when-it-breaks"))
+    with lesson_page(lab, name_of("when-it-breaks"), shot) as page:
+        wait_until_every_cell_ran(page)
+        table = page.locator(".jp-RenderedHTMLCommon table", has_text="what broke").first
+        table.wait_for(state="attached", timeout=30_000)
+        text = " ".join(table.text_content().split())
+        for seen in ("12 RETRY_EXC_ERR", "out_of_seq_request +1", "9 REM_INV_REQ_ERR", "10 REM_ACCESS_ERR",
+                     "13 RNR_RETRY_EXC_ERR", "send_rnr_err +3"):
+            assert seen in text, text
+        page.get_by_text("NET/IB: Got completion from peer", exact=False).first.wait_for(state="attached")
+        page.get_by_text("no answer yet", exact=False).first.wait_for(timeout=30_000)
+        page.locator(".widget-button", has_text="Show solution").first.click()
+        page.get_by_text('"A": "wrong address"', exact=False).first.wait_for(timeout=30_000)
+        assert not (bad := nothing_wraps(page)), "\n".join(bad)
+        table.scroll_into_view_if_needed()
         page.screenshot(path=shot)
 
 

@@ -4,9 +4,8 @@ hw_counters), for what a learner looks at when a connection breaks: resends, seq
 On the shared-memory link the NIC is the program's own process (the requester and, for a peer in this
 process or another, the responder run in it), so the counters are kept per process, and only these
 error counters: counting every packet would put a store on the data path. On the udp link the NIC
-process counts every packet (link/nic.py's COUNTERS); read() returns its counters then.
+process counts every packet (link/nic.py's COUNTERS: link.doorbell.nic_counters() reads them).
 """
-from .hardware import LINK
 
 NAMES = ("completer_retry_err",     # a request resent after an ACK timeout
          "retry_exceeded_err",      # ... retry_cnt times already: RETRY_EXC_ERR
@@ -23,8 +22,5 @@ def count(name, n=1):
 
 
 def read():
-    """The counters now, as a dict (the udp link's NIC process's, when soft0 runs on that link)."""
-    if LINK == "udp":
-        from .link.doorbell import nic_counters
-        return nic_counters() or {}
+    """The counters now, as a dict."""
     return dict(_counts)
