@@ -9,8 +9,7 @@ from rdmalab import verbs as v
 from rdmalab.lessons import failures
 
 e = v.enums
-WATCHED = ("completer_retry_err", "retry_exceeded_err", "out_of_seq_request", "duplicate_request",
-           "rcvd_rnr_err", "send_rnr_err", "retry_rnr_exceeded_err")
+WATCHED = failures.ERROR_COUNTERS
 
 
 def errors_moved(broken):

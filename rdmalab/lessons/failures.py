@@ -17,14 +17,12 @@ from rdmalab import verbs as v
 from rdmalab.errors import status_name
 from rdmalab.lessons.fixtures import STATE_NAMES
 from rdmalab.verbs import rc
+from rdmalab.verbs.soft.counters import NAMES as ERROR_COUNTERS   # rxe's names of what a broken connection moves
 
 KINDS = ("wrong address", "wrong PSN", "MTU too large", "no REMOTE_WRITE", "no receive", "flushed")
 RETRY_CNT = 2      # resends before RETRY_EXC_ERR: a wrong address or PSN shows in 3 ACK timeouts
 TIMEOUT = 12       # 4.096 us * 2**12 = 16.8 ms per ACK timeout
 RNR_RETRY = 2      # resends of a SEND that finds no receive, before RNR_RETRY_EXC_ERR
-COUNTERS = ("sent_pkts", "rcvd_pkts", "duplicate_request", "out_of_seq_request", "rcvd_seq_err", "rcvd_rnr_err",
-            "send_rnr_err", "retry_exceeded_err", "retry_rnr_exceeded_err", "completer_retry_err", "send_err",
-            "ack_deferred", "link_downed", "rdma_sends", "rdma_recvs")
 
 
 def port_counters(device=None, port=1):
@@ -222,7 +220,7 @@ class FailureTable:
         for b in self.results:
             what = (f"modify refused: {b.refused}" if b.refused else
                     f"{b.status} {status_name(b.status)}" if b.status is not None else "none")
-            moved = ", ".join(f"{k} +{n}" for k, n in sorted(b.moved.items()) if not k.endswith(("pkts", "bytes")))
+            moved = ", ".join(f"{k} +{n}" for k, n in sorted(b.moved.items()) if k in ERROR_COUNTERS)
             yield b.kind, what, " / ".join(b.states or ()), moved or "-", f"{b.seconds * 1e3:.0f} ms"
 
     def __str__(self):

@@ -10,8 +10,8 @@ expects, its limits on READs and atomics, and its send and receive queues as rin
 come from query_qp() on any device. On soft0, whose NIC is ours to read (rdmalab.verbs.soft.qp.look),
 the view also shows what each waiting WR waits for (an ACK, an RNR timer), the receives posted and the
 completions not yet polled, the completions in the CQ, the PD's MRs with their keys, ranges and
-access, and on the udp link the port counters. On a real device those live in the NIC's own memory;
-the view says so, and shows rxe's port counters where sysfs has them.
+access. On a real device those live in the NIC's own memory; the view says so. Both show the port's
+error counters (lessons.failures.port_counters: rxe's hw_counters in sysfs, soft0's own).
 
 Nothing here runs on the data path: the view reads the QPs' state when it refreshes, from a thread of
 its own while it is shown. It stops when close() is called, or when the lesson's Pair or QPLab closes its
@@ -19,12 +19,12 @@ QPs (just before). On soft0 it also stops by itself once its QPs cannot be read.
 view.close() before closing QPs of your own that it shows: pyverbs crashes on a QP read after close.
 """
 import html
-import os
 import threading
 import weakref
 
 from rdmalab import verbs as v
 from rdmalab.lessons.explain import flags
+from rdmalab.lessons.failures import ERROR_COUNTERS, port_counters
 from rdmalab.lessons.fixtures import BEFORE_CLOSE, STATE_NAMES
 
 STATE_COLOURS = {"RESET": "#9e9e9e", "INIT": "#1e88e5", "RTR": "#00897b", "RTS": "#43a047", "SQD": "#fb8c00",
@@ -32,8 +32,6 @@ STATE_COLOURS = {"RESET": "#9e9e9e", "INIT": "#1e88e5", "RTR": "#00897b", "RTS":
 SLOT_COLOURS = {"waiting": "#fb8c00", "posted": "#1e88e5", "completed": "#43a047", "free": "#e0e0e0"}
 GIVE_UP = 3            # refreshes in a row that fail before the view stops
 DRAWN_SLOTS = 32        # a ring larger than this is drawn with its first 32 slots, the rest counted
-COUNTERS = ("sent_pkts", "rcvd_pkts", "retransmitted_pkts", "ack_timeouts", "duplicate_request", "out_of_seq_request",
-            "rcvd_seq_err", "rcvd_rnr_err", "send_rnr_err", "retry_exceeded_err", "rnr_nak_retry_err")
 HIDDEN = ("a real NIC keeps its send and receive rings, its timers and its CQ in its own memory: query_qp() "
           "shows the state, the PSNs and the limits, and the port counters show what crossed the wire")
 
@@ -53,19 +51,9 @@ def snapshot(qp):
         from rdmalab.verbs.soft.qp import look
         seen.update(look(qp), glass=True)
     else:
-        seen.update(glass=False, counters=device_counters())
+        seen.update(glass=False)
+    seen["counters"] = {k: n for k, n in port_counters().items() if k in ERROR_COUNTERS or k.endswith("pkts")}
     return seen
-
-
-def device_counters(device=None, port=1):
-    """A real device's port counters (rxe's hw_counters in sysfs), as a dict; None where there are none."""
-    device = device or v.choose_route().device
-    folder = f"/sys/class/infiniband/{device}/ports/{port}/hw_counters"
-    try:
-        return {name: int(open(os.path.join(folder, name)).read()) for name in COUNTERS
-                if os.path.exists(os.path.join(folder, name))} or None
-    except OSError:
-        return None
 
 
 def ring(slots, marks):
@@ -116,12 +104,10 @@ def queue_lines(seen):
 
 
 def port_line(seen):
-    counters = seen.get("counters")
-    if counters:
-        return "port: " + ", ".join(f"{k} {n}" for k, n in counters.items() if n or k.endswith("pkts"))
-    if seen["glass"] and seen.get("link") == "shm":
-        return "port: no packets on the shared-memory link (RDMALAB_SOFT_LINK=udp sends RoCEv2 packets)"
-    return "port: no counters to read"
+    counters = seen.get("counters") or {}
+    moved = ", ".join(f"{k} {n}" for k, n in counters.items() if n)
+    packets = "" if any(k.endswith("pkts") for k in counters) else " (no packets on soft0's shared-memory link)"
+    return f"port counters: {moved or 'all 0'}{packets}"
 
 
 def _slots_html(states, title):

@@ -552,7 +552,7 @@ STATE_NAME = {RESET: "RESET", INIT: "INIT", RTR: "RTR", RTS: "RTS", ERR: "ERR"}
 def look(qp):
     """What soft0's NIC holds for `qp` beyond what query() tells: its send queue's waiting WQEs and what
     each waits for, its receive queue's posted and completed slots, its CQs' entries not yet polled,
-    the expected PSN, its PD's MRs, and on the udp link the NIC process's port counters. A real NIC
+    the expected PSN, and its PD's MRs. A real NIC
     keeps all this in its own memory; soft0 is ours to read (rdmalab.lessons.nic_view shows it)."""
     from .cq import entries
     from .mr import REGISTERED
@@ -569,10 +569,6 @@ def look(qp):
                      else f"waiting for an ACK ({p.retries_left} resends left)" if p.acking
                      else "waiting out an RNR NAK")
             waiting.append((p.wqe.wr_id, WR_NAMES.get(p.wqe.opcode, "?"), stage))
-    counters = None
-    if qp._wire:
-        from .link.doorbell import nic_counters
-        counters = nic_counters()
     return {"expected_psn": int(qp._words[Q_EXPECTED_PSN]), "sq_psn": send.psn, "send_slots": qp.cap.max_send_wr,
             "send_waiting": waiting, "recv_slots": rq.size, "recv_posted": rq.posted_ids(),
             "recv_completed": int(rq.waiting()),
@@ -580,7 +576,7 @@ def look(qp):
             "recv_cq": None if qp._recv_cq is qp._send_cq else entries(qp._recv_cq),
             "mrs": [(mr.lkey, mr.rkey, mr.buf, mr.length, mr.access) for mr in list(REGISTERED.values())
                     if mr.pd is qp.pd],
-            "link": LINK, "counters": counters}
+            "link": LINK}
 
 
 def walk(qp, wr):
