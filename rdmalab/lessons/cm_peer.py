@@ -8,7 +8,8 @@ server written with librdmacm does, and answers one message.
 
 The child runs `python -m rdmalab.lessons.cm_peer ADDRESS`: it binds a port, says where it listens, takes
 one connection request (rdma_get_request), posts a receive, accepts (which moves its QP to RTR and RTS),
-reports its QP's numbers, waits for one message and answers it in capitals, and closes when asked.
+reports its QP's numbers, waits for one message and answers it in capitals, then disconnects (it
+destroys its id, as rdma-core's examples do), and closes when asked.
 """
 import random
 import sys
@@ -82,9 +83,10 @@ def main(address):
     reply.write(message.upper(), len(message))
     conn.post_send(reply, length=len(message))
     conn.get_send_comp()
+    for obj in (reply, inbox, conn):          # destroying the connected id disconnects it: the learner's
+        obj.close()                           # disconnect() then completes (on rxe it waits for this side)
     sys.stdin.readline()                      # until asked to close (or the lesson's process ends)
-    for obj in (reply, inbox, conn, listener):
-        obj.close()
+    listener.close()
 
 
 if __name__ == "__main__":
