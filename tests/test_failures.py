@@ -7,6 +7,7 @@ import pytest
 
 from rdmalab import verbs as v
 from rdmalab.lessons import failures
+from rdmalab.lessons.fixtures import state_of
 
 e = v.enums
 WATCHED = failures.ERROR_COUNTERS
@@ -52,7 +53,7 @@ def write_between(ctx_pd, length, a_mtu=None, b_mtu=None, psn_offset=0):
         from rdmalab.verbs import rc
         status = rc.wait_for_completion(a.cq, timeout=20).status
         moved = {k: n for k, n in failures._moved(before, failures.port_counters()).items() if k in WATCHED}
-        return status, (failures._state(a.qp), failures._state(b.qp)), b.mr.read(4, 0) == b"AAAA", moved
+        return status, (state_of(a.qp), state_of(b.qp)), b.mr.read(4, 0) == b"AAAA", moved
     finally:
         b.close()
         a.close()

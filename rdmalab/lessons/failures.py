@@ -5,8 +5,9 @@ counters that moved, and how long the failure took to show.
     b = failures.run("wrong address", ctx, pd)      # b.status 12, b.states ("ERR", "RTS"), b.moved {...}
 
 The ways (KINDS): a wrong address (the peer's GID: nobody answers), a wrong PSN (the peer drops what it
-does not expect), an MTU larger than the port's (modify to RTR), an MR without REMOTE_WRITE (the peer's
-NIC refuses), no receive posted (RNR), and the QP in ERR afterwards (every WR flushed) with the way back.
+does not expect), a path MTU the two sides disagree on (the sender's larger than the port's: the peer NAKs
+the WRITE), an MR without REMOTE_WRITE (the peer's NIC refuses), no receive posted (RNR), and the QP in
+ERR afterwards (every WR flushed) with the way back.
 """
 import html
 import ipaddress
@@ -15,7 +16,7 @@ import time
 
 from rdmalab import verbs as v
 from rdmalab.errors import status_name
-from rdmalab.lessons.fixtures import STATE_NAMES
+from rdmalab.lessons.fixtures import state_of
 from rdmalab.verbs import rc
 from rdmalab.verbs.soft.counters import NAMES as ERROR_COUNTERS   # rxe's names of what a broken connection moves
 
@@ -60,11 +61,6 @@ class Broken:
         return (f"Broken({self.kind!r}, status={self.status}, states={self.states}, moved={self.moved}, "
                 f"seconds={self.seconds:.3f}, refused={self.refused!r}, later={self.later}, "
                 f"recovered={self.recovered})")
-
-
-def _state(qp):
-    attr, _ = qp.query(v.enums.IBV_QP_STATE)
-    return STATE_NAMES.get(attr.qp_state, str(attr.qp_state))
 
 
 def _unused_gid(gid):
@@ -142,7 +138,7 @@ def run(kind, ctx, pd, timeout=30.0):
                 for wr_id in (2, 3):   # posted on a QP in ERR: each completes at once, flushed
                     _post(a, b_end, e.IBV_WR_RDMA_WRITE, wr_id=wr_id)
                     out.later.append(rc.wait_for_completion(a.cq, timeout=timeout).status)
-        out.states = (_state(a.qp), _state(b.qp))
+        out.states = (state_of(a.qp), state_of(b.qp))
         out.moved = _moved(before, port_counters())
         if kind == "flushed":   # the way back: RESET, then INIT, RTR and RTS again, with fresh PSNs
             for side in (a, b):
