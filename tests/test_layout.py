@@ -92,3 +92,10 @@ def test_the_errors_load_neither_the_emulator_nor_numpy_and_a_cluster_not_the_em
     errors = loaded_by("import rdmalab.errors")
     assert "rdmalab.verbs.soft" not in errors and "'numpy'" not in errors
     assert "rdmalab.verbs.soft" not in loaded_by("import rdmalab.allreduce.cluster, rdmalab.bench.sides")
+
+
+def test_importing_the_lessons_picks_no_provider():
+    """A program may set RDMALAB_SOFT_LINK (lesson 08's wire_demo does) after importing rdmalab.lessons: soft0
+    reads its link as it loads, so importing the lessons must not load it (nor choose a provider)."""
+    loaded = loaded_by("import rdmalab.lessons, rdmalab.lessons.failures, rdmalab.lessons.nic_view")
+    assert "rdmalab.verbs.soft.hardware" not in loaded and "'pyverbs" not in loaded, loaded

@@ -17,7 +17,6 @@ import time
 from rdmalab import verbs as v
 from rdmalab.errors import status_name
 from rdmalab.lessons.fixtures import state_of
-from rdmalab.verbs import rc
 from rdmalab.verbs.soft.counters import NAMES as ERROR_COUNTERS   # rxe's names of what a broken connection moves
 
 KINDS = ("wrong address", "wrong PSN", "MTU too large", "no REMOTE_WRITE", "no receive", "flushed")
@@ -74,6 +73,7 @@ def _unused_gid(gid):
 
 def _pair(ctx, pd, b_mr_access=None):
     """Two sides (Resources), a and b, not connected yet."""
+    from rdmalab.verbs import rc   # (here, as every lesson module does: importing the lessons picks no provider)
     e = v.enums
     full = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
     a = rc.Resources(ctx=ctx, pd=pd, access=full, cq_depth=16, max_send_wr=8, max_recv_wr=8)
@@ -94,6 +94,7 @@ def _post(side, peer_end, opcode, wr_id=1, length=64):
 def connect(side, remote, path_mtu=None):
     """side.qp to RTS, connected to `remote`, with the lesson's short timers: RETRY_CNT resends TIMEOUT
     apart, RNR_RETRY resends after an RNR NAK; the peer may write and read through it."""
+    from rdmalab.verbs import rc
     e = v.enums
     route = v.route_of(side.ctx, "this device")
     a = v.qp.QPAttr(port_num=route.port, path_mtu=route.path_mtu if path_mtu is None else path_mtu)
@@ -109,6 +110,7 @@ def connect(side, remote, path_mtu=None):
 
 def run(kind, ctx, pd, timeout=30.0):
     """Break a fresh pair the way `kind` says, and return what it looked like (a Broken)."""
+    from rdmalab.verbs import rc
     if kind not in KINDS:
         raise ValueError(f"{kind!r} is not one of the failures: {', '.join(KINDS)}")
     e = v.enums
