@@ -175,10 +175,10 @@ class NICView:
     def refresh(self):
         """Read the QPs again and redraw. False when they could not be read: a QP closed, or (soft0, rarely)
         read while the program changed it."""
-        if self._stop.is_set():
-            return False
         try:
-            with self._lock:   # (close() waits for a read under way)
+            with self._lock:   # close() waits for a read under way, and none starts after it
+                if self._stop.is_set():
+                    return False
                 shown = self.html()
         except Exception as error:
             self.error = f"{type(error).__name__}: {error}"
