@@ -28,8 +28,6 @@ def errors_moved(broken):
 def test_each_failure_looks_as_it_does_on_rxe(ctx_pd, kind, status, states, moved):
     broken = failures.run(kind, *ctx_pd)
     assert (broken.status, broken.states, errors_moved(broken)) == (status, states, moved), broken
-    if kind in ("wrong address", "wrong PSN"):   # the requester gave up after RETRY_CNT + 1 ACK timeouts
-        assert broken.seconds >= 0.9 * (failures.RETRY_CNT + 1) * 4.096e-6 * (1 << failures.TIMEOUT), broken
 
 
 def test_a_qp_in_err_flushes_what_follows_and_comes_back_through_reset(ctx_pd):

@@ -585,7 +585,7 @@ def walk(qp, wr):
     completion should have (None: it will wait, for a receive or for an ACK that does not come). The
     checks are the NIC's own (requester.local_bytes, responder.refusal) in the order it runs them;
     rdmalab.lessons.nic_view's step mode then posts the WR and compares."""
-    from .constants import (IBV_ACCESS_LOCAL_WRITE, IBV_SEND_SIGNALED, IBV_WC_LOC_PROT_ERR, IBV_WC_REM_ACCESS_ERR,
+    from .constants import (IBV_SEND_SIGNALED, IBV_WC_LOC_PROT_ERR, IBV_WC_REM_ACCESS_ERR,
                             IBV_WC_REM_INV_REQ_ERR, IBV_WC_RETRY_EXC_ERR, IBV_WC_RNR_RETRY_EXC_ERR, IBV_WC_SUCCESS,
                             IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE, IBV_WR_SEND)
     from .layout import Q_MAX_DEST_RD_ATOMIC, Q_RQ_CONSUMED, Q_RQ_POSTED
@@ -602,16 +602,8 @@ def walk(qp, wr):
                                 f"{qp.cap.max_send_wr}); the NIC reads it (the doorbell)", True))
     length, landing = sum(sge[1] for sge in wr.sges), None
     if wr.opcode == IBV_WR_RDMA_READ:   # its SGEs are where the answer will land: judged when it comes back
-        for addr, size, lkey in wr.sges:
-            mr = REGISTERED.get(lkey)
-            if not size:
-                continue
-            if mr is None or mr.pd is not qp.pd:
-                landing = f"lkey {lkey:#x} is no MR of this QP's PD"
-            elif not mr.access & IBV_ACCESS_LOCAL_WRITE:
-                landing = f"the MR of lkey {lkey:#x} lacks LOCAL_WRITE"
-            elif not 0 <= addr - mr.buf <= mr.length - size:
-                landing = f"[{addr:#x}, +{size}) runs outside the MR of lkey {lkey:#x}"
+        landing = next((why for addr, size, lkey in wr.sges if size
+                        for why in [requester.unwritable(qp.pd, addr, size, lkey)] if why), None)
         stages.append(("requester checks", f"a READ sends no data: its {len(wr.sges)} SGE(s), {length} bytes, are "
                                            f"where the answer will land, checked when it comes back", True))
     else:

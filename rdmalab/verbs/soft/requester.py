@@ -415,6 +415,19 @@ def local_bytes(sq, addr, length, lkey):
     return mr.memory[offset:offset + length]
 
 
+def unwritable(pd, addr, length, lkey):
+    """Why the NIC may not write an answer (a READ's bytes, an atomic's old value) into the SGE [addr,
+    +length) of `lkey`, or None: its MR must be in the QP's PD, allow LOCAL_WRITE and hold the range."""
+    mr = REGISTERED.get(lkey)
+    if mr is None or mr.pd is not pd:
+        return f"lkey {lkey:#x} is no MR of this QP's PD"
+    if not mr.access & LOCAL_WRITE:
+        return f"the MR of lkey {lkey:#x} lacks LOCAL_WRITE"
+    if not 0 <= addr - mr.buf <= mr.length - length:
+        return f"[{addr:#x}, +{length}) runs outside the MR of lkey {lkey:#x}"
+    return None
+
+
 def _scatter(sq, wqe, data):
     """Write a READ's bytes or an atomic's old value into the local SGEs; False if they forbid it or are
     too small (an atomic's 8 bytes into fewer: the remote word has changed all the same, as on rxe)."""
@@ -424,12 +437,10 @@ def _scatter(sq, wqe, data):
     for addr, length, lkey in wqe.sges:
         if not length:
             continue
-        mr = REGISTERED.get(lkey)
-        offset = addr - mr.buf if mr is not None else -1
-        if mr is None or mr.pd is not sq.pd or not mr.access & LOCAL_WRITE or offset < 0 \
-                or offset + length > mr.length:
+        if unwritable(sq.pd, addr, length, lkey):
             return False
-        targets.append((mr.memory, offset, length))
+        mr = REGISTERED[lkey]
+        targets.append((mr.memory, addr - mr.buf, length))
     done = 0
     for memory, offset, length in targets:
         take = min(length, len(data) - done)
