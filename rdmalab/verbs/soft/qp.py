@@ -575,8 +575,7 @@ def look(qp):
             "send_cq": entries(qp._send_cq),   # (recv_cq None: the send CQ takes the receives' completions too)
             "recv_cq": None if qp._recv_cq is qp._send_cq else entries(qp._recv_cq),
             "mrs": [(mr.lkey, mr.rkey, mr.buf, mr.length, mr.access) for mr in list(REGISTERED.values())
-                    if mr.pd is qp.pd],
-            "link": LINK}
+                    if mr.pd is qp.pd]}
 
 
 def walk(qp, wr):
