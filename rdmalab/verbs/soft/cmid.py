@@ -2,8 +2,8 @@
 
 rdma_cm names a peer by IP address and port, as a socket does, and sets up the QPs for you: it
 finds the device that owns the address, exchanges QP numbers and PSNs with the peer in CM messages
-(REQ, REP, RTU; REJ to refuse; DREQ to disconnect; SIDR REQ/REP for UD), moves the QPs through
-INIT, RTR and RTS, and reports each step as an event on an event channel.
+(REQ, REP, RTU; REJ to refuse; DREQ and its answer DREP to disconnect; SIDR REQ/REP for UD), moves the
+QPs through INIT, RTR and RTS, and reports each step as an event on an event channel.
 
 soft0's network device is the loopback interface: its address is 127.0.0.1 (GID 1 is
 ::ffff:127.0.0.1) and every 127.x.y.z address routes to it. An address of no interface of soft0 does
@@ -55,6 +55,7 @@ ACK_TIMEOUT = 14                # an RC QP's ACK timeout unless set_option(ACK_T
 HOP_LIMIT = 64
 REJ_NO_LISTENER = 8             # the IB CM's reject reason when nobody listens there (invalid service ID)
 REJ_CONSUMER = 28               # ... when the peer called reject()
+NAP_FIRST_S, NAP_MOST_S = 0.0005, 0.02   # how long a wait for a CM event naps between looks at its sockets
 PORT_SPACE_NAMES = {rdma_port_space.RDMA_PS_TCP: "tcp", rdma_port_space.RDMA_PS_UDP: "udp",
                     rdma_port_space.RDMA_PS_IPOIB: "ipoib", rdma_port_space.RDMA_PS_IB: "ib"}
 QP_TYPE_OF = {rdma_port_space.RDMA_PS_TCP: IBV_QPT_RC, rdma_port_space.RDMA_PS_IB: IBV_QPT_RC,
@@ -215,18 +216,27 @@ class CMEventChannel(Resource):
         self.events.append(Event(event_type, cmid, private_data, status, ud, request))
 
     def next_event(self):
-        """The next event, waiting for one as long as it takes (rdma_get_cm_event blocks too). A signal
-        still interrupts the wait (KeyboardInterrupt, the test runner's alarm)."""
+        """The next event, waiting for one as long as it takes: rdma_get_cm_event blocks in a read of the
+        channel, which a signal ends with EINTR (errno 4) once its handler has run, as get_cq_event's wait
+        does. So the wait here looks at the sockets, then naps (waiting.nap, which a signal ends too)."""
+        from rdmalab.proc import waiting
         self.check_open()
+        pause = NAP_FIRST_S
         while not self.events:
             sockets = {sock: cmid for cmid in self.ids for sock in cmid.sockets()}
-            if not sockets:   # nothing can come: wait as rdma_get_cm_event would (interruptibly)
-                time.sleep(0.1)
-                continue
-            readable, _, _ = select.select(list(sockets), [], [], 1.0)
+            readable = select.select(list(sockets), [], [], 0)[0] if sockets else []
             for sock in readable:
                 sockets[sock].on_readable(sock)
-        return self.events.popleft()
+            if readable:
+                pause = NAP_FIRST_S
+            elif waiting.nap(pause) == errno.EINTR:
+                raise _error("Failed to create CMEvent: interrupted by a signal", errno.EINTR)
+            else:
+                pause = min(2 * pause, NAP_MOST_S)   # (an idle wait costs little; a busy one answers fast)
+        event = self.events.popleft()
+        if event.event_type == EV.RDMA_CM_EVENT_REJECTED and event.cmid.qp is not None:
+            event.cmid._move_qp(IBV_QPS_ERR)   # librdmacm does, as it hands the event out (ucma_modify_qp_err)
+        return event
 
     def _release(self):
         for cmid in list(self.ids):
@@ -380,6 +390,13 @@ class CMID(Resource):
             self._close_conn()
             self.state = "rejected"
             post(self, EV.RDMA_CM_EVENT_REJECTED, _padded(message), REJ_CONSUMER)
+        elif kind == "DREQ" and self.state == "connected":   # the peer disconnects: we answer (DREP) when we do
+            self.state = "disconnected"
+            post(self, EV.RDMA_CM_EVENT_DISCONNECTED)
+        elif kind in ("DREP", "DREQ", "EOF") and self.state == "disconnecting":   # our DREQ answered (or crossed
+            self._close_conn()                                                   # by theirs; or the peer is gone)
+            self.state = "disconnected"
+            post(self, EV.RDMA_CM_EVENT_DISCONNECTED)
         elif kind == "DREQ" or kind == "EOF":
             self._close_conn()
             if self.state == "connected":
@@ -566,8 +583,9 @@ class CMID(Resource):
             sock.connect(path)
         except OSError:   # nobody listens there: the peer's CM rejects (invalid service ID)
             sock.close()
-            self.state = "rejected"
-            self.event_channel.post(self, EV.RDMA_CM_EVENT_REJECTED, status=REJ_NO_LISTENER)
+            self.state = "rejected"   # (a REJ carries its 148 bytes of private data, zeros here)
+            self.event_channel.post(self, EV.RDMA_CM_EVENT_REJECTED, bytes(PRIVATE_DATA_BYTES["REJ"]),
+                                    status=REJ_NO_LISTENER)
         else:
             self._conn, self.state = sock, "connecting"
             p = self._param
@@ -620,16 +638,24 @@ class CMID(Resource):
         self.state = "connected"
 
     def disconnect(self):
-        """Move the QP to ERR and tell the peer (DREQ): it gets DISCONNECTED."""
+        """Move the QP to ERR and tell the peer (DREQ): it gets DISCONNECTED, and so do we once it answers
+        (a DREP when it calls disconnect() too, or its id closing), as the IB CM delivers DISCONNECTED to
+        both sides. After the peer's DREQ, this is the answer. A synchronous id waits for its DISCONNECTED."""
         self.check_open()
-        if self.state not in ("connected", "disconnected"):
+        if self.state not in ("connected", "disconnecting", "disconnected"):
             raise _error("Failed to Disconnect: not connected", errno.EINVAL)
         if self.qp is not None:
             self._move_qp(IBV_QPS_ERR)
-        if self._conn is not None:
+        if self._conn is None:   # (UD: no connection to end)
+            self.state = "disconnected"
+        elif self.state == "connected":
             _send(self._conn, msg="DREQ")
+            self.state = "disconnecting"
+            if self._sync:
+                self._wait(EV.RDMA_CM_EVENT_DISCONNECTED)
+        elif self.state == "disconnected":   # the peer's DREQ came first: answer it
+            _send(self._conn, msg="DREP")
             self._close_conn()
-        self.state = "disconnected"
 
     def _close_conn(self):
         if self._conn is not None:
