@@ -28,7 +28,7 @@ import numpy as np
 from rdmalab import verbs
 from rdmalab.allreduce.algorithms import Communicator
 from rdmalab.allreduce.transports import RdmaTransport, TcpTransport
-from rdmalab.proc.procstat import pid_alive
+from rdmalab.proc import procstat
 
 VALUE_CHUNK = 1 << 16   # test values are made in chunks with their own seeds, so any chunk can be remade
 
@@ -50,7 +50,7 @@ def connect(theirs, pids):
     t = _state["transport"]
     t.connect(theirs)
     here = socket.gethostname()
-    alive = lambda peer: pids[peer][0] != here or pid_alive(pids[peer][1])   # noqa: E731
+    alive = lambda peer: pids[peer][0] != here or procstat.pid_alive(pids[peer][1])   # noqa: E731
     _state["comm"] = Communicator(t, alive)
     return True
 
@@ -73,8 +73,10 @@ def device():
 
 def timed_allreduce(comm, count, dtype, algorithm, iters, warmup, check, in_place):
     """On one rank, as nccl-tests does: warm up, barrier, `iters` AllReduces back to back (their mean
-    is the time), then one more on known values to count wrong elements against numpy. The request
-    was validated by the caller that took it."""
+    is the time), then one more on known values to count wrong elements against numpy. Also each
+    round's time and how long this rank waited for a CPU meanwhile, which say whether the run was
+    disturbed. `algorithm` is a name, or a function fn(comm, x) (Communicator.allreduce_validated); the
+    request was validated by the caller that took it."""
     dtype = np.dtype(dtype)
     x = comm.buffer(count, dtype)
     src = None if in_place else np.empty(count, dtype)   # out of place: the input lives outside the region
@@ -85,13 +87,17 @@ def timed_allreduce(comm, count, dtype, algorithm, iters, warmup, check, in_plac
 
     for _ in range(warmup):
         once()
-    elapsed = None
+    elapsed, rounds, waited = None, [], 0.0
     if iters:
         comm.barrier()
-        start = time.perf_counter()
+        waited = procstat.waited_for_cpu()
+        stamps = [time.perf_counter()]
         for _ in range(iters):
             once()
-        elapsed = (time.perf_counter() - start) / iters
+            stamps.append(time.perf_counter())
+        elapsed = (stamps[-1] - stamps[0]) / iters
+        rounds = np.diff(stamps).tolist()
+        waited = procstat.waited_for_cpu() - waited
     wrong = 0
     if check:
         _fill(x if in_place else src, comm.rank, 1)
@@ -102,7 +108,7 @@ def timed_allreduce(comm, count, dtype, algorithm, iters, warmup, check, in_plac
             terms = [_chunk(r, 1, lo // VALUE_CHUNK, dtype)[:hi - lo] for r in range(comm.size)]
             wrong += count_wrong(x[lo:hi], sum(t.astype(wide) for t in terms),
                                  sum(np.abs(t.astype(wide)) for t in terms), comm.size)
-    return {"rank": comm.rank, "time": elapsed, "wrong": int(wrong)}
+    return {"rank": comm.rank, "time": elapsed, "wrong": int(wrong), "rounds": rounds, "waited_for_cpu": waited}
 
 
 def check_cases(comm, cases):
@@ -126,10 +132,15 @@ def _fill(x, rank, i):
 
 
 def count_wrong(result, expected, abs_sum, ranks):
-    """Elements outside the bound of rdmalab.allreduce.algorithms' docstring: 2 p eps sum|x_i| for floats
-    (expected and abs_sum in float64), exact equality for integers."""
+    """How many elements lie outside the bound of rdmalab.allreduce.algorithms' docstring (wrong_elements)."""
+    return int(np.count_nonzero(wrong_elements(result, expected, abs_sum, ranks)))
+
+
+def wrong_elements(result, expected, abs_sum, ranks):
+    """True where an element lies outside the bound of rdmalab.allreduce.algorithms' docstring: 2 p eps sum|x_i|
+    for floats (expected and abs_sum in float64; a NaN is always outside), exact equality for integers."""
     if np.issubdtype(result.dtype, np.integer):
-        return int(np.count_nonzero(result != expected.astype(result.dtype)))
+        return result != expected.astype(result.dtype)
     eps = np.finfo(result.dtype).eps
     bound = 2 * ranks * eps * abs_sum + np.finfo(result.dtype).tiny
-    return int(np.count_nonzero(np.abs(result.astype(np.float64) - expected.astype(np.float64)) > bound))
+    return ~(np.abs(result.astype(np.float64) - expected.astype(np.float64)) <= bound)

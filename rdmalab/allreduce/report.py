@@ -44,7 +44,8 @@ def run(ranks=2, sizes=(1 << 20,), algorithm="ring", transport="rdma", dtype="fl
 
 
 def measure(cluster, sizes, algorithm="ring", dtype="float32", iters=5, progress=None):
-    """nccl-tests' measurements on a running cluster: out of place, then in place, per size."""
+    """nccl-tests' measurements on a running cluster: out of place, then in place, per size. `algorithm` is a
+    name, or a function fn(comm, x) that sums x in place on every rank (a learner's, in lesson 06)."""
     validate(algorithm, dtype, cluster.ranks)
     return _measure(cluster, sizes, algorithm, dtype, iters, progress)
 
@@ -61,11 +62,13 @@ def _measure(cluster, sizes, algorithm, dtype, iters, progress):
             # what Cluster.allreduce runs (one warm-up, then the check), without validating the request again
             per_rank = cluster.run(engine.timed_allreduce, count, dtype, algorithm, iters, 1, True, in_place)
             t = max(r["time"] for r in per_rank)
-            row[place] = _figures(count * itemsize, t, cluster.ranks, sum(r["wrong"] for r in per_rank))
+            row[place] = {**_figures(count * itemsize, t, cluster.ranks, sum(r["wrong"] for r in per_rank)),
+                          **_steadiness(per_rank)}
         rows.append(row)
         if progress:
             progress(row, n + 1, len(counts))
-    return Report({"ranks": cluster.ranks, "algorithm": algorithm, "transport": cluster.transport, "device": device,
+    name = getattr(algorithm, "__name__", algorithm)   # a function's own name
+    return Report({"ranks": cluster.ranks, "algorithm": name, "transport": cluster.transport, "device": device,
                    "dtype": dtype, "iters": iters, "rows": rows})
 
 
@@ -73,6 +76,15 @@ def _figures(size, seconds, ranks, wrong):
     algbw = size / seconds / 1e9
     return {"time_us": seconds * 1e6, "algbw": algbw, "busbw": algbw * 2 * (ranks - 1) / ranks if ranks > 1 else 0.0,
             "wrong": wrong}
+
+
+def _steadiness(per_rank):
+    """How steady one measurement was: "spread", its slowest round over its fastest (a round takes as long as its
+    slowest rank), and "waited", the largest share of the timed rounds that a rank spent waiting for a CPU."""
+    rounds = [max(times) for times in zip(*(r["rounds"] for r in per_rank))]
+    total = sum(rounds)
+    return {"spread": max(rounds) / min(rounds) if rounds and min(rounds) > 0 else 1.0,
+            "waited": max(r["waited_for_cpu"] for r in per_rank) / total if total else 0.0}
 
 
 def mpi_allreduce(ranks, counts, dtype, iters):
@@ -93,9 +105,21 @@ def mpi_allreduce(ranks, counts, dtype, iters):
     return data
 
 
+NOISY, BUSY = 1.5, 0.1   # disturbed: rounds that differ by more than NOISY times, or BUSY of the time waiting for a CPU
+
+
 class Report:
     def __init__(self, data):
         self.data = data
+
+    def disturbed(self, size=None):
+        """'' if the measurement at `size` (default: the largest) was steady; else what disturbed it, in words."""
+        row = next(r for r in reversed(self.data["rows"]) if size is None or r["size"] == size)
+        spread = max(row[p].get("spread", 1.0) for p in ("out", "in"))
+        waited = max(row[p].get("waited", 0.0) for p in ("out", "in"))
+        said = ([f"its rounds differed by up to {spread:.1f}x"] if spread > NOISY else []) + \
+               ([f"a rank waited for a CPU {waited:.0%} of the time"] if waited > BUSY else [])
+        return " and ".join(said)
 
     def to_json(self):
         return json.dumps(self.data, indent=1)
@@ -164,15 +188,23 @@ class _Shown:
         return self.html_text
 
 
-def busbw_table(ring, tcp, mpi):
-    """In-place busbw per size of the ring over RDMA, the ring over TCP and MPI_Allreduce, side by side."""
-    rows = [(r["size"], r["in"]["busbw"], t["in"]["busbw"], m["busbw"])
-            for r, t, m in zip(ring.data["rows"], tcp.data["rows"], mpi["rows"])]
-    text = "\n".join([f"{'size':>10} {'ring RDMA busbw':>16} {'ring TCP busbw':>15} {'MPI (shm) busbw':>16}  (GB/s)"]
-                     + [f"{s:>10} {a:>16.2f} {b:>15.2f} {c:>16.2f}" for s, a, b, c in rows])
-    body = "".join(f"<tr><td>{s:,}</td><td>{a:.2f}</td><td>{b:.2f}</td><td>{c:.2f}</td></tr>" for s, a, b, c in rows)
-    return _Shown(text, "<table><tr><th>size (B)</th><th>ring over RDMA</th><th>ring over TCP</th>"
-                        f"<th>MPI_Allreduce (shared memory)</th></tr>{body}</table><p>in-place busbw, GB/s</p>")
+def busbw_table(ring, tcp, mpi, yours=None):
+    """In-place busbw per size of the ring over RDMA, the ring over TCP and MPI_Allreduce, side by side; with
+    `yours` (a report of a learner's ring over RDMA, under its function's name), that too."""
+    columns = [("ring over RDMA", [r["in"]["busbw"] for r in ring.data["rows"]])]
+    if yours is not None:
+        columns.append((f"{yours.data['algorithm']} over RDMA", [r["in"]["busbw"] for r in yours.data["rows"]]))
+    columns += [("ring over TCP", [r["in"]["busbw"] for r in tcp.data["rows"]]),
+                ("MPI_Allreduce (shared memory)", [m["busbw"] for m in mpi["rows"]])]
+    sizes = [r["size"] for r in ring.data["rows"]]
+    width = [max(len(name), 6) for name, _ in columns]
+    text = "\n".join([f"{'size':>10} " + " ".join(f"{name:>{w}}" for (name, _), w in zip(columns, width)) + "  (busbw, GB/s)"]
+                     + [f"{s:>10} " + " ".join(f"{values[i]:>{w}.2f}" for (_, values), w in zip(columns, width))
+                        for i, s in enumerate(sizes)])
+    head = "".join(f"<th>{html.escape(name)}</th>" for name, _ in columns)
+    body = "".join(f"<tr><td>{s:,}</td>" + "".join(f"<td>{values[i]:.2f}</td>" for _, values in columns) + "</tr>"
+                   for i, s in enumerate(sizes))
+    return _Shown(text, f"<table><tr><th>size (B)</th>{head}</tr>{body}</table><p>in-place busbw, GB/s</p>")
 
 
 def ranks_per_cpu_note(ranks, cpus=None):

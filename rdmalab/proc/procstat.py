@@ -111,6 +111,16 @@ def snapshot(pid=None):
     return snap
 
 
+def waited_for_cpu():
+    """Seconds the calling thread has waited for a CPU while it could have run, since it started (its
+    schedstat's run delay): what a timed loop lost to other work. 0.0 where the kernel keeps no such count."""
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
 _overhead = None
 _calibrating = False
 
