@@ -86,6 +86,13 @@ def to_rtr(ctx, gid_index, qp, dest_qp_num, rq_psn=0, max_dest_rd_atomic=1):
     qp.modify(rtr_attr(ctx, gid_index, dest_qp_num, rq_psn, max_dest_rd_atomic=max_dest_rd_atomic), RTR_MASK)
 
 
+# retry_cnt 7 is "retry for ever" on rxe (tests/conformance/test_errors.py, test_retry_cnt_7_retries_without_end)
+# and on soft0. A test that waits out RNR NAKs takes it: rxe does not restart its ACK timer on an RNR NAK
+# (docs/emulated-nic.md, "The ACK timer during RNR NAKs"), so with retry_cnt 1 a stall of the guest's
+# CPU while the SEND waits can end it with RETRY_EXC_ERR; with 7 only rnr_retry can end it.
+RETRY_FOREVER = 7
+
+
 def to_rts(qp, sq_psn=0, rnr_retry=7, timeout=8, retry_cnt=1):
     a = v.qp.QPAttr(qp_state=e.IBV_QPS_RTS)
     a.sq_psn, a.timeout, a.retry_cnt, a.rnr_retry, a.max_rd_atomic = sq_psn, timeout, retry_cnt, rnr_retry, 1
@@ -96,7 +103,7 @@ class Pair:
     """Two RC QPs in one PD, each with its own CQ, connected to each other (loopback)."""
 
     def __init__(self, ctx, gid_index, pd, access_b=ALL_ACCESS, rnr_retry=7, sq_sig_all=1, cap=None,
-                 connect=True, channel=None, max_dest_rd_atomic_b=1):
+                 connect=True, channel=None, max_dest_rd_atomic_b=1, retry_cnt=1):
         self.ctx, self.pd = ctx, pd
         self.cq_a, self.cq_b = v.cq.CQ(ctx, 64, None, channel, 0), v.cq.CQ(ctx, 64, None, channel, 0)
         cap = cap or v.qp.QPCap(max_send_wr=8, max_recv_wr=8, max_send_sge=2, max_recv_sge=2)
@@ -112,8 +119,8 @@ class Pair:
             to_init(self.b, access_b)
             to_rtr(ctx, gid_index, self.a, self.b.qp_num)
             to_rtr(ctx, gid_index, self.b, self.a.qp_num, max_dest_rd_atomic=max_dest_rd_atomic_b)
-            to_rts(self.a, rnr_retry=rnr_retry)
-            to_rts(self.b, rnr_retry=rnr_retry)
+            to_rts(self.a, rnr_retry=rnr_retry, retry_cnt=retry_cnt)
+            to_rts(self.b, rnr_retry=rnr_retry, retry_cnt=retry_cnt)
 
     def close(self):
         for obj in (self.a, self.b, self.src, self.dst, self.cq_a, self.cq_b):

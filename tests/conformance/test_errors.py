@@ -8,7 +8,8 @@ import pytest
 
 from rdmalab import verbs as v
 
-from .conftest import ALL_ACCESS, e, poll, rdma_error, recv_wr, send_wr, states, to_init, to_rtr, to_rts
+from .conftest import (ALL_ACCESS, RETRY_FOREVER, e, poll, rdma_error, recv_wr, send_wr, states, to_init, to_rtr,
+                       to_rts)
 
 RTS, ERR = e.IBV_QPS_RTS, e.IBV_QPS_ERR
 NO_WRITE = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_READ | e.IBV_ACCESS_REMOTE_ATOMIC
@@ -158,9 +159,14 @@ CASES = [
     (scenario_local_out_of_bounds, {}, e.IBV_WC_LOC_PROT_ERR, [], ERR, RTS),
     (scenario_read_into_mr_without_local_write, {}, e.IBV_WC_LOC_PROT_ERR, [], ERR, RTS),
     (scenario_unknown_opcode, {}, e.IBV_WC_LOC_QP_OP_ERR, [], ERR, RTS),
-    (scenario_send_without_receive, {"rnr_retry": 0}, e.IBV_WC_RNR_RETRY_EXC_ERR, [], ERR, RTS),
-    (scenario_send_without_receive, {"rnr_retry": 2}, e.IBV_WC_RNR_RETRY_EXC_ERR, [], ERR, RTS),
-    (scenario_write_imm_without_receive, {"rnr_retry": 1}, e.IBV_WC_RNR_RETRY_EXC_ERR, [], ERR, RTS),
+    # retry_cnt 7 (for ever): rxe's ACK timer runs on through RNR NAKs, and a stall could otherwise end the
+    # wait with RETRY_EXC_ERR before the RNR NAKs are counted out; its retries only bring more RNR NAKs
+    (scenario_send_without_receive, {"rnr_retry": 0, "retry_cnt": RETRY_FOREVER}, e.IBV_WC_RNR_RETRY_EXC_ERR, [],
+     ERR, RTS),
+    (scenario_send_without_receive, {"rnr_retry": 2, "retry_cnt": RETRY_FOREVER}, e.IBV_WC_RNR_RETRY_EXC_ERR, [],
+     ERR, RTS),
+    (scenario_write_imm_without_receive, {"rnr_retry": 1, "retry_cnt": RETRY_FOREVER}, e.IBV_WC_RNR_RETRY_EXC_ERR,
+     [], ERR, RTS),
     (scenario_send_into_small_receive, {}, e.IBV_WC_REM_OP_ERR,
      [(77, e.IBV_WC_LOC_QP_OP_ERR), (78, e.IBV_WC_WR_FLUSH_ERR)], ERR, ERR),
     (scenario_send_into_receive_with_bad_lkey, {}, e.IBV_WC_REM_OP_ERR, [(79, e.IBV_WC_LOC_QP_OP_ERR)], ERR, ERR),
@@ -330,7 +336,8 @@ def test_a_full_receive_queue_is_enomem(make_pair):
 def test_rnr_waits_for_a_late_receive_and_a_full_send_queue_is_enomem(make_pair):
     # No receive posted: the SENDs sit in the send queue, retrying after RNR NAKs, until receives come.
     # (rxe frees a receive slot as a message lands, so receives are posted only into free space here.)
-    p = make_pair(cap=v.qp.QPCap(max_send_wr=2, max_recv_wr=2))  # capacity 3 each
+    # retry_cnt 7: rxe's ACK timer, not restarted by RNR NAKs, must not end the wait (conftest.RETRY_FOREVER)
+    p = make_pair(cap=v.qp.QPCap(max_send_wr=2, max_recv_wr=2), retry_cnt=RETRY_FOREVER)  # capacity 3 each
     results = [rdma_error(lambda i=i: p.a.post_send(send_wr(p.src, 8, e.IBV_WR_SEND, wr_id=300 + i))) for i in range(5)]
     assert results == [None, None, None, 12, 12]
     assert poll(p.cq_a, 1, 0.3) == []

@@ -8,7 +8,7 @@ import pytest
 
 from rdmalab import verbs as v
 
-from .conftest import e, observe, poll, rdma_error, recv_wr, send_wr
+from .conftest import RETRY_FOREVER, e, observe, poll, rdma_error, recv_wr, send_wr
 
 
 @pytest.fixture
@@ -90,7 +90,8 @@ def test_a_send_that_met_rnr_completes_while_its_program_waits_for_the_event(mak
     # blocks in get_cq_event, not only when the program polls. The receive is posted before the wait,
     # once the SEND has met the empty queue: no thread posts it during the wait, because pyverbs'
     # get_cq_event holds the GIL and no other thread of the program runs until it returns.
-    p = make_pair(channel=channel)
+    # retry_cnt 7: rxe's ACK timer, not restarted by RNR NAKs, must not end the wait (conftest.RETRY_FOREVER)
+    p = make_pair(channel=channel, retry_cnt=RETRY_FOREVER)
     p.cq_a.req_notify()
     p.a.post_send(send_wr(p.src, 8, e.IBV_WR_SEND, wr_id=1))   # no receive posted yet: RNR NAK
     assert poll(p.cq_a, 1, timeout=0.1) == []                  # it waits to retry, for ever (rnr_retry 7)

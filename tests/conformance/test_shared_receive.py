@@ -5,7 +5,7 @@ import time
 import pytest
 
 from rdmalab import verbs as v
-from .conftest import ALL_ACCESS, e, poll, rdma_error, recv_wr, send_wr, to_init, to_rtr, to_rts
+from .conftest import ALL_ACCESS, RETRY_FOREVER, e, poll, rdma_error, recv_wr, send_wr, to_init, to_rtr, to_rts
 
 EINVAL, ENOMEM, EOPNOTSUPP = 22, 12, 95
 
@@ -17,7 +17,8 @@ def make_srq(pd, max_wr=16, max_sge=1, srq_limit=0):
 class Shared:
     """Two receiving QPs (r1, r2) on one SRQ, each with its CQ (rcq1, rcq2) and connected to a sending QP
     of its own (s1, s2). (soft0 hands out the completions of several QPs on one CQ queue by queue, rxe in
-    the order they came: with a CQ each, both give the same order.)"""
+    the order they came: with a CQ each, both give the same order.) retry_cnt 7: a sender waits out RNR NAKs
+    on an empty SRQ, and rxe's ACK timer, not restarted by them, must not end the wait (conftest.RETRY_FOREVER)."""
 
     def __init__(self, ctx, gid_index, pd, max_wr=16):
         self.ctx, self.srq = ctx, make_srq(pd, max_wr)
@@ -33,8 +34,8 @@ class Shared:
             to_init(b)
             to_rtr(ctx, gid_index, a, b.qp_num)
             to_rtr(ctx, gid_index, b, a.qp_num)
-            to_rts(a)
-            to_rts(b)
+            to_rts(a, retry_cnt=RETRY_FOREVER)
+            to_rts(b, retry_cnt=RETRY_FOREVER)
         self.inbox = v.mr.MR(pd, 4096, ALL_ACCESS)
         self.src = v.mr.MR(pd, 4096, ALL_ACCESS)
         self.src.write(b"A" * 16 + b"B" * 16, 32)
