@@ -78,6 +78,24 @@ def test_a_request_ahead_of_the_expected_psn_is_nakked_once_then_dropped(ctx_pd)
 
 
 def test_a_request_far_behind_the_expected_psn_is_a_duplicate_and_dropped(ctx_pd):
+    """rxe0 gives a lone duplicate one of two answers, from run to run (docs/emulated-nic.md): it
+    ACKs it again, and the WRITE completes with SUCCESS, or it answers nothing the requester takes,
+    and the WRITE fails with RETRY_EXC_ERR after its retries. Either way the responder carries out
+    nothing and counts the duplicate, and the requester's state follows from its completion. soft0
+    gives the second answer, always (the test below holds it to that one)."""
+    status, states, landed, moved = write_between(ctx_pd, 64, psn_offset=1000)
+    assert not landed, "a duplicate request was carried out"
+    assert moved.get("duplicate_request", 0) >= 1, moved
+    assert "out_of_seq_request" not in moved, moved
+    if status == e.IBV_WC_SUCCESS:      # acknowledged again
+        assert states == ("RTS", "RTS") and "retry_exceeded_err" not in moved, (states, moved)
+    else:                               # unanswered until its retries ran out
+        assert status == e.IBV_WC_RETRY_EXC_ERR, status
+        assert states == ("ERR", "RTS") and moved.get("retry_exceeded_err") == 1, (states, moved)
+
+
+@pytest.mark.skipif(v.PROVIDER != "soft", reason="rxe0 varies between two answers (the test above takes both)")
+def test_soft0_answers_a_lone_duplicate_as_rxe_does_when_it_answers_nothing(ctx_pd):
     status, states, landed, moved = write_between(ctx_pd, 64, psn_offset=1000)
     assert (status, states, landed) == (12, ("ERR", "RTS"), False)
     assert moved == {"completer_retry_err": 2, "retry_exceeded_err": 1, "duplicate_request": 3}
