@@ -31,7 +31,10 @@ order (sends 1, 2, ...; receives 1001, ...). Every MR is filled with a known pat
 Timing: the device completes work asynchronously, so after every step that can start work the
 interpreter settles: it polls both CQs (keeping what it finds, in order, for later `poll` steps)
 until the last WR posted has completed, or until nothing has come for `quiet` seconds (a WR that
-never completes: unsignaled, waiting for a receive, a peer gone). What a `poll` step reports is
+never completes: unsignaled, waiting for a receive, a peer gone). A completion that is certain to
+come is waited for up to `patience`, whatever `quiet` says: a SEND that was waiting out RNR NAKs and
+has just been given its receive (rxe resends it only when its RNR timer fires, and a stall of the
+guest's CPU must not move its completion to a later step). What a `poll` step reports is
 therefore what the CQ will hold, not what happened to be there at one instant; the trace is the
 same on every run, and a difference between providers is a difference in behaviour. One thing rxe
 leaves to timing is skipped, and the trace says so: a receive posted while `b` may be in ERR (rxe
@@ -148,6 +151,8 @@ class Run:
         self.kept = False       # a refused WR may wait in the send queue, to run or flush later
         self.state = {"a": "RESET", "b": "RESET"}   # as last set by modify (else only ERR can follow)
         self.consumers = self.receives = 0   # sends that take a receive, receives posted
+        self.consumer_sends = []             # (wr_id, signaled) of each send that takes a receive, in order
+        self.stuck = False      # a local error met while a send waits for a receive: rxe completes nothing
         self.receive_ranges = []             # (MR index, offset, length) of every receive SGE posted
         self.pd = self.qps = None
 
@@ -244,15 +249,16 @@ class Run:
     def received_all(self):
         return self.last_recv is None or self.last_recv in self.seen["b"]
 
-    def settle(self, until=None):
+    def settle(self, until=None, certain=False):
         """Collect the completions the last step caused. until=None: it caused none, poll once. Else poll
         until until() holds (then once more, for the other side), or nothing has come for `quiet` seconds
-        (what is left will never complete: unsignaled, waiting for a receive, a peer in ERR)."""
+        (what is left will never complete: unsignaled, waiting for a receive, a peer in ERR). certain:
+        what until() waits for will come, so only `patience` ends the wait."""
         start = last = time.monotonic()
         while until is not None and time.monotonic() - start < self.d.patience:
             if self.poll_all():
                 last = time.monotonic()
-            if until() or time.monotonic() - last > self.d.quiet:
+            if until() or (not certain and time.monotonic() - last > self.d.quiet):
                 break
             time.sleep(0.0002)
         self.poll_all()
@@ -290,6 +296,7 @@ class Run:
     def step_dereg_mr(self, step):
         if self.consumers > self.receives:
             self.known("local error while a send waits for a receive")
+            self.stuck = True
         m = self.mrs[step["mr"] % len(self.mrs)]
         if m["mr"] is not None:
             m["mr"].close()
@@ -415,6 +422,7 @@ class Run:
                 self.known("local error past the first packet")
             if fault is not None and consumers > self.receives:
                 self.known("local error while a send waits for a receive")
+                self.stuck = True
             consumers += spec["opcode"] in CONSUME_RECEIVE
             if self.overlaps(spec):
                 self.known("overlapping copy")
@@ -427,7 +435,10 @@ class Run:
         if code is not None and has_bad:
             self.observe("bad_wr", bad.wr_id)
         accepted = [w.wr_id for w in wrs if code is None or (has_bad and w.wr_id < bad.wr_id)]
-        self.consumers += sum(s["opcode"] in CONSUME_RECEIVE for w, s in zip(wrs, step["wrs"]) if w.wr_id in accepted)
+        signals = self.setup["sq_sig_all"]
+        self.consumer_sends += [(w.wr_id, bool(signals or s.get("signaled", True)))
+                                for w, s in zip(wrs, step["wrs"]) if w.wr_id in accepted and s["opcode"] in CONSUME_RECEIVE]
+        self.consumers = len(self.consumer_sends)
         if accepted:
             self.last_send = accepted[-1]
         self.kept |= code is not None
@@ -450,12 +461,23 @@ class Run:
         if code is not None and has_bad:
             self.observe("bad_wr", bad.wr_id)
         accepted = [w.wr_id for w in wrs if code is None or (has_bad and w.wr_id < bad.wr_id)]
+        given = self.consumer_sends[self.receives:self.receives + len(accepted)]   # sends waiting for these
         self.receives += len(accepted)
         if accepted:
             self.last_recv = accepted[-1]
+        certain = {wr_id for wr_id, signaled in given if signaled and wr_id not in self.seen["a"]}
+        if certain and self.sure_to_complete():
+            self.settle(lambda: certain <= self.seen["a"], certain=True)
         # a receive completes at once only for a send waiting for it, or flushed by a QP in ERR
         if not (self.sent_all() and not self.troubled):
             self.settle(lambda: self.sent_all() and (not self.troubled or self.received_all()))
+
+    def sure_to_complete(self):
+        """Does a send waiting out RNR NAKs complete once its receive is posted? Yes while nothing has
+        gone wrong: both QPs where a send runs (a in RTS, b in RTR or RTS), no error seen, no WR kept
+        back by a refused post, and no local error met while it waits (rxe completes nothing then)."""
+        return (self.state["a"] == "RTS" and self.state["b"] in ("RTR", "RTS") and not self.troubled
+                and not self.kept and not self.stuck)
 
     def step_poll(self, step):
         self.settle()    # once, for completions an earlier wait gave up on
