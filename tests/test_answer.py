@@ -32,7 +32,9 @@ def test_the_allreduce_lesson_records_exactly_the_agreed_keys_in_seconds_and_gbp
     mpi = {"rows": [{"size": 65536, "time_us": 200.0, "busbw": 0.5},
                     {"size": 1 << 20, "time_us": 2000.0, "busbw": 0.8}]}
     got = answer.allreduce_figures(ring, tcp, mpi, "soft")
-    assert set(got) == {"ranks", "sizes", "ring_rdma_s", "ring_tcp_s", "mpi_s", "busbw_rdma", "busbw_tcp", "provider"}
+    assert set(got) == {"ranks", "sizes", "ring_rdma_s", "ring_tcp_s", "mpi_s", "busbw_rdma", "busbw_tcp", "provider",
+                        "disturbed"}
+    assert got["disturbed"] == ""   # (no spread or waits recorded: nothing says it was)
     assert got["ring_rdma_s"] == pytest.approx([1e-4, 1e-3]) and got["mpi_s"] == pytest.approx([2e-4, 2e-3])
     assert got["busbw_tcp"] == pytest.approx([65536 / 300e-6 / 1e9 * 1.5, (1 << 20) / 4e-3 / 1e9 * 1.5])
     with pytest.raises(ValueError, match="same sizes"):
@@ -92,6 +94,18 @@ def test_a_run_where_rdma_lost_is_said_so_not_counted_as_evidence_for_it():
     text = str(answer.closing_view(device="soft0", kept=slow, answers={}))
     assert "moved only 0.2x TCP's busbw" in text and "quiet machine" in text
     assert "the same ring moved 0.2x" not in text
+
+
+def test_a_disturbed_run_is_said_so_and_draws_no_conclusion():
+    noisy = report([100.0, 1000.0])
+    noisy.data["rows"][-1]["in"].update(spread=3.0, waited=0.25)
+    mpi = {"rows": [{"time_us": 200.0}, {"time_us": 2000.0}]}
+    got = answer.allreduce_figures(noisy, report([300.0, 4000.0]), mpi, "soft")
+    assert got["disturbed"] == "over RDMA, its rounds differed by up to 3.0x and a rank waited for a CPU 25% of the time"
+    kept = {**FULL, "allreduce": {**FULL["allreduce"], "disturbed": got["disturbed"]}}
+    text = str(answer.closing_view(device="soft0", kept=kept, answers={}))
+    assert "was disturbed at 1 MiB (over RDMA, its rounds differed" in text and "cannot say how RDMA and TCP" in text
+    assert "the same ring moved" not in text and "busbw was" not in text
 
 
 def test_missing_lessons_are_named_and_nothing_fails():

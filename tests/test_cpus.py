@@ -46,3 +46,19 @@ def test_without_a_quota_the_affinity_counts(tmp_path):
 def test_a_quota_above_the_affinity_does_not_raise_it(tmp_path):
     where = fake(tmp_path, "0::/\n", {"cpu.max": f"{int(AFFINITY) * 4 * 100000} 100000\n"})
     assert usable_cpus(**where) == AFFINITY
+
+
+def test_pinned_to_keeps_this_process_and_what_it_starts_on_its_first_cpus_until_it_ends():
+    import subprocess
+    import sys
+
+    from rdmalab.proc.cpus import pinned_to
+    mine = os.sched_getaffinity(0)
+    with pinned_to(1) as cpus:
+        assert cpus == [min(mine)] and os.sched_getaffinity(0) == {min(mine)}
+        child = subprocess.run([sys.executable, "-c", "import os; print(len(os.sched_getaffinity(0)))"],
+                               capture_output=True, text=True, check=True)
+        assert child.stdout.strip() == "1"
+    assert os.sched_getaffinity(0) == mine
+    with pinned_to(len(mine) + 3) as cpus:   # more than it has: all of them
+        assert set(cpus) == mine

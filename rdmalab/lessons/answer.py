@@ -49,16 +49,18 @@ def kind_of(device=None, provider=None):
 
 def allreduce_figures(ring, tcp, mpi, provider):
     """Evidence "allreduce" from allreduce.measure's reports (ring over RDMA, ring over TCP) and mpi_allreduce's
-    rows: in-place times in seconds (the slowest rank's, as measure reports them) and busbw in GB/s."""
+    rows: in-place times in seconds (the slowest rank's, as measure reports them) and busbw in GB/s; and what
+    disturbed the rings' runs at the largest size, in words ('' if nothing did: Report.disturbed)."""
     rows, trows = ring.data["rows"], tcp.data["rows"]
     if [r["size"] for r in rows] != [r["size"] for r in trows] or len(mpi["rows"]) != len(rows):
         raise ValueError("the RDMA, TCP and MPI runs must cover the same sizes")
+    disturbed = "; ".join(f"over {name}, {r.disturbed()}" for name, r in (("RDMA", ring), ("TCP", tcp)) if r.disturbed())
     return {"ranks": ring.data["ranks"], "sizes": [r["size"] for r in rows],
             "ring_rdma_s": [r["in"]["time_us"] / 1e6 for r in rows],
             "ring_tcp_s": [r["in"]["time_us"] / 1e6 for r in trows],
             "mpi_s": [m["time_us"] / 1e6 for m in mpi["rows"]],
             "busbw_rdma": [r["in"]["busbw"] for r in rows], "busbw_tcp": [r["in"]["busbw"] for r in trows],
-            "provider": provider}
+            "provider": provider, "disturbed": disturbed}
 
 
 def record_allreduce(ring, tcp, mpi):
@@ -132,6 +134,10 @@ def _numbers(kept):
     one, four, five = kept.get("socket-path", {}), kept.get("one-sided", {}), kept.get("allreduce", {})
     notes = {}
     ratio = _ratio(five.get("busbw_rdma"), five.get("busbw_tcp"))
+    if five.get("disturbed"):   # a disturbed run ranks nothing: say so rather than conclude
+        notes[1] = (f"Your rings' run in {ALLREDUCE} was disturbed at {_size(five['sizes'][-1])} ({five['disturbed']}): "
+                    f"it cannot say how RDMA and TCP compare. Run {ALLREDUCE}'s measurements again on a quiet machine.")
+        ratio = None
     lat, tlat = four.get("write_lat_us"), four.get("tcp_lat_us")
     if lat and tlat:
         notes[0] = f"You measured RDMA WRITE {lat:.1f} us against TCP {tlat:.1f} us at {_size(four.get('lat_size'))}."
@@ -229,7 +235,8 @@ def chart(kept, kind=None):
     else:
         right.text(0.5, 0.5, f"run lesson {ALLREDUCE}'s measurements", ha="center", transform=right.transAxes)
     right.set_ylabel("busbw [GB/s]", fontsize=10)
-    right.set_title(f"Ring AllReduce, {five.get('ranks', '?')} ranks", fontsize=11)
+    right.set_title(f"Ring AllReduce, {five.get('ranks', '?')} ranks" + (": a disturbed run, no conclusion"
+                                                                         if five.get("disturbed") else ""), fontsize=11)
     fig.suptitle(f"Your measurements, on {DEVICE_LABEL.get(kind, 'this machine')}", fontsize=11)
     fig.tight_layout()
     return fig

@@ -16,6 +16,19 @@ def pinned_to_one_cpu():
         os.sched_setaffinity(0, keep)
 
 
+@contextlib.contextmanager
+def pinned_to(count):
+    """This process, and every process it starts meanwhile, on its first `count` CPUs only (all of them if it has
+    fewer). Yields the CPUs' numbers."""
+    keep = os.sched_getaffinity(0)
+    chosen = sorted(keep)[:max(1, count)]
+    os.sched_setaffinity(0, chosen)
+    try:
+        yield chosen
+    finally:
+        os.sched_setaffinity(0, keep)
+
+
 def usable_cpus(cgroup_root="/sys/fs/cgroup", proc_cgroup="/proc/self/cgroup"):
     """min(CPUs in our affinity mask, cgroup quota / period), as a float (0.5 = half a CPU)."""
     try:
