@@ -63,25 +63,42 @@ def test_a_preempted_spin_sleeps_at_once_for_a_while_then_tries_again():
     assert p.calm == waiting.CALM_S[0]
 
 
+class Clock:
+    """A stand-in for the time module in rdmalab.proc.waiting: time passes only when the test says so,
+    so a preemption of the test process cannot make a yield look slow."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def monotonic(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.now += seconds
+
+
 def test_yields_that_a_cpu_bound_process_takes_turn_into_sleeping(monkeypatch):
     """One CPU shared with a CPU-bound process: each yield lets it run a whole slice (about 2 ms) before
     the peer answers. Once can be a busy peer; twice in a row, the waiter sleeps instead of yielding."""
+    clock = Clock()
+    monkeypatch.setattr(waiting, "time", clock)
     p = waiting.Policy(1)
     monkeypatch.setattr(waiting, "_policy", p)
     answered = []
     def yield_to_a_hog():   # the hog's slice passes, then the peer answers
-        waiting.time.sleep(2 * waiting.SLICE_S)
+        clock.sleep(2 * waiting.SLICE_S)
         answered.append(True)
     monkeypatch.setattr(waiting, "yield_cpu", yield_to_a_hog)
     waiting.until(lambda: bool(answered), 5, "the peer")
-    assert p.busy_waiting(waiting.time.monotonic())          # once: a peer that was busy, keep yielding
+    assert p.slow_answers == 1 and p.busy_waiting(clock.now)   # once: a peer that was busy, keep yielding
     answered.clear()
     waiting.until(lambda: bool(answered), 5, "the peer")
-    assert not p.busy_waiting(waiting.time.monotonic())      # twice: sleep from now on, for a while
-    monkeypatch.setattr(waiting, "yield_cpu", lambda: answered.append(True))
+    assert not p.busy_waiting(clock.now)                       # twice: sleep from now on, for a while
+    assert p.sleep_only_until == clock.now + waiting.CALM_S[0]
+    monkeypatch.setattr(waiting, "yield_cpu", lambda: answered.append(True))   # answered with no time passing
     p.sleep_only_until = 0.0
     answered.clear()
-    waiting.until(lambda: bool(answered), 5, "the peer")     # a prompt answer: counted from zero again
+    waiting.until(lambda: bool(answered), 5, "the peer")       # a prompt answer: counted from zero again
     assert p.slow_answers == 0 and p.calm == waiting.CALM_S[0]
 
 
