@@ -316,50 +316,149 @@ def test_one_sided_mailbox(mailbox):
     assert "WRITE_WITH_IMM" in guaranteed_hint and "SEND" in guaranteed_hint
 
 
-@pytest.fixture(scope="module")
-def ring_cluster():
-    from rdmalab.allreduce.cluster import Cluster
-    with Cluster(ranks=3, transport="rdma", max_bytes=1 << 20) as c:
-        yield c
+# The AllReduce lesson's exercise: the learner's naive AllReduce and ring, as a notebook defines them (their
+# module is __main__, so the check runs them as the ranks would: without the notebook's names, imports inside).
 
-
-def test_allreduce_ring_step(ring_cluster):
-    # as a notebook's functions: ipyparallel sends a function's code and names its module, which the
-    # engines import; they cannot import this test module, but they have a __main__
-    def not_written(comm, x, s, bounds, stage):
-        raise NotImplementedError
-
-    def adds_the_chunk_it_sent(comm, x, s, bounds, stage):
+def ring(send=lambda r, s, p: (r - s) % p, add=lambda r, s, p: (r - s - 1) % p, slot=lambda s: s,
+         read_first=False, forward=False, all_gather=True):
+    """The reference ring with one decision changed: which chunk goes in step s, which one what arrives is added
+    to, which stage slot step s uses, whether a rank reads the slot before its wait(), whether it forwards what
+    it received, whether there is an all-gather at all."""
+    def my_ring(comm, x):
         import numpy as np
         p, r = comm.size, comm.rank
-        c = (r - s) % p                     # wrong: the chunk to add is (r - s - 1) mod p
-        slot = s * int(max(np.diff(bounds))) * x.itemsize
-        comm.t.put((r + 1) % p, x[bounds[c]:bounds[c + 1]], "stage", slot)
-        comm.t.wait((r - 1) % p)
-        n = bounds[c + 1] - bounds[c]
-        x[bounds[c]:bounds[c + 1]] += stage[slot:slot + n * x.itemsize].view(x.dtype)
+        right, left = (r + 1) % p, (r - 1) % p
+        bounds = np.linspace(0, x.size, p + 1).astype(int)
+        size = int(max(np.diff(bounds))) * x.itemsize
+        stage = comm.t.buffer("stage")
+        for s in range(p - 1):
+            c, at = send(r, s, p), slot(s) * size
+            if forward and s > 0:   # what arrived in step s - 1, as it arrived
+                src = stage[slot(s - 1) * size:slot(s - 1) * size + (bounds[c + 1] - bounds[c]) * x.itemsize]
+            else:
+                src = x[bounds[c]:bounds[c + 1]]
+            comm.t.put(right, src, "stage", at)
+            if not read_first:
+                comm.t.wait(left)
+            c = add(r, s, p)
+            x[bounds[c]:bounds[c + 1]] += stage[at:at + (bounds[c + 1] - bounds[c]) * x.itemsize].view(x.dtype)
+            if read_first:
+                comm.t.wait(left)
+        for s in range(p - 1 if all_gather else 0):
+            c = (r + 1 - s) % p
+            comm.t.put(right, x[bounds[c]:bounds[c + 1]], "data", int(bounds[c]) * x.itemsize)
+            comm.t.wait(left)
+        comm.t.flush()
+    my_ring.__module__ = "__main__"
+    return my_ring
 
-    def fails(comm, x, s, bounds, stage):
-        return x[bounds[s + 5]]             # IndexError on every rank
 
-    def one_slot_for_every_step(comm, x, s, bounds, stage):   # the plausible wrong design: fine while ranks keep pace
-        p, r = comm.size, comm.rank
-        send_c, recv_c = (r - s) % p, (r - s - 1) % p
-        comm.t.put((r + 1) % p, x[bounds[send_c]:bounds[send_c + 1]], "stage", 0)
-        comm.t.wait((r - 1) % p)
-        n = bounds[recv_c + 1] - bounds[recv_c]
-        x[bounds[recv_c]:bounds[recv_c + 1]] += stage[:n * x.itemsize].view(x.dtype)
+def notebook(fn):
+    fn.__module__ = "__main__"
+    return fn
 
-    for fn in (not_written, adds_the_chunk_it_sent, fails, one_slot_for_every_step):
-        fn.__module__ = "__main__"
-    ex = exercises.REGISTRY["allreduce.ring-step"]
-    assert feedback("allreduce.ring-step", ex.reference(), ring_cluster).passed
-    f = feedback("allreduce.ring-step", not_written, ring_cluster)
-    assert f.status == "not yet", f.message
-    for wrong, says in [(adds_the_chunk_it_sent, "the sums are wrong"), (fails, "running it on the ranks failed"),
-                        (one_slot_for_every_step, "landed where the last one still waited to be added")]:
-        f = feedback("allreduce.ring-step", wrong, ring_cluster)
-        assert f.status == "wrong" and says in f.message, (wrong.__name__, f.message)
+
+@notebook
+def my_naive(comm, x):
+    from rdmalab.allreduce.algorithms import naive_allreduce
+    naive_allreduce(comm, x)
+
+
+def by_hand(naive=my_naive, ring_fn=None):
+    return feedback("allreduce.by-hand", (naive, ring_fn or ring()))
+
+
+def test_allreduce_by_hand_the_reference_passes_on_2_3_and_4_ranks_and_a_skeleton_is_not_yet():
+    from rdmalab.lessons import checking
+    from rdmalab.lessons.checks.allreduce import _judge
+    naive, ring_fn = exercises.REGISTRY["allreduce.by-hand"].reference()
+    assert feedback("allreduce.by-hand", (naive, ring_fn)).passed and by_hand().passed   # (ring(): the reference, as a learner writes it)
+    for ranks in (2, 3, 4):
+        for what, fn in (("naive AllReduce", naive), ("ring", ring_fn)):
+            for dtype, count in (("float32", 1003), ("int32", 5), ("float32", 1)):
+                _judge(what, checking.run(fn, ranks, count, dtype, seed=ranks))   # raises Wrong if anything was
+
+    @notebook
+    def skeleton(comm, x):
+        for s in range(comm.size - 1):
+            ...
+        comm.t.flush()
+
+    @notebook
+    def not_written(comm, x):
+        raise NotImplementedError
+
+    for answer in ((skeleton, ring_fn), (naive, skeleton), (not_written, ring_fn)):
+        assert feedback("allreduce.by-hand", answer).status == "not yet"
+    assert "no put yet" in feedback("allreduce.by-hand", (skeleton, ring_fn)).message
+    assert "two functions" in feedback("allreduce.by-hand", ring_fn).message
+
+
+def test_allreduce_by_hand_rejects_each_plausible_wrong_ring_and_says_what_was_wrong():
+    @notebook
+    def the_naive_one(comm, x):
+        from rdmalab.allreduce.algorithms import naive_allreduce
+        naive_allreduce(comm, x)
+
+    @notebook
+    def uses_the_notebooks_numpy(comm, x):
+        return np.linspace(0, x.size, comm.size + 1)   # noqa: F821 (the notebook's np: not on the ranks)
+
+    for wrong, says, hint in [
+            (ring(slot=lambda s: 0), "put of reduce-scatter step 1 landed on bytes 0 to 8 of rank 2's stage before "
+             "rank 2 had used what rank 1's put of reduce-scatter step 0 left there", "its own slot"),
+            (ring(read_first=True), "poisoned elements: bytes used before their flag had landed", "after wait()"),
+            (ring(send=lambda r, s, p: (r + s) % p), "in reduce-scatter step 1, rank 0 sent chunk 1; in step s a "
+             "rank sends chunk (r - s) % p, here 2", ""),
+            (ring(add=lambda r, s, p: (r - s) % p), "what arrives is added to the wrong one", ""),
+            (ring(all_gather=False), "no all-gather", ""),
+            (ring(forward=True), "rank 1 sent what it had received (bytes of its stage)", ""),
+            (notebook(lambda comm, x: (comm.t.wait((comm.rank - 1) % comm.size), ring()(comm, x))), "deadlocked: "
+             "every rank waited for another and none had put anything for it: rank 0 waited for rank 2", "put first"),
+            (the_naive_one, "the sums are right, but rank 0 put to ranks 1, 2: in a ring each rank writes to one "
+             "neighbour only", ""),
+            (uses_the_notebooks_numpy, "raised NameError", "import what it needs"),
+    ]:
+        f = by_hand(ring_fn=wrong)
+        assert f.status == "wrong" and says in f.message and hint in f.hint, (says, f.message, f.hint)
+        assert f.message.startswith("your ring (on 3 ranks, 7 float32 elements)"), f.message
+
+
+def test_allreduce_by_hand_rejects_a_naive_allreduce_that_shares_a_slot_or_never_waits_for_the_sum():
+    @notebook
+    def one_slot(comm, x):
+        if comm.rank == 0:
+            for peer in range(1, comm.size):
+                comm.t.wait(peer)
+                x += comm.t.buffer("stage")[:x.nbytes].view(x.dtype)
+            for peer in range(1, comm.size):
+                comm.t.put(peer, x, "data", 0)
+        else:
+            comm.t.put(0, x, "stage", 0)
+            comm.t.wait(0)
+
+    @notebook
+    def never_waits_for_the_sum(comm, x):
+        if comm.rank == 0:
+            from rdmalab.allreduce.algorithms import naive_allreduce
+            naive_allreduce(comm, x)
+        else:
+            comm.t.put(0, x, "stage", (comm.rank - 1) * x.nbytes)
+
+    f = by_hand(naive=one_slot)
+    assert f.status == "wrong" and "rank 2's put landed on bytes 0 to 28 of rank 0's stage before rank 0 had used what " \
+        "rank 1's put left there" in f.message and "its own slot in rank 0's stage" in f.hint, f.message
+    f = by_hand(naive=never_waits_for_the_sum)
+    assert f.status == "wrong" and "returned while rank 0's put was still on its way to it" in f.message, f.message
+
+
+def test_the_checking_transport_names_a_shared_slot_whatever_the_seed():
+    """The overwrite is found by what each rank had heard (vector clocks), not by the threads' timing."""
+    from rdmalab.lessons import checking
+    for seed in range(20):
+        run = checking.run(ring(slot=lambda s: 0), 3, 7, "int32", seed)
+        assert run.overwrite is not None and run.overwrite.put.index == 1, (seed, run.overwrite)
+        assert checking.run(ring(), 3, 7, "int32", seed).overwrite is None
 
 
 def test_scaling_out_predict_four_ranks_from_a_two_rank_fit():

@@ -52,8 +52,10 @@ SEGMENT_BYTES = 1 << 20          # ring pipelining: chunks move in pieces of at 
 
 
 def validate(algorithm, dtype, ranks):
-    """ValueError naming the problem and the fix, if this AllReduce cannot run on `ranks` ranks."""
-    if algorithm not in ALGORITHMS:
+    """ValueError naming the problem and the fix, if this AllReduce cannot run on `ranks` ranks. `algorithm` is
+    a registered name, or a function fn(comm, x) that sums x in place (a learner's, lesson 06): taken as it is."""
+    own = callable(algorithm)
+    if not own and algorithm not in ALGORITHMS:
         raise RequestError(f"algorithm {algorithm!r}: choose one of {', '.join(ALGORITHMS)}")
     try:
         dtype = np.dtype(dtype).name
@@ -61,7 +63,7 @@ def validate(algorithm, dtype, ranks):
         pass   # not a numpy type at all: named as given below
     if dtype not in DTYPES:
         raise RequestError(f"dtype {dtype}: choose one of {', '.join(DTYPES)}")
-    if REGISTRY[algorithm].power_of_two and ranks & (ranks - 1):
+    if not own and REGISTRY[algorithm].power_of_two and ranks & (ranks - 1):
         raise RequestError(f"{algorithm} needs a power-of-two number of ranks, not {ranks}: use ring")
 
 
@@ -90,8 +92,8 @@ class Communicator:
         work = self.buffer(x.size, x.dtype)
         if work.ctypes.data != x.ctypes.data:
             np.copyto(work, x.reshape(-1))
-        if self.size > 1:
-            REGISTRY[algorithm].run(self, work)
+        if self.size > 1:   # a registered algorithm's method, or a function of the same shape (validate())
+            (algorithm if callable(algorithm) else REGISTRY[algorithm].run)(self, work)
         if out is not None:
             np.copyto(out.reshape(-1), work)
             return out
@@ -214,92 +216,56 @@ class Communicator:
         self.t.flush()
 
 
-# ---------------------------------------------------------------- the ring, unpipelined, for reading (the AllReduce lesson, 06)
+# ---------------------------------------------------------------- by hand, for reading (the AllReduce lesson, 06)
+#
+# The lesson's reference solutions: the naive AllReduce and the ring, one chunk per step, from the transport's
+# put / wait / flush alone (the methods above do the same with segments and credits). Each is a function
+# fn(comm, x), x at the start of the data region; Communicator.allreduce and the cluster's timing take one in
+# place of a name. They import numpy inside because a learner's copy runs on the ranks, which see none of a
+# notebook's names.
 
 
 ALGORITHMS = tuple(REGISTRY)   # the names, in the order registered: naive, ring, hd
 
-def chunk_bounds(count, p):
-    """Element boundaries of the p chunks of a ring: chunk c is x[bounds[c]:bounds[c + 1]]."""
-    return np.linspace(0, count, p + 1).astype(np.int64)
+
+def naive_allreduce(comm, x):
+    """Every rank puts its x into rank 0's stage, a slot each; rank 0 adds them and puts the sum into every x."""
+    p, r = comm.size, comm.rank
+    if r == 0:
+        stage = comm.t.buffer("stage")
+        for peer in range(1, p):
+            comm.t.wait(peer)                               # its flag: all of its bytes have landed
+            slot = (peer - 1) * x.nbytes                    # a slot per rank: no rank writes over another's
+            x += stage[slot:slot + x.nbytes].view(x.dtype)
+        for peer in range(1, p):
+            comm.t.put(peer, x, "data", 0)                  # the sum, straight into its x
+    else:
+        comm.t.put(0, x, "stage", (r - 1) * x.nbytes)
+        comm.t.wait(0)                                      # the sum has landed in our x
+    comm.t.flush()   # our WRITEs have read x: the caller may change it
 
 
-def reduce_scatter_step(comm, x, step, bounds, stage):
-    """One step of the ring's reduce-scatter on this rank: send chunk (rank - step) to the right
-    neighbour's stage, then add the chunk (rank - step - 1) that the left neighbour sent us."""
+def ring_allreduce(comm, x):
+    """The ring: p-1 reduce-scatter steps, then p-1 all-gather steps, one chunk to the right each step."""
+    import numpy as np
     p, r = comm.size, comm.rank
     right, left = (r + 1) % p, (r - 1) % p
-    send_c, recv_c = (r - step) % p, (r - step - 1) % p
-    slot = step * int(max(np.diff(bounds))) * x.itemsize          # each step lands in its own stage slot
-    comm.t.put(right, x[bounds[send_c]:bounds[send_c + 1]], "stage", slot)
-    comm.t.wait(left, comm.alive)
-    n = bounds[recv_c + 1] - bounds[recv_c]
-    x[bounds[recv_c]:bounds[recv_c + 1]] += stage[slot:slot + n * x.itemsize].view(x.dtype)
-
-
-def ring_allreduce(comm, x, step=reduce_scatter_step):
-    """The whole ring, one chunk per step: p-1 reduce-scatter steps (`step`), then p-1 all-gather
-    steps writing each finished chunk straight into the right neighbour's buffer."""
-    p, r = comm.size, comm.rank
-    if p == 1:
-        return x
-    right, left = (r + 1) % p, (r - 1) % p
-    bounds, stage = chunk_bounds(x.size, p), comm.t.buffer("stage")
-    comm.handshake([left], [right])
-    for s in range(p - 1):
-        step(comm, x, s, bounds, stage)
-    comm.t.signal(left)                    # our chunks are final: right may write into us
-    comm.t.wait(right, comm.alive)
-    for s in range(p - 1):
-        c = (r + 1 - s) % p
+    bounds = np.linspace(0, x.size, p + 1).astype(int)     # chunk c is x[bounds[c]:bounds[c + 1]]
+    slot = int(max(np.diff(bounds))) * x.itemsize           # bytes of the largest chunk
+    stage = comm.t.buffer("stage")
+    for s in range(p - 1):                                  # reduce-scatter
+        c = (r - s) % p                                     # ours, with the s partial sums added so far
+        # a slot per step: right says nothing when it has added the last chunk, so never write over one
+        comm.t.put(right, x[bounds[c]:bounds[c + 1]], "stage", s * slot)
+        comm.t.wait(left)                                   # left's chunk of this step has landed in slot s
+        c = (r - s - 1) % p
+        n = (bounds[c + 1] - bounds[c]) * x.itemsize
+        x[bounds[c]:bounds[c + 1]] += stage[s * slot:s * slot + n].view(x.dtype)
+    for s in range(p - 1):                                  # all-gather: chunk r + 1 is finished here
+        c = (r + 1 - s) % p                                 # finished: by us (s = 0), or arrived in step s - 1
         comm.t.put(right, x[bounds[c]:bounds[c + 1]], "data", int(bounds[c]) * x.itemsize)
-        comm.t.wait(left, comm.alive)
+        comm.t.wait(left)                                   # chunk (r - s) has landed in our x
     comm.t.flush()
-    return x
-
-
-def check_ring(comm, step, counts=(1, 5, 1003, 65536), dtype="int64", slow_rank=None, delay=0.0, pace=0.0):
-    """On one rank: run ring_allreduce with `step` on known values; wrong elements per count.
-
-    Two ways to set the ranks' pace, to tell a step's kinds of mistake apart:
-    - `slow_rank`: that rank learns of each arrival `delay` seconds late (its waits return late), as a rank
-      does whose CPU another process holds. Its left neighbour, which nothing holds back in the
-      reduce-scatter, is then a step ahead every time: a step that reuses where the last chunk landed has
-      it overwritten before it is added.
-    - `pace`: every rank waits that long before each put into a stage, so that its neighbour has long
-      added what came before: then only a step that computes the wrong chunks is wrong."""
-    import time
-    t = comm.t
-    late, paced = comm.rank == slow_rank, pace > 0
-    if late:
-        on_time = t.wait
-
-        def wait_late(peer, alive=None):
-            on_time(peer, alive)
-            time.sleep(delay)
-        t.wait = wait_late
-    if paced:
-        at_once = t.put
-
-        def put_paced(peer, src, region, offset):
-            if region == "stage":
-                time.sleep(pace)
-            at_once(peer, src, region, offset)
-        t.put = put_paced
-    try:
-        wrong = []
-        for count in counts:
-            x = comm.buffer(count, dtype)
-            x[:] = np.arange(count, dtype=dtype) * (comm.rank + 1)
-            ring_allreduce(comm, x, step)
-            expected = np.arange(count, dtype=dtype) * (comm.size * (comm.size + 1) // 2)
-            wrong.append(int(np.count_nonzero(x != expected)))
-        return wrong
-    finally:   # the class's own methods again
-        if late:
-            del t.wait
-        if paced:
-            del t.put
 
 
 def _halving_distances(p):

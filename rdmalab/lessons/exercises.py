@@ -27,7 +27,8 @@ REGISTRY = {}
 
 
 class NotYet(Exception):
-    """Raised by a check when the learner's code is still the skeleton (NotImplementedError)."""
+    """Raised by a check when the learner's code is still the skeleton (NotImplementedError, or a message saying
+    how the check could tell)."""
 
 
 class Wrong(Exception):
@@ -98,8 +99,8 @@ def check(name, answer, *args):
         return Feedback(name, "not yet", "no answer yet (the skeleton returns None).", ex.hints[0] if ex.hints else "")
     try:
         ex.check(answer, *args)
-    except NotYet:
-        return Feedback(name, "not yet", "no answer yet (the skeleton raises NotImplementedError).",
+    except NotYet as not_yet:
+        return Feedback(name, "not yet", str(not_yet) or "no answer yet (the skeleton raises NotImplementedError).",
                         ex.hints[0] if ex.hints else "")
     except Wrong as wrong:
         return Feedback(name, "wrong", str(wrong), wrong.hint or (ex.hints[0] if ex.hints else ""))
@@ -129,13 +130,15 @@ def solution_source(name):
     """The reference solution as the learner would write it, without the checks module's plumbing (its
     decorator and private name). A reference that takes nothing and returns a function (the lesson asks
     for a function: `attempt(name, lambda: my_fn)`) is shown as that function; any other is shown under
-    the name of the learner's function (`def my_write(...)`), or its own without a leading underscore."""
+    the name of the learner's function (`def my_write(...)`), or its own without a leading underscore. A
+    reference that returns several functions (`attempt(name, lambda: (my_naive, my_ring))`) shows each."""
     ex = REGISTRY[name]
     reference = ex.reference
     if not inspect.signature(reference).parameters:
         made = reference()
-        if inspect.isfunction(made):
-            return textwrap.dedent(inspect.getsource(made))
+        made = made if isinstance(made, tuple) else (made,)
+        if all(inspect.isfunction(fn) for fn in made):
+            return "\n\n".join(textwrap.dedent(inspect.getsource(fn)) for fn in made)
     source = textwrap.dedent(inspect.getsource(reference))
     definition = ast.parse(source).body[0]
     lines = source.splitlines(keepends=True)[definition.lineno - 1:]   # from `def`: decorators left out

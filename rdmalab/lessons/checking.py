@@ -1,0 +1,273 @@
+"""The AllReduce lesson's checking transport: a learner's AllReduce on p ranks, run as threads of this process
+over memory that shows each mistake every time, not only when a real machine's timing happens to.
+
+    run = checking.run(my_ring, ranks=3, count=7, dtype="float32", seed=1)
+    run.results, run.expected, run.errors, run.overwrite, run.stopped, run.puts, run.unwaited
+
+Each rank gets a Communicator (rdmalab.allreduce.algorithms) over a CheckingTransport, which has the interface
+of rdmalab.allreduce.transports (put, signal, wait, flush, buffer), and the learner's function is called twice
+in a row, as a training loop calls it. What the transport adds:
+
+- A put's bytes land when its flag does, as late as RDMA allows: when the target's wait() for it returns.
+  Until then the target's bytes hold poison (NaN; 0x3f3f3f3f for integers), as they may hold anything on a
+  real NIC. A rank that reads a slot before it waits for the slot's flag adds poison, whatever the timing.
+- It sees a put land on bytes whose last put the target may not have used yet. A rank uses what landed
+  after its wait() returned and before its next call (put, signal, wait or flush); a sender may write
+  there again once it has heard of that next call, through puts and signals passed on from rank to rank.
+  Vector clocks keep what each rank has heard of every other, so the verdict is the same every run.
+- One rank (chosen by the seed) is delayed at random points, so that the threads interleave differently.
+- A run where every rank waits for another, and none has anything on its way, is a deadlock, named at once.
+"""
+import builtins
+import collections
+import random
+import threading
+import time
+import types
+
+import numpy as np
+
+from rdmalab.allreduce.algorithms import Communicator, stage_bytes
+
+POISON = {"float32": np.float32("nan"), "float64": np.float64("nan"), "int32": np.int32(0x3F3F3F3F),
+          "int64": np.int64(0x3F3F3F3F3F3F3F3F)}
+TIMEOUT_S = 20.0   # a run that takes longer is stuck (a loop that never ends)
+DELAY_S = 0.002    # the slow rank sleeps up to this long, at about half of its calls
+
+
+class Stop(Exception):
+    """The run is over (a deadlock, a rank that hung): a rank still waiting stops where it is."""
+
+
+class Put:
+    """One put (or signal: no region, no bytes) from `sender` to `target`, the `index`-th of its call `call`."""
+
+    def __init__(self, sender, target, call, index, region, offset, data, source, clock):
+        self.sender, self.target, self.call, self.index, self.region = sender, target, call, index, region
+        self.lo, self.hi, self.data = offset, offset + (0 if data is None else data.nbytes), data
+        self.source = source      # (region, byte offset) of what was sent, in the sender's memory
+        self.clock = clock        # what the sender had heard of every rank when it put
+        self.used = None          # the target's clock once it has used the bytes (its first call after they landed)
+
+
+class Fabric:
+    """The ranks' memory and what is on its way between them, for one run; every change under one lock."""
+
+    def __init__(self, ranks, region_bytes, dtype, seed):
+        self.p = ranks
+        poison = np.full(max(region_bytes.values()) // np.dtype(dtype).itemsize + 1, POISON[dtype])
+        self.poison = poison.view(np.uint8)
+        self.memory = [{name: self.poison[:n].copy() for name, n in region_bytes.items()} for _ in range(ranks)]
+        self.clock = [[0] * ranks for _ in range(ranks)]        # clock[a][b]: what a has heard of b's calls
+        self.on_the_way = collections.defaultdict(collections.deque)   # (sender, target): puts not yet waited for
+        self.unused = [[] for _ in range(ranks)]   # puts into each rank whose bytes it may not have used yet
+        self.landed = [[] for _ in range(ranks)]   # what each rank's last wait() made land
+        self.puts, self.waiting, self.finished = [], {}, set()
+        self.overwrite = None   # the first put that landed on bytes not used yet (the run goes on)
+        self.stopped = None     # why the run stopped: a Deadlock, or a sentence (a rank that hung)
+        self.cv = threading.Condition()
+        self.slow, self.rng = seed % ranks, random.Random(seed)
+
+    def pause(self, rank):
+        """The slow rank sleeps at random points (outside the lock)."""
+        if rank == self.slow and self.rng.random() < 0.5:
+            time.sleep(self.rng.uniform(0, DELAY_S))
+
+    def call(self, rank):
+        """A call of `rank`'s (under the lock): it has used what its last wait() landed; its clock ticks."""
+        for put in self.landed[rank]:
+            put.used = self.clock[rank][rank] + 1
+        self.landed[rank] = []
+        self.clock[rank][rank] += 1
+
+    def put(self, sender, target, call, index, region, offset, data, source):
+        with self.cv:
+            self.call(sender)
+            put = Put(sender, target, call, index, region, offset, data, source, list(self.clock[sender]))
+            if data is not None and data.nbytes:
+                self._overwrites(put)
+                self.memory[target][region][put.lo:put.hi] = self.poison[put.lo:put.hi]   # not landed yet
+                self.unused[target].append(put)
+            self.puts.append(put)
+            self.on_the_way[sender, target].append(put)
+            self.cv.notify_all()
+
+    def _overwrites(self, put):
+        """Name the first put that lands on bytes the target may not have used yet."""
+        heard = self.clock[put.sender][put.target]
+        for old in list(self.unused[put.target]):
+            if old.region == put.region and old.lo < put.hi and put.lo < old.hi:
+                if (old.used is None or heard < old.used) and self.overwrite is None:
+                    self.overwrite = Overwrite(put, old)
+                self.unused[put.target].remove(old)
+
+    def wait(self, rank, peer):
+        with self.cv:
+            self.call(rank)
+            self.waiting[rank] = peer
+            try:
+                while not self.on_the_way[peer, rank]:
+                    if self.stopped is not None:
+                        raise Stop()
+                    if self._deadlocked():
+                        self.stopped = Deadlock(dict(self.waiting), set(self.finished))
+                        self.cv.notify_all()
+                        raise Stop()
+                    self.cv.wait(0.05)
+            finally:
+                del self.waiting[rank]
+            put = self.on_the_way[peer, rank].popleft()
+            if put.data is not None:
+                self.memory[rank][put.region][put.lo:put.hi] = put.data   # the flag has landed: so have the bytes
+            self.clock[rank] = [max(a, b) for a, b in zip(self.clock[rank], put.clock)]
+            self.landed[rank].append(put)
+
+    def _deadlocked(self):
+        running = set(range(self.p)) - self.finished
+        return all(r in self.waiting and not self.on_the_way[self.waiting[r], r] for r in running)
+
+    def finish(self, rank):
+        with self.cv:
+            self.call(rank)
+            self.finished.add(rank)
+            self.cv.notify_all()
+
+
+class Overwrite(str):
+    """A put that landed on bytes its target may not have used yet, and the put that landed there before."""
+
+    def __new__(cls, put, old):
+        said = str.__new__(cls, f"rank {put.sender}'s put number {put.index + 1} landed on bytes {put.lo} to "
+                                         f"{put.hi} of rank {put.target}'s {put.region}, where rank {old.sender}'s "
+                                         f"put number {old.index + 1} had landed, and nothing rank {put.sender} had "
+                                         f"heard said that rank {put.target} had used it yet")
+        said.put, said.old = put, old
+        return said
+
+
+class Deadlock(str):
+    """Every rank that had not returned was waiting for a rank that had nothing on its way to it."""
+
+    def __new__(cls, waiting, finished):
+        who = "; ".join(f"rank {r} waited for rank {peer}" + (" (which had returned)" if peer in finished else "")
+                        for r, peer in sorted(waiting.items()))
+        said = str.__new__(cls, f"every rank waited for another and none had put anything for it: {who}")
+        said.waiting = waiting
+        return said
+
+
+class CheckingTransport:
+    """One rank's side of a Fabric, with the interface of rdmalab.allreduce.transports."""
+
+    def __init__(self, fabric, rank):
+        self.fabric, self.rank, self.size = fabric, rank, fabric.p
+        self.call, self.index = 0, 0     # which call of the AllReduce this is, and how many puts it has made
+
+    def buffer(self, region="data"):
+        return self.fabric.memory[self.rank][region]
+
+    def put(self, peer, src, region, offset):
+        src = src.view(np.uint8).reshape(-1)
+        mine = self.fabric.memory[self.rank]
+        source = next(((name, src.ctypes.data - view.ctypes.data) for name, view in mine.items()
+                       if view.ctypes.data <= src.ctypes.data <= view.ctypes.data + view.nbytes - src.nbytes), None)
+        if source is None:
+            raise ValueError("put() sends from a registered region only: x, or comm.t.buffer(...)")
+        target = self.fabric.memory[peer][region]
+        offset = int(offset)
+        if offset < 0 or offset + src.nbytes > target.nbytes:
+            raise ValueError(f"put of {src.nbytes} bytes at {offset} overflows rank {peer}'s {region} "
+                             f"({target.nbytes} bytes)")
+        self.fabric.pause(self.rank)
+        self.fabric.put(self.rank, peer, self.call, self.index, region, offset, src.copy(), source)
+        self.index += 1
+
+    def signal(self, peer):
+        self.fabric.pause(self.rank)
+        self.fabric.put(self.rank, peer, self.call, self.index, None, 0, None, None)
+        self.index += 1
+
+    def wait(self, peer, alive=None):
+        self.fabric.pause(self.rank)
+        self.fabric.wait(self.rank, peer)
+        self.fabric.pause(self.rank)
+
+    def flush(self):
+        with self.fabric.cv:
+            self.fabric.call(self.rank)
+
+
+class Run:
+    """What one run of a learner's AllReduce did: per call, each rank's result and the expected sum."""
+
+    def __init__(self, ranks, count, dtype):
+        self.ranks, self.count, self.dtype = ranks, count, np.dtype(dtype)
+        self.inputs, self.results, self.expected, self.magnitude = [], [], [], []
+        self.errors = {}      # rank -> the exception its code raised
+        self.overwrite = None  # the first Overwrite
+        self.stopped = None   # a Deadlock, or a sentence (a rank that hung)
+        self.puts = []        # every put and signal, in order
+        self.unwaited = []    # puts whose flag the target never waited for
+
+    def __str__(self):
+        return f"{self.ranks} ranks, {self.count} {self.dtype} elements"
+
+
+def as_on_the_ranks(fn):
+    """A notebook's function as the ranks run it: on an engine it finds none of the notebook's names (ipyparallel
+    sends its code, not its globals). Functions of a module keep theirs, as they do there."""
+    if getattr(fn, "__module__", None) != "__main__" or not isinstance(fn, types.FunctionType):
+        return fn
+    return types.FunctionType(fn.__code__, {"__builtins__": builtins}, fn.__name__, fn.__defaults__,
+                              fn.__closure__)
+
+
+def run(fn, ranks, count, dtype, seed=0, calls=2):
+    """fn(comm, x) on `ranks` threads, `calls` times in a row, each rank's x filled with its own values first."""
+    dtype = np.dtype(dtype)
+    data = count * dtype.itemsize
+    regions = {"data": data, "stage": max(stage_bytes(a, ranks, data) for a in ("naive", "ring"))}
+    fabric, out = Fabric(ranks, regions, dtype.name, seed), Run(ranks, count, dtype)
+    values = np.random.default_rng(seed)
+    for _ in range(calls):
+        terms = [values.integers(-1000, 1000, count).astype(dtype) if dtype.kind == "i"
+                 else values.standard_normal(count).astype(dtype) for _ in range(ranks)]
+        wide = np.float64 if dtype.kind == "f" else dtype
+        out.inputs.append(terms)
+        out.expected.append(sum(t.astype(wide) for t in terms))
+        out.magnitude.append(sum(np.abs(t.astype(wide)) for t in terms))
+        out.results.append([None] * ranks)
+    fn = as_on_the_ranks(fn)
+
+    def rank(r):
+        t = CheckingTransport(fabric, r)
+        comm = Communicator(t)
+        x = comm.buffer(count, dtype)
+        try:
+            for call in range(calls):
+                t.call, t.index = call, 0
+                x[:] = out.inputs[call][r]
+                fn(comm, x)
+                out.results[call][r] = x.copy()
+        except Stop:
+            pass
+        except BaseException as error:   # the learner's code failed: that is the verdict
+            out.errors[r] = error
+        finally:
+            fabric.finish(r)
+
+    threads = [threading.Thread(target=rank, args=(r,), daemon=True, name=f"rank {r}") for r in range(ranks)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + TIMEOUT_S
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    stuck = [r for r, t in enumerate(threads) if t.is_alive()]
+    with fabric.cv:
+        if stuck and fabric.stopped is None:
+            fabric.stopped = f"rank {', '.join(map(str, stuck))} had not returned after {TIMEOUT_S:.0f} s"
+        fabric.cv.notify_all()   # a rank still waiting stops
+        out.overwrite, out.stopped, out.puts = fabric.overwrite, fabric.stopped, list(fabric.puts)
+        if out.stopped is None:   # (a run that stopped early left puts on their way: they say nothing)
+            out.unwaited = [put for queue in fabric.on_the_way.values() for put in queue]
+    return out
