@@ -9,7 +9,10 @@ nothing else of rdmalab imports lessons (but the `rdmalab class report` command,
     nccl.py        NCCL in practice (allreduce): LL/LL128/Simple's bytes per flag, ring against tree steps
     fixtures.py    QP state diagrams, connected pairs (Pair, one_sided), queue-pairs' QPLab, posting's
                    poll_or_sleep and post_writes
-    exercises.py   the exercise framework; checks/ the checks and reference solutions, a module per lesson
+    exercises.py   the exercise framework; checks/ the checks and reference solutions, a module per lesson;
+                   checking.py the allreduce exercise's checking transport (a learner's AllReduce on threads)
+    ranks_and_cpus.py  allreduce's ranks, a CPU each; its tables' takeaways (or the word that a run was
+                   disturbed); ranks that share CPUs, as an experiment of its own
     explain.py     why a work request failed: the rule and the numbers (soft0's own checks, run again), or
                    what the status and the WR tell on a real device
     nic_view.py    the glass-box NIC: a QP pair's state, PSNs, queues as rings of slots, CQ, MRs and counters,

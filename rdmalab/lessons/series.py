@@ -2,7 +2,7 @@
 (notebooks/04-one-sided.ipynb is "one-sided").
 
 Whatever outlives a lesson's run is keyed by slug, never by number: the learner's evidence
-("allreduce"), the quiz's answers ("welcome"), exercise names ("allreduce.ring-step") and so the class
+("allreduce"), the quiz's answers ("welcome"), exercise names ("allreduce.by-hand") and so the class
 records. Renumbering the lessons (as the second edition did, splitting lesson 04 in two) changes
 none of them: only LESSONS below and the notebooks' file names, which tests/test_lengths.py holds
 to each other.
