@@ -4,6 +4,8 @@ Every expectation here is what real Soft-RoCE (rxe, Linux 6.1) does; several dif
 man pages suggest (an unknown lkey is LOC_QP_OP_ERR, a too-small receive fails the responder with
 LOC_QP_OP_ERR and the requester with REM_OP_ERR).
 """
+import time
+
 import pytest
 
 from rdmalab import verbs as v
@@ -345,6 +347,28 @@ def test_rnr_waits_for_a_late_receive_and_a_full_send_queue_is_enomem(make_pair)
         p.b.post_recv(recv_wr(p.dst, 8, wr_id=400 + i))
     assert [(c["wr_id"], c["status"]) for c in poll(p.cq_a, 3)] == [(300 + i, e.IBV_WC_SUCCESS) for i in range(3)]
     assert [(c["wr_id"], c["status"]) for c in poll(p.cq_b, 3)] == [(400 + i, e.IBV_WC_SUCCESS) for i in range(3)]
+
+
+@pytest.mark.parametrize("kind", ["send", "inline send", "write with immediate"])
+def test_a_message_that_met_rnr_lands_while_only_the_receiver_polls(make_pair, kind):
+    # The retry after an RNR NAK is the NIC's timer (rxe: the kernel's): the receive completes though the
+    # sender's program neither polls nor waits on its CQ (in two processes it may be blocked waiting for the
+    # receiver, on a socket). Its WR's completion is there when it polls at last.
+    # retry_cnt 7: rxe's ACK timer, not restarted by RNR NAKs, must not end the wait (conftest.RETRY_FOREVER)
+    p = make_pair(retry_cnt=RETRY_FOREVER)
+    p.src.write(b"a late receive", 14)
+    if kind == "write with immediate":
+        w = rdma(p, e.IBV_WR_RDMA_WRITE_WITH_IMM, length=14, imm=7)
+    else:
+        w = send_wr(p.src, 14, e.IBV_WR_SEND,
+                    flags=e.IBV_SEND_SIGNALED | (e.IBV_SEND_INLINE if kind == "inline send" else 0))
+    p.a.post_send(w)                                     # no receive posted yet: RNR NAK, then retries
+    time.sleep(0.05)
+    p.b.post_recv(recv_wr(p.dst, 64, wr_id=2, offset=1024 if kind == "write with immediate" else 0))
+    assert [(c["wr_id"], c["status"], c["byte_len"]) for c in poll(p.cq_b)] == [(2, e.IBV_WC_SUCCESS, 14)]
+    assert p.dst.read(14, 0) == b"a late receive"
+    assert [(c["wr_id"], c["status"]) for c in poll(p.cq_a)] == [(1, e.IBV_WC_SUCCESS)]
+    assert states(p.a) == (RTS, RTS) and states(p.b) == (RTS, RTS)
 
 
 @pytest.mark.parametrize("build", ["unaligned", "short"])

@@ -34,6 +34,15 @@ Q_EXPECTED_PSN, Q_RQ_CONSUMED = 24, 25
 Q_SEQ_NAKED = 26        # a request ahead of the expected PSN was NAKed (and counted) since the last in order
 # - written by the QP's owner as it posts and polls receives
 Q_RQ_POSTED, Q_RQ_POLLED = 32, 33
+# - the QP number of a peer whose message waits out RNR NAKs here (0: none), written by that peer's NIC at an
+#   RNR NAK and read by post_recv (a line of its own: it changes only then)
+Q_RNR_WAITING = 40
+# - this QP's message that waits out RNR NAKs at its peer, "parked" (requester.SendQueue.park): written by
+#   this QP's NIC; the peer's NIC carries it out when a receive is posted there (requester.carry_parked)
+#   and leaves its answer. Both hold an fcntl record lock on P_STATE while they use these words.
+P_STATE, P_ANSWER, P_DEST, P_OPCODE, P_FLAGS, P_IMM, P_RKEY, P_REMOTE_ADDR, P_PSN, P_COUNT, P_LENGTH, P_NUM_SGE = \
+    range(48, 60)
+P_SGES = 64   # then (addr, length, lkey) for each SGE, or the inline data's bytes
 
 # one slot of a receive queue, after the QP's header: the posted WR, then (once consumed) its completion
 R_WR_ID, R_NUM_SGE, R_STATUS, R_OPCODE, R_BYTE_LEN, R_IMM, R_FLAGS, R_SRC_QP = range(8)   # src_qp: a datagram's sender

@@ -32,7 +32,7 @@ from .constants import (
     IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)
 from .libibverbs_enums import ibv_wr_opcode
 from .layout import (Q_ACCESS, Q_ALIVE, Q_EXPECTED_PSN, Q_MAX_DEST_RD_ATOMIC, Q_MIN_RNR_TIMER, Q_PD, Q_QKEY, Q_RECV_CQ,
-                     Q_PATH_MTU, Q_RQ_MAX_SGE, Q_RQ_SIZE, Q_STATE, Q_TYPE, Q_NUM, Q_SRQ)
+                     Q_PATH_MTU, Q_RNR_WAITING, Q_RQ_MAX_SGE, Q_RQ_SIZE, Q_STATE, Q_TYPE, Q_NUM, Q_SRQ)
 from .operations import ATOMICS, SEND_OPS
 from .pd import PD
 from .pyverbs_error import PyverbsRDMAError, PyverbsUserError
@@ -450,6 +450,8 @@ class QP(Resource):
                 raise PyverbsRDMAError("Failed to post recv", error)
             rq.post(wr.wr_id, wr.sges)
             wr = wr.next_wr
+        if self._words[Q_RNR_WAITING]:   # a peer's message waits out RNR NAKs for a receive here: let it in now
+            requester.carry_parked(responder.LOCAL_QPS[self.qp_num])
 
     def bind_mw(self, mw, mw_bind):
         """ibv_bind_mw, for type 1 windows: post a BIND_MW WR under the window's next key, which libibverbs

@@ -11,6 +11,10 @@ in turn with the QP's other WRs (local_operation()).
 Here the requester runs in the initiating process, straight after post_send(), and reaches the
 target through rdmalab.verbs.soft.responder.respond(): the initiator's CPU does what a NIC's DMA
 engine would do, and the target's process runs no code, which is the property the lab measures.
+Its timers run whenever the initiator's program calls into the NIC (polls, posts, waits for an event).
+A message waiting out RNR NAKs is also "parked" where the receiver's NIC sees it, so that a receive
+posted there lets it in at once (carry_parked): rxe's kernel resends it whatever the sender's program
+does, and that program may be blocked elsewhere, waiting for the receiver.
 Local checks run first, as in rxe: an unknown lkey is LOC_QP_OP_ERR, an SGE out of bounds
 LOC_PROT_ERR, and nothing is sent.
 
@@ -21,9 +25,12 @@ request of the same shape repeats none of the checks while nothing they depended
 validity); it checks only what is its own (its PSN, its bounds) and copies. That is the path the
 lab's benchmarks measure; anything else takes the general path.
 """
+import contextlib
 import copy
 import ctypes
+import fcntl
 import struct
+import threading
 import time
 from collections import deque
 
@@ -37,7 +44,9 @@ from .constants import (
     IBV_WR_RDMA_READ as READ, IBV_WR_RDMA_WRITE as WRITE, IBV_WR_RDMA_WRITE_WITH_IMM as WRITE_WITH_IMM,
     IBV_WR_SEND as SEND, IBV_WR_SEND_WITH_INV as SEND_WITH_INV,
     IBV_WR_BIND_MW as BIND_MW, IBV_WC_MW_BIND_ERR)
-from .layout import (C_ARMED, M_VALID, Q_EXPECTED_PSN, Q_GENERATION, Q_PATH_MTU, Q_RQ_CONSUMED, Q_RQ_POSTED, Q_STATE,
+from .layout import (C_ARMED, M_ADDR, M_LENGTH, M_PD, M_VALID, P_ANSWER, P_COUNT, P_DEST, P_FLAGS, P_IMM, P_LENGTH,
+                     P_NUM_SGE, P_OPCODE, P_PSN, P_REMOTE_ADDR, P_RKEY, P_SGES, P_STATE, Q_EXPECTED_PSN, Q_GENERATION,
+                     Q_NUM, Q_PATH_MTU, Q_PD, Q_RNR_WAITING, Q_RQ_CONSUMED, Q_RQ_POSTED, Q_STATE,
                      R_NUM_SGE, R_SGES, R_STATUS, W_BELL, W_SLEEPERS)
 from .mr import REGISTERED
 from .operations import (ATOMICS, CARRIES_DATA, CONSUMES_RECEIVE, LOCAL_OPERATIONS, NEEDS_ACCESS, UC_OPERATIONS,
@@ -48,13 +57,16 @@ from .responder import ACK, COMPLETION, NO_ANSWER, PSN_MOD, RNR_NAK, invalidate,
 RECEIVE_SGE = struct.Struct(f"={R_NUM_SGE * 8}xQ{(R_SGES - R_NUM_SGE - 1) * 8}x3Q")
 SHORTCUTS_KEPT = 64   # request shapes a send queue remembers, as a NIC caches translations
 PEER_CHECK_S = 0.02   # how often a send queue makes sure its peer's process still lives (a clock read per WR)
+IDLE, PARKED, ANSWERED = 0, 1, 2   # a QP's parked message (layout.P_STATE): none, waiting, carried out by the peer
 
 
 class Pending:
-    """A send WQE that is waiting: for an RNR timer, or for an ACK that did not come (acking)."""
+    """A send WQE that is waiting: for an RNR timer, or for an ACK that did not come (acking). A WQE
+    waiting out RNR NAKs is parked at its peer (SendQueue.park)."""
 
     def __init__(self, wqe):
         self.wqe, self.deadline, self.rnr_left, self.retries_left, self.acking = wqe, 0.0, None, None, False
+        self.parked = False
 
 
 class SendQueue:
@@ -69,6 +81,8 @@ class SendQueue:
         self.reset()
 
     def reset(self):
+        if self.pending:
+            self.unpark(self.pending[0])
         self.pending.clear()
         self.shortcuts.clear()
         self.dest_qp_num = self.psn = self.timeout = self.retry_cnt = self.rnr_retry = 0
@@ -96,6 +110,9 @@ class SendQueue:
             pending.deadline, pending.rnr_left, pending.retries_left, pending.acking = outcome
             self.pending.append(pending)
             self.cq.wait_for_timer(self)
+            if not pending.acking and self.park(pending):   # a receive came as we parked it: retry now
+                pending.deadline = 0.0
+                self.progress()
 
     def hold(self, wr):
         """Keep a WR the QP refused to post (before RTS): rxe leaves it in the send ring, where the next
@@ -116,6 +133,13 @@ class SendQueue:
         queue = self.pending
         while queue:
             head = queue[0]
+            if head.parked and (self.header[P_STATE] == ANSWERED or self.header[Q_STATE] == IBV_QPS_ERR
+                                or time.monotonic() >= head.deadline):
+                answer = self.unpark(head)   # (before we retry, flush or fail it ourselves)
+                if answer is not None:       # the peer's NIC carried it out meanwhile
+                    queue.popleft()
+                    self.answered(head, answer)
+                    continue
             if self.header[Q_STATE] == IBV_QPS_ERR:
                 queue.popleft()
                 complete(self, head.wqe, IBV_WC_WR_FLUSH_ERR)
@@ -130,9 +154,61 @@ class SendQueue:
             outcome = attempt(self, head.wqe, head)
             if outcome is not None:
                 head.deadline, head.rnr_left, head.retries_left, head.acking = outcome
-                return
+                if head.acking or not self.park(head):
+                    return
+                head.deadline = 0.0   # a receive came as we parked it: retry now
+                continue
             queue.popleft()
         self.cq.wait_for_timer(self, False)
+
+    # ------------------------------------------------------------ a message parked at its peer
+
+    def park(self, head):
+        """The peer answered RNR NAK: leave the message where the peer's NIC finds it (our QP's header,
+        layout.P_*, and in the peer's Q_RNR_WAITING our number), so that a receive posted there carries it
+        out at once (carry_parked). True if a receive was posted meanwhile: the caller retries now."""
+        wqe, peer = head.wqe, self.connected
+        sges = wqe.sges if not wqe.send_flags & IBV_SEND_INLINE else ()
+        length = len(wqe.inline_data) if wqe.send_flags & IBV_SEND_INLINE else sum(sge[1] for sge in sges)
+        with parked_words(self.segment()) as p:
+            p[P_DEST], p[P_OPCODE], p[P_FLAGS], p[P_IMM] = self.dest_qp_num, wqe.opcode, wqe.send_flags, wqe.imm_data
+            p[P_RKEY], p[P_PSN], p[P_LENGTH] = wqe.rkey, self.psn, length
+            p[P_REMOTE_ADDR] = wqe.remote_addr - (1 << 64 if wqe.remote_addr >> 63 else 0)   # (a signed word)
+            p[P_COUNT], p[P_NUM_SGE] = packets(length, self.mtu), len(sges)
+            for i, (addr, size, lkey) in enumerate(sges):
+                p[P_SGES + 3 * i], p[P_SGES + 3 * i + 1], p[P_SGES + 3 * i + 2] = addr, size, lkey
+            if not sges and length:   # inline data: its bytes
+                self.segment().mm[P_SGES * 8:P_SGES * 8 + length] = wqe.inline_data
+            p[P_STATE] = PARKED
+            peer.header[Q_RNR_WAITING] = self.qp_num
+        head.parked = True
+        return peer.header[Q_RQ_POSTED] != peer.header[Q_RQ_CONSUMED]
+
+    def unpark(self, head):
+        """Take a parked message back: None, or the answer (ACK, or a NAK's status) the peer's NIC gave it."""
+        if not head.parked:
+            return None
+        head.parked = False
+        with parked_words(self.segment()) as p:
+            answer = p[P_ANSWER] if p[P_STATE] == ANSWERED else None
+            p[P_STATE] = IDLE
+        try:
+            if self.connected.header[Q_RNR_WAITING] == self.qp_num:
+                self.connected.header[Q_RNR_WAITING] = 0
+        except (TypeError, ValueError):   # the peer is gone
+            pass
+        return answer
+
+    def answered(self, head, answer):
+        """Complete a message the peer's NIC carried out for us (carry_parked), with the answer it got."""
+        if answer != ACK:
+            return fail(self, head.wqe, answer)   # a NAK: the responder is in ERR already
+        self.psn = (self.psn + self.header[P_COUNT]) % PSN_MOD
+        return complete(self, head.wqe, IBV_WC_SUCCESS, self.header[P_LENGTH])
+
+    def segment(self):
+        """Our QP's shared segment (where a parked message lies)."""
+        return responder.LOCAL_QPS[self.qp_num].segment
 
     def next_retry(self):
         """When the head of the queue wants to be retried (monotonic seconds), or None."""
@@ -476,3 +552,75 @@ def _wait_for_ack(sq, wqe, pending):
     wait = float("inf") if sq.timeout == 0 else 4.096e-6 * (1 << sq.timeout)
     rnr_left = None if pending is None else pending.rnr_left
     return time.monotonic() + wait, rnr_left, retries_left, True
+
+
+# ---------------------------------------------------------------- a message parked at its peer
+
+PARKING = threading.Lock()   # a parked message's words, across this process's threads
+
+
+@contextlib.contextmanager
+def parked_words(seg):
+    """Hold the words of the message parked in QP segment `seg` (layout.P_*) against every other NIC:
+    this process's other threads, and other processes by an fcntl record lock on P_STATE (which dies
+    with its holder). Yields the segment's header."""
+    with PARKING:
+        fcntl.lockf(seg.fd, fcntl.LOCK_EX, 8, P_STATE * 8)
+        try:
+            yield seg.header
+        finally:
+            fcntl.lockf(seg.fd, fcntl.LOCK_UN, 8, P_STATE * 8)
+
+
+class ParkedWQE:
+    """A parked message's fields as respond() reads them from a WQE."""
+    __slots__ = ("opcode", "send_flags", "imm_data", "rkey", "remote_addr")
+
+    def __init__(self, p):
+        self.opcode, self.send_flags, self.imm_data, self.rkey = p[P_OPCODE], p[P_FLAGS], p[P_IMM], p[P_RKEY]
+        self.remote_addr = p[P_REMOTE_ADDR] % (1 << 64)
+
+
+def carry_parked(receiver):
+    """A receive was posted at `receiver` (a PeerQP of this process) while a peer's message is parked
+    there, waiting out RNR NAKs (layout.Q_RNR_WAITING): carry it out now, as the sender's NIC would at its
+    next retry, and leave the answer in the sender's QP, whose NIC completes the WR when it next runs
+    (SendQueue.progress). On rxe the kernel's timer resends whatever the sender's program does; soft0's
+    NIC is that program, which may be blocked elsewhere, waiting for us. A message that cannot go now
+    (its memory deregistered, our QP not ready) stays parked: the sender's own retries deal with it."""
+    h = receiver.header
+    sender = responder.peer_qp(h[Q_RNR_WAITING])
+    h[Q_RNR_WAITING] = 0
+    if sender is None or not sender.alive() or sender.owner_died():   # (a dead process's QP sends nothing)
+        return
+    with parked_words(sender.segment) as p:
+        if p[P_STATE] != PARKED or p[P_DEST] != h[Q_NUM] or p[Q_STATE] == IBV_QPS_ERR:
+            return
+        payload = parked_payload(sender.segment)
+        if payload is None:
+            return
+        try:
+            answer, _ = respond(receiver, ParkedWQE(p), payload, len(payload), p[P_PSN], p[P_COUNT])
+        except ValueError:   # our QP was closed meanwhile (by another thread)
+            return
+        if answer != NO_ANSWER and answer != RNR_NAK:
+            p[P_ANSWER], p[P_STATE] = answer, ANSWERED
+
+
+def parked_payload(seg):
+    """The bytes the message parked in QP segment `seg` carries: its inline data, or what its SGEs name in
+    the sender's MRs; None if an SGE no longer may be read (its MR deregistered, of another PD, too small)."""
+    p = seg.header
+    if p[P_FLAGS] & IBV_SEND_INLINE:
+        return seg.mm[P_SGES * 8:P_SGES * 8 + p[P_LENGTH]]
+    pieces = []
+    for i in range(p[P_NUM_SGE]):
+        addr, length, lkey = p[P_SGES + 3 * i], p[P_SGES + 3 * i + 1], p[P_SGES + 3 * i + 2]
+        if not length:
+            continue
+        mr = responder.mr_segment(lkey)
+        m = mr.header if mr is not None else None
+        if m is None or not m[M_VALID] or m[M_PD] != p[Q_PD] or not 0 <= addr - m[M_ADDR] <= m[M_LENGTH] - length:
+            return None
+        pieces.append(bytes(mr.bytes[addr - m[M_ADDR]:addr - m[M_ADDR] + length]))
+    return b"".join(pieces)
