@@ -198,9 +198,9 @@ def busbw_table(ring, tcp, mpi, yours=None):
                 ("MPI_Allreduce (shared memory)", [m["busbw"] for m in mpi["rows"]])]
     sizes = [r["size"] for r in ring.data["rows"]]
     width = [max(len(name), 6) for name, _ in columns]
-    text = "\n".join([f"{'size':>10} " + " ".join(f"{name:>{w}}" for (name, _), w in zip(columns, width)) + "  (busbw, GB/s)"]
-                     + [f"{s:>10} " + " ".join(f"{values[i]:>{w}.2f}" for (_, values), w in zip(columns, width))
-                        for i, s in enumerate(sizes)])
+    title = f"{'size':>10} " + " ".join(f"{name:>{w}}" for (name, _), w in zip(columns, width)) + "  (busbw, GB/s)"
+    text = "\n".join([title] + [f"{s:>10} " + " ".join(f"{values[i]:>{w}.2f}" for (_, values), w in zip(columns, width))
+                               for i, s in enumerate(sizes)])
     head = "".join(f"<th>{html.escape(name)}</th>" for name, _ in columns)
     body = "".join(f"<tr><td>{s:,}</td>" + "".join(f"<td>{values[i]:.2f}</td>" for _, values in columns) + "</tr>"
                    for i, s in enumerate(sizes))

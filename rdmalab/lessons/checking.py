@@ -126,6 +126,10 @@ class Fabric:
         running = set(range(self.p)) - self.finished
         return all(r in self.waiting and not self.on_the_way[self.waiting[r], r] for r in running)
 
+    def flush(self, rank):
+        with self.cv:
+            self.call(rank)
+
     def finish(self, rank):
         with self.cv:
             self.call(rank)
@@ -133,27 +137,29 @@ class Fabric:
             self.cv.notify_all()
 
 
-class Overwrite(str):
-    """A put that landed on bytes its target may not have used yet, and the put that landed there before."""
+class Overwrite:
+    """A put that landed on bytes its target may not have used yet (`put`), and the put that landed there before."""
 
-    def __new__(cls, put, old):
-        said = str.__new__(cls, f"rank {put.sender}'s put number {put.index + 1} landed on bytes {put.lo} to "
-                                         f"{put.hi} of rank {put.target}'s {put.region}, where rank {old.sender}'s "
-                                         f"put number {old.index + 1} had landed, and nothing rank {put.sender} had "
-                                         f"heard said that rank {put.target} had used it yet")
-        said.put, said.old = put, old
-        return said
+    def __init__(self, put, old):
+        self.put, self.old = put, old
+
+    def __str__(self):
+        put, old = self.put, self.old
+        return (f"rank {put.sender}'s put number {put.index + 1} landed on bytes {put.lo} to {put.hi} of rank "
+                f"{put.target}'s {put.region}, where rank {old.sender}'s put number {old.index + 1} had landed, and "
+                f"nothing rank {put.sender} had heard said that rank {put.target} had used it yet")
 
 
-class Deadlock(str):
+class Deadlock:
     """Every rank that had not returned was waiting for a rank that had nothing on its way to it."""
 
-    def __new__(cls, waiting, finished):
-        who = "; ".join(f"rank {r} waited for rank {peer}" + (" (which had returned)" if peer in finished else "")
-                        for r, peer in sorted(waiting.items()))
-        said = str.__new__(cls, f"every rank waited for another and none had put anything for it: {who}")
-        said.waiting = waiting
-        return said
+    def __init__(self, waiting, finished):
+        self.waiting, self.finished = waiting, finished
+
+    def __str__(self):
+        who = "; ".join(f"rank {r} waited for rank {peer}" + (" (which had returned)" if peer in self.finished else "")
+                        for r, peer in sorted(self.waiting.items()))
+        return f"every rank waited for another and none had put anything for it: {who}"
 
 
 class CheckingTransport:
@@ -193,8 +199,7 @@ class CheckingTransport:
         self.fabric.pause(self.rank)
 
     def flush(self):
-        with self.fabric.cv:
-            self.fabric.call(self.rank)
+        self.fabric.flush(self.rank)   # (nothing to drain here: a call, which says the rank has used what landed)
 
 
 class Run:

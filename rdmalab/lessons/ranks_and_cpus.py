@@ -39,7 +39,8 @@ def one_cpu_each(most=4, cpus=None):
 
 def _disturbed(size, reports):
     """What disturbed these runs ({what ran: report}) at `size`, in words ('' if none was)."""
-    return "; ".join(f"{name}: {r.disturbed(size)}" for name, r in reports.items() if r is not None and r.disturbed(size))
+    said = {name: r.disturbed(size) for name, r in reports.items() if r is not None}
+    return "; ".join(f"{name}: {what}" for name, what in said.items() if what)
 
 
 def _largest(r):

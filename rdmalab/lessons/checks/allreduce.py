@@ -71,8 +71,8 @@ def _judge(what, run):
                     "Each put needs one wait() on the rank it goes to: a rank waits for every put made to it.")
     _values(where, run, 0, ring)
     if overwrite is not None:
-        raise Wrong("Called a second time, as a training loop calls it: " + _overwritten(where, overwrite, run.ranks, ring),
-                    SLOT_HINT if ring else "")
+        said = _overwritten(where, overwrite, run.ranks, ring)
+        raise Wrong(f"Called a second time, as a training loop calls it: {said}", SLOT_HINT if ring else "")
     _values(where, run, 1, ring)
     if ring:
         _ring_shape(where, run)
