@@ -153,39 +153,39 @@ class Communicator:
     def _ring(self, x):
         p, r = self.size, self.rank
         right, left = (r + 1) % p, (r - 1) % p
-        bounds = np.linspace(0, x.size, p + 1).astype(np.int64)   # chunk c is x[bounds[c]:bounds[c+1]]
-        chunk_bytes = int(max(np.diff(bounds))) * x.itemsize
-        seg = max(SEGMENT_BYTES // x.itemsize, 1)
+        bounds = [c * x.size // p for c in range(p + 1)]   # chunk c is x[bounds[c]:bounds[c + 1]]
+        chunk_bytes = max(b - a for a, b in zip(bounds, bounds[1:])) * x.itemsize
+        seg, size = max(SEGMENT_BYTES // x.itemsize, 1), x.itemsize
         stage = self.t.buffer("stage")
         self.handshake([left], [right])
-        # reduce-scatter: in step s we send chunk (r - s) and add the incoming chunk (r - s - 1)
+        # reduce-scatter: in step s we send chunk (r - s) and add the incoming chunk (r - s - 1), segment by
+        # segment, each added as soon as it lands (while it is still in the caches of the CPU that wrote it)
         for s in range(p - 1):
-            send_c, recv_c = (r - s) % p, (r - s - 1) % p
-            lo, hi = bounds[send_c], bounds[send_c + 1]
-            pieces = range(lo, hi, seg) if hi > lo else []
-            for start in pieces:
-                end = min(start + seg, hi)
-                self._send(right, x[start:end], "stage", s * chunk_bytes + (start - lo) * x.itemsize)
-            rlo, rhi = bounds[recv_c], bounds[recv_c + 1]
-            for start in (range(rlo, rhi, seg) if rhi > rlo else []):
-                end = min(start + seg, rhi)
-                self._recv(left)
-                offset = s * chunk_bytes + (start - rlo) * x.itemsize
-                incoming = stage[offset:offset + (end - start) * x.itemsize].view(x.dtype)
-                np.add(x[start:end], incoming, out=x[start:end])
+            send_lo, send_hi = bounds[(r - s) % p], bounds[(r - s) % p + 1]
+            recv_lo, recv_hi = bounds[(r - s - 1) % p], bounds[(r - s - 1) % p + 1]
+            slot = s * chunk_bytes                           # each step has its own slot of the stage
+            for k in range(max(send_hi - send_lo, recv_hi - recv_lo) // seg + 1):
+                start, end = send_lo + k * seg, min(send_lo + (k + 1) * seg, send_hi)
+                if start < end:
+                    self._send(right, x[start:end], "stage", slot + (start - send_lo) * size)
+                start, end = recv_lo + k * seg, min(recv_lo + (k + 1) * seg, recv_hi)
+                if start < end:
+                    self._recv(left)
+                    at = slot + (start - recv_lo) * size
+                    np.add(x[start:end], stage[at:at + (end - start) * size].view(x.dtype), out=x[start:end])
         # right may still be reading its own chunks for its reduce-scatter: wait for its go-ahead
         self.t.signal(left)
         self.t.wait(right, self.alive)
         # all-gather: in step s we send chunk (r + 1 - s), fully reduced, straight into right's result
         for s in range(p - 1):
-            send_c = (r + 1 - s) % p
-            lo, hi = bounds[send_c], bounds[send_c + 1]
-            for start in (range(lo, hi, seg) if hi > lo else []):
-                end = min(start + seg, hi)
-                self._send(right, x[start:end], "data", start * x.itemsize)
-            recv_c = (r - s) % p
-            for _ in (range(bounds[recv_c], bounds[recv_c + 1], seg) if bounds[recv_c + 1] > bounds[recv_c] else []):
-                self._recv(left)
+            send_lo, send_hi = bounds[(r + 1 - s) % p], bounds[(r + 1 - s) % p + 1]
+            recv_lo, recv_hi = bounds[(r - s) % p], bounds[(r - s) % p + 1]
+            for k in range(max(send_hi - send_lo, recv_hi - recv_lo) // seg + 1):
+                start, end = send_lo + k * seg, min(send_lo + (k + 1) * seg, send_hi)
+                if start < end:
+                    self._send(right, x[start:end], "data", start * size)
+                if recv_lo + k * seg < recv_hi:
+                    self._recv(left)
         self.t.flush()
 
     # -------------------------------------------------------------- recursive halving-doubling

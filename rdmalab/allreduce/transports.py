@@ -38,7 +38,19 @@ class PeerLost(RdmalabError):
 
 class RdmaTransport:
     """Full mesh of RC QPs (one per peer), a registered region per name, and a flag array:
-    flags[2 * peer] holds the sequence number of the last put or signal from `peer`."""
+    flags[2 * peer] holds the sequence number of the last put or signal from `peer`.
+
+    What a put costs is what a ring step costs, so it is built as RDMA programs build their fast path:
+    - one post_send per put: the data's WRITE carries its flag's WRITE as next_wr (one doorbell);
+    - the flag WRs are built once, at connect(): a WR's SGE is fixed when it is built (pyverbs copies
+      it), so each peer gets a ring of SLOTS flag WRs, flag n sent from slot n % SLOTS of our sequence
+      memory. The NIC reads a slot when it sends, which may be after we post the next flag: a slot is
+      written again only SLOTS flags later, once the flag sent from it has completed (see _flag);
+    - one flag in SIGNAL_EVERY asks for a completion (a completion costs the NIC and us work: perftest's
+      --cq-mod does the same). An unsignaled WR's queue slot is freed by the next signaled completion,
+      and an error completes whether asked for or not, so a failed write is still seen."""
+    SLOTS = 64            # sequence slots per peer (flags in flight at most)
+    SIGNAL_EVERY = 16     # one flag in this many is signaled
 
     def __init__(self, rank, size, region_bytes):
         from rdmalab import verbs as v
@@ -46,19 +58,20 @@ class RdmaTransport:
         self.v, self.rank, self.size = v, rank, size
         peers = [peer for peer in range(size) if peer != rank]
         # one QP per peer, all on one CQ; MRs (local and remote write): the regions, the flags, and the
-        # sequence numbers we WRITE from
-        sizes = [max(int(region_bytes[name]), 64) for name in REGIONS] + [16 * max(size, 1), 8 * size]
-        self.res = rc.Resources(mr_sizes=sizes, qps=len(peers), max_send_wr=512, max_recv_wr=1, cq_depth=4096,
-                                sq_sig_all=0, max_inline_data=8)   # (a signal's 8 bytes go inline: signal())
+        # sequence numbers we WRITE from (SLOTS a peer)
+        sizes = [max(int(region_bytes[name]), 64) for name in REGIONS] + [16 * max(size, 1), 8 * self.SLOTS * size]
+        self.res = rc.Resources(mr_sizes=sizes, qps=len(peers), max_send_wr=4 * self.SLOTS, max_recv_wr=1,
+                                cq_depth=4096, sq_sig_all=0)
         *regions, self.seq_mr = self.res.mrs
         self.cq, self.mrs = self.res.cq, dict(zip([*REGIONS, "flags"], regions))
         self.views = {name: v.as_array(mr) for name, mr in self.mrs.items()}
+        self.bases = {name: (view.ctypes.data, view.nbytes, self.mrs[name]) for name, view in self.views.items()}
         self.flags = self.views["flags"].view(np.int64)
         self.qps = dict(zip(peers, self.res.qps))
         self.local = {peer: self.res.endpoint(i) for i, peer in enumerate(peers)}
         self.sent = [0] * size          # sequence numbers we put/signalled to each peer
         self.seen = [0] * size          # sequence numbers we have waited for, from each peer
-        self.outstanding = 0
+        self.done = [0] * size          # the last of our flags to each peer known to have completed
         self.seq_view = v.as_array(self.seq_mr).view(np.int64)
 
     def endpoints(self):
@@ -68,56 +81,65 @@ class RdmaTransport:
 
     def connect(self, theirs):
         """`theirs[peer]` is the endpoint `peer` made for us."""
-        self.remote = {}
+        self.remote, self.flag_wrs = {}, {}
         for i, peer in enumerate(self.qps):
             self.remote[peer] = theirs[peer]
             self.res.connect(theirs[peer], i)
+            # flag n: slot n % SLOTS of our sequence memory into peer's flag word for us; signaled or not
+            flag = theirs[peer]["regions"]["flags"]
+            self.flag_wrs[peer] = [[self._wr(peer, self.seq_mr.buf + 8 * (peer * self.SLOTS + slot), 8, self.seq_mr.lkey,
+                                             flag["rkey"], flag["addr"] + 16 * self.rank, signaled)
+                                    for signaled in (False, True)] for slot in range(self.SLOTS)]
 
     def buffer(self, region="data"):
         return self.views[region]
 
-    def _write(self, peer, local_addr, length, lkey, region, offset, signaled, inline=False):
+    def _wr(self, wr_id, local_addr, length, lkey, rkey, remote_addr, signaled=False, next_wr=None):
         v, e = self.v, self.v.enums
-        r = self.remote[peer]["regions"][region]
-        if offset + length > r["length"]:
-            raise ValueError(f"put of {length} bytes at {offset} overflows rank {peer}'s {region} ({r['length']} bytes)")
-        flags = (e.IBV_SEND_SIGNALED if signaled else 0) | (e.IBV_SEND_INLINE if inline else 0)
-        wr = v.wr.SendWR(wr_id=peer, opcode=e.IBV_WR_RDMA_WRITE, num_sge=1, sg=[v.wr.SGE(local_addr, length, lkey)],
-                         send_flags=flags)
-        wr.set_wr_rdma(r["rkey"], r["addr"] + offset)
-        self.qps[peer].post_send(wr)
-        if signaled:
-            self.outstanding += 1
-            if self.outstanding >= 256:
-                self.flush()
+        wr = v.wr.SendWR(wr_id=wr_id, opcode=e.IBV_WR_RDMA_WRITE, num_sge=1, sg=[v.wr.SGE(local_addr, length, lkey)],
+                         send_flags=e.IBV_SEND_SIGNALED if signaled else 0, next_wr=next_wr)
+        wr.set_wr_rdma(rkey, remote_addr)
+        return wr
+
+    def _flag(self, peer):
+        """The WR that carries our next sequence number to peer, written into its slot. First, if need be,
+        waits until the flag sent from that slot SLOTS flags ago has completed."""
+        n = self.sent[peer] = self.sent[peer] + 1
+        if n - self.SLOTS > self.done[peer]:
+            self._until_done(peer, n - self.SLOTS)
+        slot = n % self.SLOTS
+        self.seq_view[peer * self.SLOTS + slot] = n
+        wr = self.flag_wrs[peer][slot][n % self.SIGNAL_EVERY == 0]
+        wr.wr_id = n << 16 | peer     # (its completion says which flag, to whom)
+        return wr
 
     def put(self, peer, src, region, offset):
-        """RDMA WRITE the bytes of `src` (a view into one of our regions) into peer's region at `offset`."""
+        """RDMA WRITE the bytes of `src` (a view into one of our regions) into peer's region at `offset`,
+        then our next sequence number into its flag: one post_send, two WRITEs, in order."""
         src = src.view(np.uint8).reshape(-1)
-        for name, view in self.views.items():
-            base = view.ctypes.data
-            if base <= src.ctypes.data and src.ctypes.data + src.nbytes <= base + view.nbytes:
-                mr = self.mrs[name]
+        at = src.ctypes.data
+        for base, nbytes, mr in self.bases.values():
+            if base <= at and at + src.nbytes <= base + nbytes:
                 break
         else:
             raise ValueError("put() sends from a registered region only: use transport.buffer(...)")
-        if src.nbytes:
-            self._write(peer, mr.buf + (src.ctypes.data - base), src.nbytes, mr.lkey, region, offset, False)
-        self.signal(peer)
+        flag = self._flag(peer)
+        if not src.nbytes:
+            return self.qps[peer].post_send(flag)
+        r = self.remote[peer]["regions"][region]
+        if offset + src.nbytes > r["length"]:
+            raise ValueError(f"put of {src.nbytes} bytes at {offset} overflows rank {peer}'s {region} ({r['length']} bytes)")
+        self.qps[peer].post_send(self._wr(peer, mr.buf + (at - base), src.nbytes, mr.lkey, r["rkey"], r["addr"] + offset,
+                                          next_wr=flag))
 
     def signal(self, peer):
-        """WRITE our next sequence number into peer's flag slot for us; RC keeps it after the data.
-        Inline: post_send copies the 8 bytes, so the next signal may change our slot at once. Without it
-        the NIC reads the slot when it sends, which may be after the next signal has changed it: a flag
-        would then arrive ahead of the data it stands for (a real NIC, or soft0's udp link, does that;
-        soft0's shared memory copies at post time and never showed it)."""
-        self.sent[peer] += 1
-        self.seq_view[peer] = self.sent[peer]
-        self._write(peer, self.seq_mr.buf + 8 * peer, 8, self.seq_mr.lkey, "flags", 16 * self.rank, True, inline=True)
+        """WRITE our next sequence number into peer's flag slot for us; RC keeps it after the data."""
+        self.qps[peer].post_send(self._flag(peer))
 
     def wait(self, peer, alive=None):
         """Watch our own flag memory until peer's next sequence number has landed (rdmalab.proc.waiting:
-        spin, yield, then sleep until the write wakes us; between sleeps, check for failed writes)."""
+        spin as long as a collective's step may take while every rank has a CPU, then sleep until the
+        write wakes us; between sleeps, check for failed writes)."""
         self.seen[peer] += 1
         want, slot = self.seen[peer], 2 * peer
         flags = self.flags
@@ -128,31 +150,42 @@ class RdmaTransport:
             self._reap()
             return alive is None or alive(peer)
         try:
-            waiting.memory(lambda: flags[slot] >= want, self.mrs["flags"], peer_timeout(), f"rank {peer}", healthy)
+            waiting.memory(lambda: flags[slot] >= want, self.mrs["flags"], peer_timeout(), f"rank {peer}", healthy,
+                           spin_s=waiting.COLLECTIVE_SPIN_S)
         except TimeoutError:
             raise PeerLost(f"rank {self.rank}: rank {peer} sent nothing for {peer_timeout():.0f} s") from None
 
-    def _reap(self):
-        """Poll completions of signaled writes; an error completion means a peer is gone."""
+    def _reap(self, wcs=None):
+        """Take completions (polled now, or those given): each is a signaled flag's, and says its QP's
+        earlier WRs are done too; an error completion, asked for or not, means a peer is gone."""
         from rdmalab.errors import explain_status
-        while True:
-            n, wcs = self.cq.poll(16)
-            for wc in wcs:
-                if wc.status != 0:
-                    raise PeerLost(f"rank {self.rank}: a write to rank {wc.wr_id} failed with status "
-                                   f"{explain_status(wc.status)}")
-                self.outstanding -= 1
-            if not n:
-                return
+        for wc in self.cq.poll(16)[1] if wcs is None else wcs:
+            peer, flag = wc.wr_id & 0xFFFF, wc.wr_id >> 16
+            if wc.status != 0:
+                raise PeerLost(f"rank {self.rank}: a write to rank {peer} failed with status "
+                               f"{explain_status(wc.status)}")
+            self.done[peer] = max(self.done[peer], flag)
+
+    def _until_done(self, peer, flag):
+        """Wait until our flag number `flag` to peer has completed."""
+        while self.done[peer] < flag:
+            try:
+                self._reap(waiting.poll(self.cq, 16, peer_timeout(), "our writes' completions"))
+            except TimeoutError:
+                raise PeerLost(f"rank {self.rank}: writes to rank {peer} not completed within "
+                               f"{peer_timeout():.0f} s") from None
 
     def flush(self):
-        def drained():
-            self._reap()
-            return self.outstanding <= 0
-        try:
-            waiting.until(drained, peer_timeout(), "our writes' completions", bell=getattr(self.cq, "bell", None))
-        except TimeoutError:
-            raise PeerLost(f"rank {self.rank}: writes not completed within {peer_timeout():.0f} s") from None
+        """Block until every WRITE we posted has completed (so the memory it read may change). A last flag
+        that was not signaled is sent again, signaled: the same number again changes nothing there."""
+        for peer, n in enumerate(self.sent):
+            if peer == self.rank or self.done[peer] >= n:
+                continue
+            if n % self.SIGNAL_EVERY:
+                wr = self.flag_wrs[peer][n % self.SLOTS][True]
+                wr.wr_id = n << 16 | peer
+                self.qps[peer].post_send(wr)
+            self._until_done(peer, n)
 
     def close(self):
         try:

@@ -39,6 +39,10 @@ from rdmalab.proc.cpus import usable_cpus
 
 # with two CPUs or more, and one per peer
 SPIN_S = settings.number("RDMALAB_SPIN_US", 50, 0, 1e6, "a spin time in microseconds, 0 to 1000000") * 1e-6
+# a collective's ranks (rdmalab.allreduce) wait for a neighbour doing the same work as they are: spin for up
+# to a step's time, as MPI's and NCCL's progress engines do, where a sleep and a wake-up would cost more than
+# the step (tens to hundreds of microseconds in a VM). Only while every rank has a CPU, as above.
+COLLECTIVE_SPIN_S = 5e-3
 PEERS_ENV = "RDMALAB_LOCAL_PEERS"   # processes on this host that wait for each other (a cluster's local ranks)
 YIELDS = 100                 # with fewer than two: about 2 us each when the peer shares our CPU
 SLEEP_CHUNK_S = 0.002        # a sleeper checks at least this often (a lost wake-up costs no more)
@@ -113,12 +117,13 @@ def answers_come_through_nic_processes(count):
         _policy, _nic_processes = None, count
 
 
-def until(ready, timeout, what="the peer", bell=None, alive=None, busy=True):
+def until(ready, timeout, what="the peer", bell=None, alive=None, busy=True, spin_s=None):
     """Return as soon as ready() is true. TimeoutError naming `what` after `timeout` seconds;
     `alive()` returning False (a dead peer) ends the wait early with the same error.
     `bell`: an object with arm() -> token, sleep(token, seconds), disarm(), whose sleep a peer can
     end early (soft0's Bell); without one, sleeps are short naps. busy=False skips spinning and
-    yielding: the caller asked to sleep, as a blocking read of a completion channel does."""
+    yielding: the caller asked to sleep, as a blocking read of a completion channel does. spin_s:
+    spin this long instead of SPIN_S, where the policy spins at all (COLLECTIVE_SPIN_S)."""
     if ready():
         return
     p = _policy or policy()
@@ -129,7 +134,7 @@ def until(ready, timeout, what="the peer", bell=None, alive=None, busy=True):
         # a gap in our own clock means another process had the CPU for a while: when a yield hands the CPU
         # to a CPU-bound process it keeps it for a whole slice (about 2 ms), so go to sleep, where the
         # peer's write wakes us ahead of it
-        yields, stop = p.yields, last + p.spin_s
+        yields, stop = p.yields, last + (p.spin_s if spin_s is None or not p.spin_s else spin_s)
         while yields or last < stop:
             if yields:
                 yield_cpu()
@@ -178,10 +183,10 @@ def poll(cq, num_entries=1, timeout=10.0, what="a completion", alive=None):
     return got
 
 
-def memory(ready, mr, timeout=10.0, what="the peer", alive=None):
+def memory(ready, mr, timeout=10.0, what="the peer", alive=None, spin_s=None):
     """Wait until ready() sees what a peer wrote into `mr`'s memory. On soft0 a sleeper is woken by
     the write itself; on a real device only the CPU can look, so long waits nap."""
-    until(ready, timeout, what, bell=getattr(mr, "bell", None), alive=alive)
+    until(ready, timeout, what, bell=getattr(mr, "bell", None), alive=alive, spin_s=spin_s)
 
 
 # ---------------------------------------------------------------- futexes, through ctypes
