@@ -21,17 +21,24 @@ if [ $# -gt 0 ]; then
   RDMALAB_PROVIDER=pyverbs python -m pytest -p no:cacheprovider -ra -m "not host_only" "$@"   # (testpaths: tests/)
   exit
 fi
+t0=$(date +%s)
+lap() { now=$(date +%s); times="$times $1 $((now - t0)) s;"; t0=$now; }
 echo "== the conformance suite on soft0 (for the differential check)"
 RDMALAB_PROVIDER=soft RDMALAB_TRACE=/tmp/trace-soft.json python -m pytest -q -p no:cacheprovider tests/conformance | tail -1
+lap "conformance on soft0"
 echo "== every test on rxe0"
 RDMALAB_PROVIDER=pyverbs RDMALAB_TRACE=/tmp/trace-rxe.json python -m pytest -p no:cacheprovider -ra --durations=15 -m "not host_only" tests "$@"
 tests=$?
+lap "every test on rxe0"
 python softroce/compare_traces.py /tmp/trace-soft.json /tmp/trace-rxe.json
 differential=$?
 echo "== the differential fuzzer: generated programs on soft0 and rxe0"
 python -m tests.fuzz.differential
 fuzz=$?
+lap "the fuzzer"
 echo "== rdma-core's own tests on rxe0 and soft0"
 sh softroce/rdma-core-tests.sh
 rdmacore=$?
+lap "rdma-core's tests"
+echo "== times (in the guest, under CPU emulation):$times"
 [ $tests -eq 0 ] && [ $differential -eq 0 ] && [ $fuzz -eq 0 ] && [ $rdmacore -eq 0 ]
