@@ -73,6 +73,9 @@ class RdmaTransport:
         self.seen = [0] * size          # sequence numbers we have waited for, from each peer
         self.done = [0] * size          # the last of our flags to each peer known to have completed
         self.seq_view = v.as_array(self.seq_mr).view(np.int64)
+        # what _wr builds every put from, looked up once (a put's cost is a ring step's)
+        self.SendWR, self.SGE = v.wr.SendWR, v.wr.SGE
+        self.WRITE, self.SIGNALED = v.enums.IBV_WR_RDMA_WRITE, v.enums.IBV_SEND_SIGNALED
 
     def endpoints(self):
         """What each peer needs: our QP for it, and every region's rkey and address."""
@@ -95,9 +98,8 @@ class RdmaTransport:
         return self.views[region]
 
     def _wr(self, wr_id, local_addr, length, lkey, rkey, remote_addr, signaled=False, next_wr=None):
-        v, e = self.v, self.v.enums
-        wr = v.wr.SendWR(wr_id=wr_id, opcode=e.IBV_WR_RDMA_WRITE, num_sge=1, sg=[v.wr.SGE(local_addr, length, lkey)],
-                         send_flags=e.IBV_SEND_SIGNALED if signaled else 0, next_wr=next_wr)
+        wr = self.SendWR(wr_id=wr_id, opcode=self.WRITE, num_sge=1, sg=[self.SGE(local_addr, length, lkey)],
+                         send_flags=self.SIGNALED if signaled else 0, next_wr=next_wr)
         wr.set_wr_rdma(rkey, remote_addr)
         return wr
 
