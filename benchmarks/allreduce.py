@@ -85,6 +85,57 @@ def copy_rates(sizes):
     return out
 
 
+def cpu_floor(size, ranks=2, shared=True, repeats=9):
+    """Seconds the least work of one rank of a ring takes when its CPU is the NIC (soft0): copy its
+    (p-1)/p share out (reduce-scatter), add as much, copy as much out again (all-gather), with numpy on
+    this process's CPU, in shared memory as soft0's regions are (tmpfs: 4 KiB pages wherever
+    /sys/kernel/mm/transparent_hugepage/shmem_enabled says never, Debian's and Ubuntu's default), or in
+    private memory (which numpy gives huge pages). On a hardware NIC the copies are the NIC's DMA and only
+    the add is the CPU's."""
+    import numpy as np
+    from multiprocessing import shared_memory
+    n = size * (ranks - 1) // ranks
+    segments = [shared_memory.SharedMemory(create=True, size=n) for _ in range(3)] if shared else []
+    try:
+        x, stage, out = ([np.ndarray(n // 4, np.float32, buffer=seg.buf) for seg in segments] if shared
+                         else [np.empty(n // 4, np.float32) for _ in range(3)])
+        x[:], stage[:], out[:] = 1, 1, 0
+        times = []
+        for _ in range(repeats):
+            t = time.perf_counter()
+            np.copyto(out, x)
+            np.add(x, stage, out=x)
+            np.copyto(out, x)
+            times.append(time.perf_counter() - t)
+        del x, stage, out
+        return float(np.median(times))
+    finally:
+        for seg in segments:
+            seg.close()
+            seg.unlink()
+
+
+def _floor_in_child(size, ready, results):
+    ready.wait()
+    results.put(cpu_floor(size))
+
+
+def cpu_floor_together(size, ranks=2):
+    """cpu_floor of every rank at once, each in a process of its own (they share the memory bus, as the
+    ranks do): the slowest rank's seconds."""
+    import multiprocessing
+    spawn = multiprocessing.get_context("spawn")
+    ready, results = spawn.Barrier(ranks), spawn.Queue()
+    children = [spawn.Process(target=_floor_in_child, args=(size, ready, results)) for _ in range(ranks)]
+    for child in children:
+        child.start()
+    try:
+        return max(results.get(timeout=120) for _ in children)
+    finally:
+        for child in children:
+            child.join(10)
+
+
 def busbw(size, seconds, ranks=2):
     return size / seconds / 1e9 * 2 * (ranks - 1) / ranks
 
@@ -126,6 +177,18 @@ def main(argv=None):
     figures["rdma_over_tcp_by_size"] = {str(n): tcp[n]["time"] / rdma[n]["time"] for n in compared}
     figures["rdma_over_mpi_by_size"] = {str(n): mpi[n]["time_us"] * 1e-6 / rdma[n]["time"] for n in compared}
     figures["rdma_16MiB_over_memcpy"] = figures["ring_rdma_16MiB_busbw"] / copies[str(16 * MiB)]
+    # what bounds that ratio on soft0: a rank's CPU copies out, adds and copies out again (the NIC's work is
+    # the CPU's), in shared memory, which copies at half the speed of numpy's private memory where tmpfs has
+    # no huge pages
+    floors = {"shared memory": cpu_floor(16 * MiB), "private memory": cpu_floor(16 * MiB, shared=False),
+              "shared memory, both ranks at once": cpu_floor_together(16 * MiB)}
+    figures["cpu_floor_16MiB"] = {kind: {"ms": t * 1e3, "busbw_GBps": busbw(16 * MiB, t),
+                                         "over_memcpy": busbw(16 * MiB, t) / copies[str(16 * MiB)]}
+                                  for kind, t in floors.items()}
+    figures["cpu_floor_16MiB"]["ring_over_floor_time"] = rdma[16 * MiB]["time"] / floors["shared memory, both ranks at once"]
+    figures["cpu_floor_16MiB"]["what"] = ("one rank's least CPU work at 16 MiB, 2 ranks, when the CPU is the NIC: "
+                                          "copy 8 MiB out, add 8 MiB, copy 8 MiB out (numpy, one CPU); memcpy is "
+                                          "numpy's copy of 16 MiB in private memory")
     figures["four_ranks_rdma_over_tcp"] = {str(n): tcp_four[n]["time"] / four[n]["time"] for n in (1 * MiB, 16 * MiB)}
     figures["one_cpu_4_ranks_1MiB_ms"] = {t: r["time"] * 1e3 for t, r in one_core.items()}
     figures["one_cpu_rdma_over_tcp_time"] = one_core["rdma"]["time"] / one_core["tcp"]["time"]
