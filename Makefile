@@ -30,7 +30,7 @@ lab: $(STAMP)
 	$(PY) -m rdmalab.lab notebooks/
 
 test: $(STAMP) workshop-deps wire-deps browser-deps
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest --durations=15 $(PYTEST_ARGS)
 
 # npm (Debian: nodejs npm, installed here when root), then configurable-http-proxy into ~/.cache/rdmalab.
 # Without them tests/workshop skips and says why (.ci/run sets RDMALAB_WORKSHOP_TEST=1: there it fails).
