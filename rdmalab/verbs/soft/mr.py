@@ -1,7 +1,8 @@
 """Memory regions: a buffer the NIC may touch, named by its keys.
 
 MR(pd, length, access) allocates a page-aligned buffer in a shared-memory segment `rdmalab-mr-<lkey>`
-and registers it. What real rxe does, this does:
+and registers it; MR(pd, length, access, address=...) registers the program's own pages from `address`
+(a page boundary), mapping the segment over them (shm.Segment.create_over). What real rxe does, this does:
 - lkey == rkey when any remote access is granted; rkey is 0 otherwise;
 - REMOTE_WRITE or REMOTE_ATOMIC without LOCAL_WRITE is refused (EINVAL), as are length 0 and the
   access flags Linux 6.1's rxe does not know (FLUSH_GLOBAL, FLUSH_PERSISTENT);
@@ -47,24 +48,24 @@ class MR(Resource):
         if not isinstance(creator, PD):
             raise PyverbsUserError(f"Expected PD, got {type(creator)}")
         creator.check_open()
-        if address is not None or implicit:
-            raise PyverbsUserError(
-                "The emulated NIC registers only memory it allocates: use MR(pd, length, access) and "
-                "view the buffer with rdmalab.verbs.as_array(mr)")
+        if implicit:
+            raise PyverbsUserError("The emulated NIC registers no implicit MR (the whole address space): register "
+                                   "a buffer, MR(pd, length, access) or MR(pd, length, access, address=...)")
         length = index(length)   # (pyverbs passes it to C as a size_t: 1.5 bytes is a TypeError there too)
         needs_local_write = access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)
         if length <= 0 or (needs_local_write and not access & IBV_ACCESS_LOCAL_WRITE) or access & UNKNOWN_TO_LINUX_6_1:
             raise PyverbsRDMAError(
                 f"Failed to register a MR. length: {length}, access flags: {access}", EINVAL)
         self.pd, self.length, self.access = creator, int(length), int(access)
-        self._segment, self.lkey = _new_segment(self.length)
+        self._segment, self.lkey = _new_segment(self.length, address, access)
         self.rkey = self.lkey if access & REMOTE_ACCESS else 0
-        self.buf = self._segment.address
+        self.buf = self._segment.address if address is None else index(address)
         self.data = self._segment.data  # numpy uint8 view of the buffer
         self.bell = self._segment.bell  # rdmalab.proc.waiting sleeps on it; a peer's write wakes it
         self.memory = self._segment.bytes  # the buffer as a memoryview: what the NIC copies from and to
         self.windows = set()  # MWs bound to it: it cannot be deregistered while one is
-        self.data[::4096] = 0  # registering pins every page: the kernel faults each one in; so do we
+        if address is None:
+            self.data[::4096] = 0  # registering pins every page: the kernel faults each one in; so do we
         words = self._segment.words
         words[M_ACCESS], words[M_LENGTH], words[M_ADDR], words[M_PD] = access, self.length, self.buf, creator.handle
         words[M_VALID] = 1
@@ -125,16 +126,33 @@ class MR(Resource):
         self._segment.close()
 
 
-def _new_segment(length):
+def _new_segment(length, address=None, access=0):
+    """A segment for a new MR and its key: fresh memory, or the program's own at `address` (MR(..., address=)),
+    which must begin on a page, as the buffers pyverbs allocates and mmap's do (ibv_reg_mr takes any address:
+    soft0 maps whole pages over the program's)."""
+    if address is not None and index(address) % shm.PAGE:
+        raise PyverbsUserError(f"The emulated NIC registers memory of yours only from a page boundary, and "
+                               f"{index(address):#x} is {index(address) % shm.PAGE} bytes past one: allocate it "
+                               f"with mmap.mmap(-1, length) (or let MR(pd, length, access) allocate it)")
     while True:
         key = random.getrandbits(31) or 1   # (WINDOW_KEY clear)
         try:
-            return shm.Segment.create(segment_name(key), length), key
+            if address is None:
+                return shm.Segment.create(segment_name(key), length), key
+            writable = bool(access & (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC
+                                      | IBV_ACCESS_MW_BIND))
+            return shm.Segment.create_over(segment_name(key), index(address), length, writable), key
         except FileExistsError:
             continue
-        except OSError as error:   # a real device says ENOMEM when it cannot pin the pages
+        except OSError as error:
+            if error.errno == errno.EFAULT:   # what ibv_reg_mr says of memory the process cannot use so
+                raise PyverbsRDMAError(f"Failed to register a MR: {error.strerror}", errno.EFAULT) from None
+            if error.errno == errno.EBUSY:
+                raise PyverbsUserError(f"The emulated NIC cannot register the same pages twice ({error.strerror}): "
+                                       "a real device can; register them once, with the access both need")
             if error.errno != errno.ENOSPC:
                 raise
+            # a real device says ENOMEM when it cannot pin the pages
             raise PyverbsRDMAError(f"Failed to register a MR: {shm.no_room(length)}", ENOMEM) from None
 
 

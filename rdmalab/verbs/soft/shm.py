@@ -12,6 +12,7 @@ The rules that keep them safe:
   which runs whenever a device is opened;
 - the owner unlinks its files on close(), and a finalizer does it at exit or garbage collection.
 """
+import ctypes
 import errno
 import mmap
 import os
@@ -30,6 +31,8 @@ from .layout import W_BELL, W_MAGIC, W_OWNER_PID, W_SLEEPERS
 MAGIC = 0x52444D414C4142  # "RDMALAB"
 PREFIX = "rdmalab-"
 HEADER_BYTES = 4096  # data starts page-aligned, as pyverbs' MR buffers are
+PAGE = mmap.PAGESIZE
+MAP_FIXED = 0x10     # (Linux's, on every architecture the lab runs on; Python's mmap module does not name it)
 
 
 ENOUGH_SHM = 1 << 30   # a smaller /dev/shm (Docker's and many containers' default is 64 MiB) is passed over
@@ -130,6 +133,33 @@ class Segment:
             return None
         return seg if seg.words[W_MAGIC] == MAGIC else None
 
+    @classmethod
+    def create_over(cls, name, address, length, writable=True):
+        """A segment whose data are the `length` bytes this process already has at `address` (page-aligned):
+        what the program registers with MR(pd, length, access, address=...). Their pages' bytes are copied
+        into the segment, then the segment's data are mapped over them at the same address (MAP_FIXED), with
+        the protection they had: the program's own pointers keep working and see what they saw, what it
+        writes there is what a NIC reads, and another process maps the segment by name, as a NIC reaches
+        pinned pages. When the segment is closed the program's mapping stays (of a file now unlinked), so
+        the memory outlives its registration, as it does after ibv_dereg_mr. Raises OSError: EFAULT if
+        part of the range is not mapped readable, or `writable` (the access lets the NIC write) and not
+        writable (ibv_reg_mr's answers), EBUSY if a live segment backs part of it (a second registration of
+        the same pages: soft0 cannot give pages two segments)."""
+        pages = -(-length // PAGE) * PAGE
+        prot = _protection(address, pages)
+        if writable and not prot & mmap.PROT_WRITE:
+            raise OSError(errno.EFAULT, f"{address:#x}: the pages are read-only and the access lets the NIC write")
+        seg = cls.create(name, pages)
+        try:
+            ctypes.memmove(seg.address, address, pages)   # what the program had there (faulting its pages in)
+            if _libc().mmap(ctypes.c_void_p(address), ctypes.c_size_t(pages), prot, mmap.MAP_SHARED | MAP_FIXED,
+                            seg.fd, ctypes.c_long(HEADER_BYTES)) != address:
+                raise OSError(ctypes.get_errno(), f"mmap over {address:#x}: {os.strerror(ctypes.get_errno())}")
+        except BaseException:
+            seg.close()
+            raise
+        return seg
+
     def ring(self):
         """A NIC wrote here: wake the owner if it sleeps on this segment. No syscall unless it does."""
         h = self.header
@@ -145,6 +175,37 @@ class Segment:
                 view.release()
         self.words = self.data = self.header = self.bytes = None
         self._finalizer()
+
+
+def _libc():
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    return libc
+
+
+def _protection(address, length):
+    """The protection (PROT_*) of this process's pages [address, address+length), from /proc/self/maps: all
+    mapped, readable, with one protection; OSError EFAULT if not, EBUSY if a live segment's file backs any
+    (a segment closed since is "(deleted)": its pages may be registered again)."""
+    end, covered, prots = address + length, address, set()
+    with open("/proc/self/maps") as maps:
+        spans = []
+        for line in maps:
+            fields = line.split(maxsplit=5)
+            lo, hi = (int(x, 16) for x in fields[0].split("-"))
+            if lo < end and hi > address:
+                spans.append((lo, hi, fields[1], fields[5].strip() if len(fields) > 5 else ""))
+    for lo, hi, perms, path in sorted(spans):
+        if lo > covered or "r" not in perms:
+            break
+        if os.path.basename(path).startswith(PREFIX) and not path.endswith("(deleted)"):
+            raise OSError(errno.EBUSY, f"{os.path.basename(path)} already backs {max(lo, address):#x}")
+        prots.add(mmap.PROT_READ | (mmap.PROT_WRITE if "w" in perms else 0))
+        covered = hi
+    if covered < end:
+        raise OSError(errno.EFAULT, f"{covered:#x} is not mapped readable in this process")
+    return min(prots)   # (mixed: the stricter, read-only)
 
 
 class Bell:
