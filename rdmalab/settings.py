@@ -10,6 +10,9 @@ ranks it starts, which inherit them.
     local_peers()   RDMALAB_LOCAL_PEERS  processes on this host that wait for each other (set by a cluster)
     soft_link()     RDMALAB_SOFT_LINK    soft0's link: shm (shared memory) or udp (RoCEv2 packets)
     soft_host()     RDMALAB_SOFT_HOST    this process's host address on soft0's udp link
+    pyverbs_version() RDMALAB_PYVERBS    the pyverbs soft0 answers a program run by `python -m
+                                         rdmalab.verbs.run` as: 44 (any up to 58) or 59 (or later); unset,
+                                         the program's first import of an enum module decides
 The others (RDMALAB_SPIN_US, RDMALAB_ENGINE_TIMEOUT, ...) are read with number() where they are used.
 """
 import ipaddress
@@ -49,6 +52,21 @@ def soft_link():
         raise SystemExit(f"rdmalab: RDMALAB_SOFT_LINK={chosen!r} is not one of soft0's links: 'shm' (shared memory, "
                          f"the default) or 'udp' (RoCEv2 packets between NIC processes); set one, or unset it")
     return chosen
+
+
+def pyverbs_version():
+    """RDMALAB_PYVERBS: the pyverbs version (an rdma-core release, 22 or later: pyverbs came with 22) soft0
+    answers a program as, or None. 58 and before have pyverbs.enums and give plain ints, 59 and later have
+    pyverbs.libibverbs_enums and give enum members (rdmalab/verbs/soft/pyverbs_generation.py)."""
+    text = os.environ.get("RDMALAB_PYVERBS", "").strip()
+    if not text:
+        return None
+    parts = text.lstrip("vV").split(".")
+    if not all(part.isdigit() for part in parts) or not 22 <= int(parts[0]) <= 999:
+        raise SystemExit(f"rdmalab: RDMALAB_PYVERBS={text!r} is not a pyverbs version: set one (44 for pyverbs "
+                         f"<= 58, as Debian 12's; 59 for >= 59, as PyPI's), or unset it to let the program's "
+                         f"first import of pyverbs.enums or pyverbs.libibverbs_enums decide")
+    return int(parts[0])
 
 
 def soft_host():

@@ -24,19 +24,25 @@ import importlib.util
 import os
 import runpy
 import sys
+import types
 
+from rdmalab import settings
 from rdmalab.verbs import ENUM_MODULES, MODULES
+from rdmalab.verbs.soft import pyverbs_generation
 
 SOFT = "rdmalab.verbs.soft"
 SHIM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pyverbs_shim")
 
 
 class _SoftPyverbs(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Imports of `pyverbs` and `pyverbs.X.Y` get rdmalab.verbs.soft and rdmalab.verbs.soft.X.Y."""
+    """Imports of `pyverbs` and `pyverbs.X.Y` get rdmalab.verbs.soft and rdmalab.verbs.soft.X.Y; those of
+    the enum modules only if they are of the program's pyverbs generation (soft/pyverbs_generation.py)."""
 
     def find_spec(self, fullname, path=None, target=None):
         if fullname != "pyverbs" and not fullname.startswith("pyverbs."):
             return None
+        if not pyverbs_generation.admit(fullname[len("pyverbs."):]):
+            raise pyverbs_generation.refusal(fullname[len("pyverbs."):])
         soft_name = SOFT + fullname[len("pyverbs"):]
         try:
             found = importlib.util.find_spec(soft_name)
@@ -55,12 +61,35 @@ class _SoftPyverbs(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 
 def install():
-    """Make `pyverbs` and its modules name the emulated NIC in this interpreter."""
+    """Make `pyverbs` and its modules name the emulated NIC in this interpreter. The enum modules are left
+    for the finder, which admits one generation's (RDMALAB_PYVERBS's, else that of the first imported)."""
     if not any(isinstance(f, _SoftPyverbs) for f in sys.meta_path):
         sys.meta_path.insert(0, _SoftPyverbs())
-    sys.modules["pyverbs"] = importlib.import_module(SOFT)
-    for name in MODULES + ENUM_MODULES:
+    if not isinstance(sys.modules.get("pyverbs"), _Pyverbs):
+        sys.modules["pyverbs"] = _Pyverbs(importlib.import_module(SOFT))
+    for name in MODULES:
         sys.modules[f"pyverbs.{name}"] = importlib.import_module(f"{SOFT}.{name}")
+    version = settings.pyverbs_version()
+    if version is not None:
+        pyverbs_generation.decide(pyverbs_generation.generation_of(version), f"RDMALAB_PYVERBS={version}")
+
+
+class _Pyverbs(types.ModuleType):
+    """The package `pyverbs` as a program sees it: rdmalab.verbs.soft under pyverbs' name, so that `from
+    pyverbs import enums` asks the finder for pyverbs.enums (and the rule of the program's generation), as
+    an install would; with soft0's package itself, Python would find rdmalab.verbs.soft.enums instead."""
+
+    def __init__(self, soft):
+        super().__init__("pyverbs", soft.__doc__)
+        self.__path__, self.__file__, self._soft = soft.__path__, soft.__file__, soft
+
+    def __getattr__(self, name):   # (only for names not set yet: a submodule not imported through pyverbs.X)
+        if name.startswith("_"):
+            return getattr(self._soft, name)
+        try:
+            return importlib.import_module(f"pyverbs.{name}")
+        except ModuleNotFoundError:
+            raise AttributeError(f"module 'pyverbs' has no attribute {name!r}") from None
 
 
 def uninstall():
@@ -68,6 +97,7 @@ def uninstall():
     sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _SoftPyverbs)]
     for name in [n for n in sys.modules if n == "pyverbs" or n.startswith("pyverbs.")]:
         del sys.modules[name]
+    pyverbs_generation.reset()
 
 
 def main(argv=None):
