@@ -25,7 +25,9 @@ from .base import Record, Resource
 from .device import Context
 from .hardware import DEVICE_ATTR
 from .pyverbs_error import PyverbsRDMAError, PyverbsUserError
-from .libibverbs_enums import ibv_create_cq_wc_flags
+from .libibverbs_enums import ibv_create_cq_wc_flags, ibv_wc_opcode, ibv_wc_status
+from . import pyverbs_generation
+from .pyverbs_generation import returned
 from .utils import field_lines, flags_to_str
 
 EINTR, EBADF, EINVAL = 4, 9, 22
@@ -44,12 +46,15 @@ def forget_the_dead():
 
 
 class WC:
-    """One work completion, with pyverbs' attribute names."""
+    """One work completion, with pyverbs' attribute names. status and opcode are ints, or members of
+    ibv_wc_status and ibv_wc_opcode in a program of pyverbs >= 59 (pyverbs_generation.py): converted as
+    the WC is made, which is what poll() pays for once per completion (a value set later stays as set)."""
     __slots__ = ("wr_id", "status", "opcode", "vendor_err", "byte_len", "qp_num", "src_qp", "imm_data",
                  "wc_flags", "pkey_index", "slid", "sl", "dlid_path_bits")
 
     def __init__(self, wr_id=0, status=0, opcode=0, vendor_err=0, byte_len=0, qp_num=0, src_qp=0, imm_data=0,
                  wc_flags=0, pkey_index=0, slid=0, sl=0, dlid_path_bits=0):
+        status, opcode = returned(ibv_wc_status, status), returned(ibv_wc_opcode, opcode)
         self.wr_id, self.status, self.opcode, self.vendor_err, self.byte_len = wr_id, status, opcode, vendor_err, byte_len
         self.qp_num, self.src_qp, self.imm_data, self.wc_flags = qp_num, src_qp, imm_data, wc_flags
         self.pkey_index, self.slid, self.sl, self.dlid_path_bits = pkey_index, slid, sl, dlid_path_bits
@@ -104,9 +109,27 @@ def create_wc_flags_to_str(flags):
     return flags_to_str(flags, CREATE_WC_FLAG_NAMES)
 
 
-def new_wc(wr_id, status, opcode, byte_len, qp_num, imm_data, wc_flags, src_qp=0, _new=object.__new__):
+_STATUS, _OPCODE = {}, {}   # {value: member} while the program is of pyverbs >= 59, else empty
+
+
+@pyverbs_generation.when_decided
+def _completions_of(generation):
+    _STATUS.clear()
+    _OPCODE.clear()
+    if generation == pyverbs_generation.NEW:
+        _STATUS.update(pyverbs_generation.members(ibv_wc_status))
+        _OPCODE.update(pyverbs_generation.members(ibv_wc_opcode))
+
+
+def new_wc(wr_id, status, opcode, byte_len, qp_num, imm_data, wc_flags, src_qp=0, _new=object.__new__,
+           _status=_STATUS, _opcode=_OPCODE):
     """A WC as poll() returns it, made without __init__'s keyword handling: polling is a hot path."""
     wc = _new(WC)
+    if _status:   # pyverbs >= 59: members, from the prebuilt tables
+        try:
+            status, opcode = _status[status], _opcode[opcode]
+        except KeyError:
+            status, opcode = returned(ibv_wc_status, status), returned(ibv_wc_opcode, opcode)
     wc.wr_id, wc.status, wc.opcode, wc.byte_len, wc.qp_num, wc.imm_data, wc.wc_flags, wc.src_qp = \
         wr_id, status, opcode, byte_len, qp_num, imm_data, wc_flags, src_qp
     wc.vendor_err = wc.pkey_index = wc.slid = wc.sl = wc.dlid_path_bits = 0
