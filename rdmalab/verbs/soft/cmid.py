@@ -46,6 +46,7 @@ from .librdmacm_enums import (RAI_PASSIVE, RDMA_OPTION_ID_ACK_TIMEOUT, rdma_cm_e
 from .mr import MR
 from .pd import PD
 from .pyverbs_error import PyverbsRDMAError, PyverbsUserError
+from .pyverbs_generation import returns
 from .qp import QP, QPAttr, QPInitAttr
 from .wr import SGE, RecvWR, SendWR
 
@@ -263,6 +264,9 @@ class CMEvent:
 
     def close(self):
         self._acked = True
+
+
+returns(CMEvent, event_type=EV)   # (an int in pyverbs <= 58, a member in >= 59: pyverbs_generation.py)
 
 
 # ---------------------------------------------------------------- the CM id

@@ -214,6 +214,7 @@ import struct  # noqa: E402
 from .base import Record, absent, not_supported  # noqa: E402
 from . import libibverbs_enums as _enums  # noqa: E402
 from .libibverbs_enums import ibv_device_cap_flags, ibv_port_cap_flags2  # noqa: E402
+from .pyverbs_generation import returns  # noqa: E402
 
 DM = absent("DM", "Device memory (ibv_alloc_dm)", rxe_has=False)
 
@@ -226,6 +227,12 @@ class AsyncEvent:
 
     def ack(self):
         pass
+
+
+# what pyverbs >= 59 returns as enum members (pyverbs_generation.py)
+returns(PortAttr, state=_enums.ibv_port_state, max_mtu=_enums.ibv_mtu, active_mtu=_enums.ibv_mtu)
+returns(DeviceAttr, atomic_caps=_enums.ibv_atomic_cap)
+returns(AsyncEvent, event_type=_enums.ibv_event_type)
 
 
 class AllocDmAttr:

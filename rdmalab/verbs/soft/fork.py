@@ -1,6 +1,7 @@
 """pyverbs.fork: fork support. soft0's registered memory is shared memory, which a fork() does not copy on
 write, so fork needs no preparation: as libibverbs reports on kernels that need none, UNNEEDED."""
 from .libibverbs_enums import ibv_fork_status
+from .pyverbs_generation import returned
 
 
 def fork_init():
@@ -8,4 +9,4 @@ def fork_init():
 
 
 def is_fork_initialized():
-    return ibv_fork_status.IBV_FORK_UNNEEDED
+    return returned(ibv_fork_status, ibv_fork_status.IBV_FORK_UNNEEDED)   # (an int for pyverbs <= 58)

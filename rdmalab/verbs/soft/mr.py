@@ -25,7 +25,9 @@ from .layout import M_ACCESS, M_ADDR, M_LENGTH, M_MR, M_MW_TYPE, M_PD, M_QP, M_V
 from .constants import (IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_MW_BIND, IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_REMOTE_READ,
                                IBV_ACCESS_REMOTE_WRITE, IBV_ACCESS_ZERO_BASED, IBV_MW_TYPE_1, IBV_MW_TYPE_2)
 from .pd import PD
+from .libibverbs_enums import ibv_mw_type
 from .pyverbs_error import PyverbsRDMAError, PyverbsUserError
+from .pyverbs_generation import returns
 from .utils import field_lines
 
 REMOTE_ACCESS = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC
@@ -235,6 +237,9 @@ class MW(Resource):
 
     def __str__(self):
         return "MW:\n" + field_lines((("Rkey", self.rkey), ("Handle", self.handle), ("MW Type", mwtype2str(self.type))))
+
+
+returns(MW, type=ibv_mw_type)   # (an enum member in pyverbs >= 59: pyverbs_generation.py)
 
 
 def mwtype2str(mw_type):

@@ -30,12 +30,13 @@ from .constants import (
     IBV_ACCESS_ZERO_BASED, IBV_MW_TYPE_1, IBV_WR_BIND_MW,
     IBV_QP_INIT_ATTR_CREATE_FLAGS, IBV_QP_INIT_ATTR_PD,
     IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)
-from .libibverbs_enums import ibv_wr_opcode
+from .libibverbs_enums import ibv_mig_state, ibv_mtu, ibv_qp_state, ibv_qp_type, ibv_wr_opcode
 from .layout import (Q_ACCESS, Q_ALIVE, Q_EXPECTED_PSN, Q_MAX_DEST_RD_ATOMIC, Q_MIN_RNR_TIMER, Q_PD, Q_QKEY, Q_RECV_CQ,
                      Q_PATH_MTU, Q_RNR_WAITING, Q_RQ_MAX_SGE, Q_RQ_SIZE, Q_STATE, Q_TYPE, Q_NUM, Q_SRQ)
 from .operations import ATOMICS, SEND_OPS
 from .pd import PD
 from .pyverbs_error import PyverbsRDMAError, PyverbsUserError
+from .pyverbs_generation import returns
 from .srq import SRQ
 from .utils import (access_flags_to_str, field_lines, flags_to_str, mig_state_to_str, mtu_to_str, qp_state_to_str,
                     qp_type_to_str)
@@ -546,6 +547,12 @@ class QPInitAttrEx(Record):
                                 f"{qp_type_to_str(self.qp_type)} QP (rxe builds "
                                 f"{SEND_OPS.get(self.qp_type, 0):#x} only)")
 
+
+# what pyverbs >= 59 returns as enum members (pyverbs_generation.py)
+returns(QPInitAttr, qp_type=ibv_qp_type)
+returns(QPInitAttrEx, qp_type=ibv_qp_type)
+returns(QPAttr, qp_state=ibv_qp_state, cur_qp_state=ibv_qp_state, path_mtu=ibv_mtu, path_mig_state=ibv_mig_state)
+returns(QP, qp_state=ibv_qp_state, qp_type=ibv_qp_type)
 
 WR_NAMES = {op.value: op.name[len("IBV_WR_"):] for op in ibv_wr_opcode}
 STATE_NAME = {RESET: "RESET", INIT: "INIT", RTR: "RTR", RTS: "RTS", ERR: "ERR"}

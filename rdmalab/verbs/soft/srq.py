@@ -21,10 +21,11 @@ from .base import Record, Resource, not_supported
 from .device import Context
 from .hardware import DEVICE_ATTR
 from .layout import R_NUM_SGE, R_SGES, R_WR_ID, S_ALIVE, S_EVENTS, S_LIMIT, S_MAX_SGE, S_POSTED, S_SIZE, S_TAKEN
-from .libibverbs_enums import IBV_WR_TAG_ADD, IBV_OPS_SIGNALED
+from .libibverbs_enums import IBV_WR_TAG_ADD, IBV_OPS_SIGNALED, ibv_ops_wr_opcode, ibv_srq_type
 from .constants import IBV_SRQ_LIMIT, IBV_SRQ_MAX_WR, IBV_SRQT_BASIC
 from .pd import PD
 from .pyverbs_error import PyverbsRDMAError, PyverbsUserError
+from .pyverbs_generation import returns
 from .wr import fill_from
 
 EINVAL, ENOMEM = 22, 12
@@ -55,6 +56,11 @@ class SrqInitAttrEx(Record):
 class OpsWr(Record):
     _fields = dict(wr_id=0, opcode=IBV_WR_TAG_ADD, flags=IBV_OPS_SIGNALED, next_wr=None, unexpected_cnt=0,
                    recv_wr_id=0, num_sge=None, tag=0, mask=0, sg_list=None)
+
+
+# what pyverbs >= 59 returns as enum members (pyverbs_generation.py)
+returns(SrqInitAttrEx, srq_type=ibv_srq_type)
+returns(OpsWr, opcode=ibv_ops_wr_opcode)
 
 
 class Ring:

@@ -1,7 +1,8 @@
 """pyverbs.wq: work queues and RSS indirection tables, for raw packet QPs: neither soft0 nor Soft-RoCE
 has them; creating one raises EOPNOTSUPP as rxe does."""
 from .base import Record, absent
-from .libibverbs_enums import IBV_WQT_RQ
+from .libibverbs_enums import IBV_WQT_RQ, ibv_wq_state, ibv_wq_type
+from .pyverbs_generation import returns
 
 
 class WQInitAttr(Record):
@@ -11,6 +12,11 @@ class WQInitAttr(Record):
 
 class WQAttr(Record):
     _fields = dict(attr_mask=0, wq_state=0, curr_wq_state=0, flags=0, flags_mask=0)
+
+
+# what pyverbs >= 59 returns as enum members (pyverbs_generation.py)
+returns(WQInitAttr, wq_type=ibv_wq_type)
+returns(WQAttr, wq_state=ibv_wq_state, curr_wq_state=ibv_wq_state)
 
 
 class RwqIndTableInitAttr(Record):
