@@ -10,12 +10,13 @@ from rdmalab.verbs import run
 from rdmalab.verbs.soft import addr, qp, wr
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def pyverbs():
     run.install()
     import pyverbs
     yield pyverbs
-    run.uninstall()   # (later tests of this session must see the pyverbs this machine has, if any)
+    run.uninstall()   # (later tests of this session must see the pyverbs this machine has, if any, and the
+    #                    next one may import the other generation's enum modules: the program's choice is undone)
 
 
 def test_the_enum_modules_up_to_58_are_int_enums_with_flat_names(pyverbs):
@@ -126,3 +127,139 @@ def test_a_process_the_program_starts_gets_soft0s_pyverbs_too(tmp_path):
     result = subprocess.run([sys.executable, "-m", "rdmalab.verbs.run", str(tmp_path / "driver.py")],
                             capture_output=True, text=True, timeout=120, cwd=root)
     assert "child: soft0" in result.stdout, (result.stdout, result.stderr)
+
+
+# ---------------------------------------------------------------- one generation per program (issue 33, 6 and 7)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# What a program meets: each attribute that pyverbs reads from a C field of an enum type (rdma-core v59's
+# pyverbs/*.pyx return those fields as they are, and Cython 3 makes the class's member of the value), printed
+# as [type, name or None, value]; then which enum modules import. argv[1] says how it imports its enums first.
+PROGRAM = """
+import importlib, json, sys
+how = sys.argv[1]
+if how == "detect":
+    try:
+        import pyverbs.libibverbs_enums as e
+    except ImportError:
+        import pyverbs.enums as e
+elif how.startswith("from:"):
+    exec(f"from pyverbs import {how[5:]} as e")
+elif how != "none":
+    e = importlib.import_module("pyverbs." + how)
+import pyverbs.cq as c, pyverbs.device as d, pyverbs.fork as f, pyverbs.mr as m, pyverbs.pd as p, pyverbs.qp as q
+import pyverbs.wr as w
+ctx = d.Context(name="soft0")
+pd, cq = p.PD(ctx), c.CQ(ctx, 4)
+mr = m.MR(pd, 64, 1)
+qp = q.QP(pd, q.QPInitAttr(qp_type=2, scq=cq, rcq=cq, cap=q.QPCap(2, 2)))
+qp.to_init(q.QPAttr())
+qp.post_recv(w.RecvWR(wr_id=7, num_sge=1, sg=[w.SGE(mr.buf, 8, mr.lkey)]))
+err = q.QPAttr()
+err.qp_state = 6   # IBV_QPS_ERR: the receive is flushed
+qp.modify(err, 1)
+wc = cq.poll()[1][0]
+attr, init = qp.query(0x1fffff)
+port = ctx.query_port(1)
+seen = {"wc.status": wc.status, "wc.opcode": wc.opcode, "WC(status=10).status": c.WC(status=10).status,
+        "qp.qp_state": qp.qp_state, "qp.qp_type": qp.qp_type, "attr.qp_state": attr.qp_state,
+        "attr.path_mtu": attr.path_mtu, "init.qp_type": init.qp_type, "port.state": port.state,
+        "port.active_mtu": port.active_mtu, "atomic_caps": ctx.query_device().atomic_caps,
+        "is_fork_initialized()": f.is_fork_initialized(), "MW.type": m.MW(pd, 2).type}
+out = {k: [type(v).__name__, getattr(v, "name", None), int(v)] for k, v in seen.items()}
+imports = {}
+for name in ("enums", "cm_enums", "libibverbs_enums", "librdmacm_enums"):
+    try:
+        importlib.import_module("pyverbs." + name)
+        imports[name] = "ok"
+    except ImportError as ex:
+        imports[name] = type(ex).__name__
+out["imports"] = imports
+if imports["libibverbs_enums"] == "ok":
+    classes = importlib.import_module("pyverbs.libibverbs_enums")
+    out["isinstance"] = all(isinstance(v, getattr(classes, type(v).__name__, ())) for v in seen.values())
+print(json.dumps(out))
+"""
+
+NEW = {"wc.status": ["ibv_wc_status", "IBV_WC_WR_FLUSH_ERR", 5],
+       "wc.opcode": ["ibv_wc_opcode", "IBV_WC_SEND", 0],   # (rxe leaves a flushed receive's opcode 0)
+       "WC(status=10).status": ["ibv_wc_status", "IBV_WC_REM_ACCESS_ERR", 10],
+       "qp.qp_state": ["ibv_qp_state", "IBV_QPS_ERR", 6], "qp.qp_type": ["ibv_qp_type", "IBV_QPT_RC", 2],
+       "attr.qp_state": ["ibv_qp_state", "IBV_QPS_ERR", 6], "attr.path_mtu": ["ibv_mtu", "IBV_MTU_1024", 3],
+       "init.qp_type": ["ibv_qp_type", "IBV_QPT_RC", 2], "port.state": ["ibv_port_state", "IBV_PORT_ACTIVE", 4],
+       "port.active_mtu": ["ibv_mtu", "IBV_MTU_1024", 3], "atomic_caps": ["ibv_atomic_cap", "IBV_ATOMIC_HCA", 1],
+       "is_fork_initialized()": ["ibv_fork_status", "IBV_FORK_UNNEEDED", 2], "MW.type": ["ibv_mw_type", "IBV_MW_TYPE_2", 2]}
+OLD = {k: ["int", None, value] for k, (_, _, value) in NEW.items()}
+ONLY_NEW = {"enums": "ModuleNotFoundError", "cm_enums": "ModuleNotFoundError", "libibverbs_enums": "ok",
+            "librdmacm_enums": "ok"}
+ONLY_OLD = {"enums": "ok", "cm_enums": "ok", "libibverbs_enums": "ModuleNotFoundError",
+            "librdmacm_enums": "ModuleNotFoundError"}
+
+
+def run_program(tmp_path, how, **env):
+    import json
+    (tmp_path / "prog.py").write_text(PROGRAM)
+    done = subprocess.run([sys.executable, "-m", "rdmalab.verbs.run", str(tmp_path / "prog.py"), how],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": ROOT, **env})
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+@pytest.mark.parametrize("how", ["libibverbs_enums", "librdmacm_enums", "from:libibverbs_enums", "detect"])
+def test_a_program_of_pyverbs_59_reads_enum_members_and_has_no_pyverbs_enums(tmp_path, how):
+    """pyverbs v59 (Cython 3.1): wc.status, qp.qp_state, port state ... are members of the classes in
+    pyverbs.libibverbs_enums (`.name` works), and pyverbs.enums / cm_enums are gone."""
+    seen = run_program(tmp_path, how)
+    assert {k: v for k, v in seen.items() if k in NEW} == NEW
+    assert seen["isinstance"] is True and seen["imports"] == ONLY_NEW
+
+
+@pytest.mark.parametrize("how", ["enums", "cm_enums", "from:enums"])
+def test_a_program_of_pyverbs_58_reads_plain_ints_and_has_no_libibverbs_enums(tmp_path, how):
+    seen = run_program(tmp_path, how)
+    assert {k: v for k, v in seen.items() if k in OLD} == OLD
+    assert seen["imports"] == ONLY_OLD
+
+
+@pytest.mark.parametrize("version, how, expected", [
+    ("44", "detect", ONLY_OLD), ("58", "none", ONLY_OLD), ("59", "none", ONLY_NEW), ("64", "detect", ONLY_NEW)])
+def test_rdmalab_pyverbs_chooses_the_generation_before_any_import(tmp_path, version, how, expected):
+    """RDMALAB_PYVERBS=44: the version-detecting program takes the <= 58 path, as on Debian 12's pyverbs."""
+    seen = run_program(tmp_path, how, RDMALAB_PYVERBS=version)
+    assert seen["imports"] == expected
+    assert seen["wc.status"] == (OLD if expected is ONLY_OLD else NEW)["wc.status"]
+
+
+def test_rdmalab_pyverbs_takes_a_version_only(tmp_path):
+    (tmp_path / "prog.py").write_text("import pyverbs.enums\n")
+    done = subprocess.run([sys.executable, "-m", "rdmalab.verbs.run", str(tmp_path / "prog.py")], capture_output=True,
+                          text=True, timeout=120, cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT, "RDMALAB_PYVERBS": "new"})
+    assert done.returncode != 0 and "RDMALAB_PYVERBS='new' is not a pyverbs version" in done.stderr, done.stderr
+
+
+def test_until_a_program_imports_an_enum_module_nothing_is_decided_nor_converted(tmp_path):
+    """A program that has imported no enum module yet reads soft0's values as they are (plain ints), and may
+    still import either generation: its first enum import decides."""
+    seen = run_program(tmp_path, "none")
+    assert seen["wc.status"] == OLD["wc.status"] and seen["imports"] == ONLY_OLD   # (the first import was enums)
+
+
+def test_the_lab_itself_uses_both_enum_modules_and_reads_plain_ints():
+    """rdmalab.verbs (v.enums, flat names) reaches soft0 as rdmalab.verbs.soft, not through `pyverbs`: nothing
+    is decided, both modules import, completions and states are plain ints."""
+    from rdmalab import verbs as v
+    from rdmalab.verbs.soft import cm_enums, enums, libibverbs_enums, librdmacm_enums, pyverbs_generation  # noqa: F401
+    if v.PROVIDER != "soft":
+        pytest.skip("soft0's own code")
+    e = v.enums
+    assert e.IBV_ACCESS_LOCAL_WRITE == 1 and e.IBV_QPT_RC == 2
+    ctx = v.device.Context(name="soft0")
+    cq = v.cq.CQ(ctx, 4)
+    cq.push(3, 0, 0x80, 8, 1)
+    wc = cq.poll()[1][0]
+    assert type(wc.status) is int and type(wc.opcode) is int and pyverbs_generation.chosen is None
+    assert type(ctx.query_port(1).state) is int
+    cq.close()
+    ctx.close()
