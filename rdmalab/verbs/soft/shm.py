@@ -14,6 +14,7 @@ The rules that keep them safe:
 """
 import ctypes
 import errno
+import functools
 import mmap
 import os
 import stat
@@ -85,6 +86,8 @@ class Segment:
         self.address = raw.ctypes.data + HEADER_BYTES  # where `data` starts in this process
         self.bell = Bell(self.header, raw.ctypes.data + 8 * W_BELL)
         self._finalizer = weakref.finalize(self, _release, self.mm, fd, path if owner else None)
+        _LIVE[(id(self), "own")] = (self.address, self.address + len(self.data))
+        weakref.finalize(self, _forget, id(self))
 
     @classmethod
     def create(cls, name, data_bytes):
@@ -146,9 +149,7 @@ class Segment:
         writable (ibv_reg_mr's answers), EBUSY if a live segment backs part of it (a second registration of
         the same pages: soft0 cannot give pages two segments)."""
         pages = -(-length // PAGE) * PAGE
-        prot = _protection(address, pages)
-        if writable and not prot & mmap.PROT_WRITE:
-            raise OSError(errno.EFAULT, f"{address:#x}: the pages are read-only and the access lets the NIC write")
+        prot = _protection(address, pages, writable)
         seg = cls.create(name, pages)
         try:
             ctypes.memmove(seg.address, address, pages)   # what the program had there (faulting its pages in)
@@ -158,6 +159,7 @@ class Segment:
         except BaseException:
             seg.close()
             raise
+        _LIVE[(id(seg), "over")] = (address, address + pages)
         return seg
 
     def ring(self):
@@ -175,37 +177,49 @@ class Segment:
                 view.release()
         self.words = self.data = self.header = self.bytes = None
         self._finalizer()
+        _forget(id(self))
 
 
+_LIVE = {}   # (id of a segment, "own" or "over") -> [lo, hi): the data pages its mappings in this process back
+
+
+def _forget(segment_id):
+    for which in ("own", "over"):
+        _LIVE.pop((segment_id, which), None)
+
+
+@functools.lru_cache(maxsize=None)
 def _libc():
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mmap.restype = ctypes.c_void_p
     libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     return libc
 
 
-def _protection(address, length):
-    """The protection (PROT_*) of this process's pages [address, address+length), from /proc/self/maps: all
-    mapped, readable, with one protection; OSError EFAULT if not, EBUSY if a live segment's file backs any
-    (a segment closed since is "(deleted)": its pages may be registered again)."""
-    end, covered, prots = address + length, address, set()
-    with open("/proc/self/maps") as maps:
-        spans = []
-        for line in maps:
-            fields = line.split(maxsplit=5)
-            lo, hi = (int(x, 16) for x in fields[0].split("-"))
-            if lo < end and hi > address:
-                spans.append((lo, hi, fields[1], fields[5].strip() if len(fields) > 5 else ""))
-    for lo, hi, perms, path in sorted(spans):
-        if lo > covered or "r" not in perms:
-            break
-        if os.path.basename(path).startswith(PREFIX) and not path.endswith("(deleted)"):
-            raise OSError(errno.EBUSY, f"{os.path.basename(path)} already backs {max(lo, address):#x}")
-        prots.add(mmap.PROT_READ | (mmap.PROT_WRITE if "w" in perms else 0))
-        covered = hi
-    if covered < end:
-        raise OSError(errno.EFAULT, f"{covered:#x} is not mapped readable in this process")
-    return min(prots)   # (mixed: the stricter, read-only)
+MADV_POPULATE_READ, MADV_POPULATE_WRITE = 22, 23   # Linux 5.14: fault pages in as a read (a write) would
+
+
+def _protection(address, length, writable):
+    """The protection (PROT_*) to map over this process's pages [address, address+length), found as ibv_reg_mr
+    finds it, by faulting them in (madvise MADV_POPULATE_READ, then _WRITE: what pinning them does, without
+    touching a byte). OSError: EFAULT if a page is not mapped readable, or `writable` and not writable; EBUSY
+    if a live segment already backs one (a segment closed since leaves its pages free to register again)."""
+    end = address + length
+    for lo, hi in list(_LIVE.values()):
+        if lo < end and hi > address:
+            raise OSError(errno.EBUSY, f"a registered segment already backs {max(lo, address):#x}")
+    libc = _libc()
+    if libc.madvise(ctypes.c_void_p(address), ctypes.c_size_t(length), MADV_POPULATE_READ):
+        err = ctypes.get_errno()
+        if err not in (errno.ENOMEM, errno.EINVAL, errno.EFAULT):
+            raise OSError(err, os.strerror(err))
+        raise OSError(errno.EFAULT, f"[{address:#x}, +{length}) is not all mapped readable in this process")
+    if libc.madvise(ctypes.c_void_p(address), ctypes.c_size_t(length), MADV_POPULATE_WRITE) == 0:
+        return mmap.PROT_READ | mmap.PROT_WRITE
+    if writable:
+        raise OSError(errno.EFAULT, f"{address:#x}: the pages are read-only and the access lets the NIC write")
+    return mmap.PROT_READ
 
 
 class Bell:
