@@ -200,6 +200,17 @@ def _libc():
 MADV_POPULATE_READ, MADV_POPULATE_WRITE = 22, 23   # Linux 5.14: fault pages in as a read (a write) would
 
 
+@functools.lru_cache(maxsize=None)
+def _can_populate():
+    """Whether this kernel knows MADV_POPULATE_READ (Linux 5.14)."""
+    page = mmap.mmap(-1, PAGE)
+    try:
+        address = ctypes.addressof(ctypes.c_char.from_buffer(page))
+        return _libc().madvise(ctypes.c_void_p(address), ctypes.c_size_t(PAGE), MADV_POPULATE_READ) == 0
+    finally:
+        page.close()
+
+
 def _protection(address, length, writable):
     """The protection (PROT_*) to map over this process's pages [address, address+length), found as ibv_reg_mr
     finds it, by faulting them in (madvise MADV_POPULATE_READ, then _WRITE: what pinning them does, without
@@ -212,6 +223,8 @@ def _protection(address, length, writable):
     libc = _libc()
     if libc.madvise(ctypes.c_void_p(address), ctypes.c_size_t(length), MADV_POPULATE_READ):
         err = ctypes.get_errno()
+        if err == errno.EINVAL and not _can_populate():   # a kernel before 5.14: trust the program
+            return mmap.PROT_READ | mmap.PROT_WRITE
         if err not in (errno.ENOMEM, errno.EINVAL, errno.EFAULT):
             raise OSError(err, os.strerror(err))
         raise OSError(errno.EFAULT, f"[{address:#x}, +{length}) is not all mapped readable in this process")
