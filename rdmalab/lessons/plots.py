@@ -173,13 +173,11 @@ def png_base64(fig, dpi=90):
         plt.close(fig)
 
 
-def registration_cost(sizes, mr_us, zeroed_us, copy_us, device, ax=None):
-    """Lesson 02's chart, log-log: MR(pd, size, access), which allocates, zeroes and registers a buffer;
-    allocating and zeroing the same bytes without registering them; copying them once. Registering
-    alone is the gap between the first two."""
-    ax = _axes(ax, "Registering costs the gap between MR() and allocating and zeroing")
-    ax.loglog(sizes, mr_us, "o-", label=f"MR(): allocate, zero and register, on {device}")
-    ax.loglog(sizes, zeroed_us, "^:", label="allocate and zero the same bytes, unregistered (numpy)")
+def registration_cost(sizes, mr_us, copy_us, device, ax=None):
+    """Lesson 02's chart, log-log: registering a buffer that exists (MR(pd, size, access, address=...)),
+    and copying the same bytes once."""
+    ax = _axes(ax, "Registering a buffer, against copying it once")
+    ax.loglog(sizes, mr_us, "o-", label=f"MR(..., address=buf): register it, on {device}")
     ax.loglog(sizes, copy_us, "s-", label="copy the same bytes once (numpy)")
     ax.set_xlabel("buffer size [bytes]")
     ax.set_ylabel("time [usec]")
