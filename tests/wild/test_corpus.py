@@ -6,6 +6,7 @@ programs that use pyverbs <= 58's enum modules, the guest's v59 build for those 
 the outcome must be the same: exit 0 and the program's own "OK NAME" line."""
 import glob
 import os
+import re
 import subprocess
 import sys
 
@@ -21,12 +22,13 @@ TIMEOUT = 60 * float(os.environ.get("RDMALAB_TIME_SCALE", "1"))
 
 
 def generation(path):
-    """'59' for a program that imports pyverbs >= 59's enum modules, '58' for <= 58's, None for either
-    (judged by its import lines: a docstring may name both)."""
+    """'59' for a program that imports pyverbs >= 59's enum modules, '58' for <= 58's, 'both' for one that
+    imports either (it detects the version), None for one that imports neither (judged by its import lines:
+    a docstring may name both)."""
     imports = "\n".join(line for line in open(path) if line.lstrip().startswith(("import ", "from ")))
-    if "libibverbs_enums" in imports or "librdmacm_enums" in imports:
-        return "59"
-    return "58" if "pyverbs.enums" in imports or "cm_enums" in imports or "import enums" in imports else None
+    new = "libibverbs_enums" in imports or "librdmacm_enums" in imports
+    old = re.search(r"\bpyverbs\.(cm_)?enums\b|\bimport (cm_)?enums\b", imports) is not None
+    return "both" if new and old else "59" if new else "58" if old else None
 
 
 def outcome(command, path, env):
@@ -45,12 +47,17 @@ def test_a_program_from_the_wild_runs_unchanged(path):
     env = {k: v for k, v in os.environ.items() if k != "RDMALAB_PROVIDER"}
     soft_ok, soft_said = outcome([sys.executable, "-m", "rdmalab.verbs.run"], path, dict(env, PYTHONPATH=ROOT))
     assert soft_ok, f"on soft0:\n{soft_said}"
+    if generation(path) == "both":   # soft0 as pyverbs 44 too: the program's other path
+        soft_ok, soft_said = outcome([sys.executable, "-m", "rdmalab.verbs.run"], path,
+                                     dict(env, PYTHONPATH=ROOT, RDMALAB_PYVERBS="44"))
+        assert soft_ok, f"on soft0 with RDMALAB_PYVERBS=44:\n{soft_said}"
     if not on_device():
         return   # (the real device's half runs in the Soft-RoCE guest: make test-softroce)
-    real = dict(env)
-    if generation(path) == "59":
-        real.update(PYTHONPATH=f"{NEWER}/python", LD_LIBRARY_PATH=f"{NEWER}/lib")
-    else:
-        real.pop("PYTHONPATH", None)   # Debian's python3-pyverbs 44
-    real_ok, real_said = outcome(["/usr/bin/python3"], path, real)
-    assert real_ok, f"soft0 ran it, the real pyverbs on the device did not:\n{real_said}"
+    for newer in {"59": [True], "58": [False], None: [False], "both": [False, True]}[generation(path)]:
+        real = dict(env)
+        if newer:
+            real.update(PYTHONPATH=f"{NEWER}/python", LD_LIBRARY_PATH=f"{NEWER}/lib")
+        else:
+            real.pop("PYTHONPATH", None)   # Debian's python3-pyverbs 44
+        real_ok, real_said = outcome(["/usr/bin/python3"], path, real)
+        assert real_ok, f"soft0 ran it, the real pyverbs on the device ({'v59' if newer else '44'}) did not:\n{real_said}"
