@@ -469,29 +469,48 @@ def test_the_checking_transport_names_a_shared_slot_whatever_the_seed():
         assert checking.run(ring(), 3, 7, "int32", seed).overwrite is None
 
 
-def test_scaling_out_predict_four_ranks_from_a_two_rank_fit():
-    from rdmalab.allreduce import model
+def test_scaling_out_fit_finds_the_costs_and_names_each_plausible_slip():
+    """The learner's least-squares fit is given times made exactly from known costs; the reference finds
+    them, and each plausible wrong fit is rejected with what was wrong."""
+    import numpy as np
     from rdmalab.lessons.checks import scaling_out
-    costs = model.Costs(alpha=4e-5, beta=1e-10, gamma=3e-11)
-    sizes = [1 << 18, 1 << 20]
-    ref = exercises.REGISTRY["scaling-out.predict-4"].reference(costs, sizes)
-    assert ref == {n: pytest.approx(model.predict("ring", 4, n, costs)) for n in sizes}
-    assert feedback("scaling-out.predict-4", ref, costs, sizes).passed
+    name = "scaling-out.fit"
+    ref = exercises.REGISTRY[name].reference()
+    assert feedback(name, ref).passed
 
-    def built(**change):
-        return {n: scaling_out._ring(costs, **{"p": 4, "n": n, **change}) for n in sizes}
-    for wrong, says in [(built(p=2), "2-rank times"),
-                        (built(share=1.0), "(p-1)/p factor"),
-                        (built(steps=1), "alpha is counted once"),
-                        (built(steps=3), "counted p-1 times"),
-                        (built(reduce=False), "reduction term is missing"),
-                        ({n: t * 4 for n, t in ref.items()}, "counts the turns"),
-                        ({n: t * 1e3 for n, t in ref.items()}, "milliseconds"),
-                        ({n: t * 1.5 for n, t in ref.items()}, "the model says"),
-                        ({sizes[0]: ref[sizes[0]]}, "every size"),
-                        ([1.0, 2.0], "answer with a dict")]:
-        f = feedback("scaling-out.predict-4", wrong, costs, sizes)
-        assert f.status == "wrong" and says in f.message, (wrong, f.message)
+    def slipped(*slips):
+        return lambda ring, add, p, turns: scaling_out.fitted(ring, add, p, turns, slips)
+
+    def swapped(ring, add, p, turns):   # the columns (bytes sent, messages, bytes reduced), read as alpha, beta
+        rows = [[turns * 2 * (p - 1) / p * n, turns * 2 * (p - 1), turns * (p - 1) / p * n] for n in ring]
+        rows += [[0, 0, n] for n in add]
+        return np.linalg.lstsq(np.array(rows), np.array([*ring.values(), *add.values()]), rcond=None)[0]
+
+    def skeleton(ring, add, p, turns):
+        rows, seconds = [], []
+        for n, t in ring.items():
+            ...
+        return None
+
+    for wrong, says in [(slipped("factors"), "lack the (p-1)/p factors"),
+                        (slipped("messages once"), "alpha is counted once"),
+                        (slipped("messages p-1"), "counted p-1 times"),
+                        (slipped("turns"), "the turns are not counted"),
+                        (slipped("no add"), "numpy's add times are left out"),
+                        (slipped("one size"), "one ring size only"),
+                        (slipped("one small size"), "one ring size only"),
+                        (slipped("factors", "messages once"), "factors: each rank sends"),
+                        (swapped, "alpha and beta are in each other's place"),
+                        (lambda r, a, p, t: (-ref(r, a, p, t)[0], *ref(r, a, p, t)[1:]), "alpha came out negative"),
+                        (lambda r, a, p, t: tuple(2 * c for c in ref(r, a, p, t)), "not what the times were made"),
+                        (lambda r, a, p, t: r[1], "raised KeyError"),
+                        (lambda r, a, p, t: (1.0, 2.0), "three numbers, not 2"),
+                        (3, "lambda: my_fit")]:
+        f = feedback(name, wrong)
+        assert f.status == "wrong" and says in f.message, (says, f.message)
+    f = feedback(name, slipped("factors", "messages once"))
+    assert "alpha is counted once" in f.message
+    assert feedback(name, skeleton).status == "not yet"
 
 
 def test_scaling_out_feeds_the_cluster_model_with_the_socket_path_lessons_copies(tmp_path, monkeypatch):

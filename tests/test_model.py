@@ -213,12 +213,12 @@ def test_scaling_lesson_measures_again_when_noise_leaves_no_positive_beta(monkey
         return times, {n: [t] for n, t in times.items()}
 
     monkeypatch.setattr(model, "measure", measure)
-    fitted, held, times = scaling.fit_two_ranks(sizes, quick=True)
-    assert fitted.beta > 0 and times == good and asked == [3, 6, 12]
+    two = scaling.two_ranks(sizes, quick=True)
+    assert two.times == good and asked == [3, 6, 12] and two.turns == 2
     assert "measuring again with 6 rounds" in capsys.readouterr().out
     runs[:] = [noisy, noisy, noisy]
     with pytest.raises(ValueError, match="too busy for 3 attempts"):
-        scaling.fit_two_ranks(sizes, quick=True)
+        scaling.two_ranks(sizes, quick=True)
 
 
 def test_large_sizes_fit_beta_with_alpha_from_small_ones():

@@ -1,10 +1,12 @@
-"""The scaling lesson's plumbing: the model fitted on 2 ranks and judged on 4, then scaled to clusters.
+"""The scaling lesson's plumbing: 2 ranks measured for the learner's own fit (checks/scaling_out.py), the fit
+judged on sizes it did not see and on 4 ranks, then the model scaled to clusters.
 
 The model assumes each rank has a processor of its own, as in a cluster. A laptop or a Binder session
 has one or two CPUs, and 4 ranks spread over 2 of them wait for each other in ways the scheduler decides,
 which no cost model predicts. So every measurement here runs its ranks on ONE CPU (one_cpu()): nothing runs
 at the same time, and a run takes the sum of its ranks' work, which the model counts exactly (p turns,
-model.on_shared_cpus). The fit divides the turns out: its costs are one rank's, as if it had the CPU to itself.
+model.on_shared_cpus). The learner's fit divides the turns out: its costs are one rank's, as if it had the CPU
+to itself.
 
 The cluster half mixes the learner's numbers (this machine's copy rate, lesson 01's copies per byte) with
 published ones (link speeds, latencies) and assumptions (cores that copy, compute per step); inputs() says
@@ -103,23 +105,37 @@ def _measure(cluster, sizes, rounds, iters, say, what):
     return model.measure(cluster, sizes, rounds=rounds, iters=iters, progress=progress)
 
 
-def fit_two_ranks(sizes, quick, attempts=3):
-    """The lesson's fit: 2 ranks on one CPU, the ring's times (medians of rounds) fitted on the smallest and
-    the largest size, judged on the others. A busy machine can make a small size slower than a large one,
-    and then no fit has a positive beta: this measures again with twice the rounds, and at the last attempt
-    fits the fastest round of each size (the least disturbed one). Returns (costs, held-out rows, {n: s})."""
+class TwoRanks:
+    """The 2-rank measurement: the ring's times {bytes: seconds} (medians of rounds), the CPUs the ranks
+    shared, the turns each step of theirs took there (model.turns), and the device they ran on."""
+
+    def __init__(self, times, cpus, device):
+        self.times, self.cpus, self.device = times, cpus, device
+        self.turns = model.turns(2, cpus)
+
+    def __repr__(self):
+        shown = ", ".join(f"{_size(n)} {_time(t)}" for n, t in sorted(self.times.items()))
+        return (f"2 ranks on {self.device}, taking turns on {self.cpus:g} CPU{'s' if self.cpus != 1 else ''} "
+                f"({self.turns:g} turns a step): {shown}")
+
+
+def two_ranks(sizes, quick, attempts=3):
+    """2 ranks on one CPU: the ring's time at each size (the median of rounds), as a TwoRanks. A busy machine
+    can make a small size slower than a large one, and then no fit has a positive beta: the times are checked
+    with the model's own fit on the smallest and the largest size (gamma from numpy's add rate), and measured
+    again with twice the rounds; at the last attempt the fastest round of each size (the least disturbed)."""
+    from rdmalab import verbs
     gamma, rounds, iters = 1 / model.reduction_rate(), 3 if quick else 5, 3 if quick else 10
     say = status_line()
     with _ranks_on_one_cpu(2, sizes, say) as (cluster, cpus):
         for attempt in range(1, attempts + 1):
             medians, every = _measure(cluster, sizes, rounds, iters, say, "2 ranks")
             times = medians if attempt < attempts else {n: min(ts) for n, ts in every.items()}
-            samples = [(2, n, t) for n, t in times.items()]
             try:
-                fitted, held = model.held_out(samples, [(2, sizes[0]), (2, sizes[-1])], gamma=gamma,
-                                              label="one rank of soft0", cpus=cpus)
-                say(f"2 ranks on one CPU: {len(sizes)} sizes, {rounds} rounds each, fitted")
-                return fitted, held, times
+                model.held_out([(2, n, t) for n, t in times.items()], [(2, sizes[0]), (2, sizes[-1])], gamma=gamma,
+                               cpus=cpus)
+                say(f"2 ranks on one CPU: {len(sizes)} sizes, {rounds} rounds each")
+                return TwoRanks(times, cpus, verbs.choose_route().device)
             except ValueError as error:
                 if attempt == attempts:
                     raise ValueError(f"{error}. This machine was too busy for {attempts} attempts: close what else "
@@ -129,17 +145,30 @@ def fit_two_ranks(sizes, quick, attempts=3):
                 rounds *= 2
 
 
-def show_fit(costs, held):
-    """What the fit found (one rank's costs), and its error on the sizes it did not see."""
-    rows = [(_size(r["n"]), _time(r["measured_s"]), _time(r["predicted_s"]), f"{r['error']:+.0%}") for r in held]
-    worst = max(abs(r["error"]) for r in held)
-    return View(f"One rank's costs on soft0 (fitted on 2 ranks taking turns on one CPU): alpha "
-                f"{_time(costs.alpha)} per message, beta {1 / costs.beta / 1e9:.3g} GB/s sent, gamma "
-                f"{1 / costs.gamma / 1e9:.3g} GB/s reduced (numpy's add rate, measured).",
-                Table(["size (2 ranks)", "measured", "predicted", "error"], rows),
-                f"Largest error on sizes the fit did not see: {worst:.0%}"
-                + (" (within 25%)." if worst <= TOLERANCE else ": another program took the CPU during some "
-                   "rounds, or the sizes straddle the caches; run the cell again."))
+def show_fit(costs, two, fit_on):
+    """What a fit found, (alpha, beta, gamma): one rank's costs on two.device, and its error on the sizes of
+    `two` it did not see (fitted on `fit_on`), each predicted for 2 ranks taking two.turns turns a step."""
+    alpha, beta, gamma = (float(c) for c in costs)
+    fitted = model.Costs(alpha, beta, gamma, f"one rank of {two.device}")
+    rows, errors = [], []
+    for n in sorted(set(two.times) - set(fit_on)):
+        guess = model.predict("ring", 2, n, fitted) * two.turns
+        errors.append(guess / two.times[n] - 1)
+        rows.append((_size(n), _time(two.times[n]), _time(guess), f"{errors[-1]:+.0%}"))
+    worst = max((abs(e) for e in errors), default=0.0)
+    if not (alpha > 0 and beta > 0 and gamma > 0):
+        said = ("A cost came out zero or negative: the times do not follow the model (another program took the "
+                "CPU during some rounds). Run the measurement cell again.")
+    elif worst <= TOLERANCE:
+        said = f"Largest error on sizes the fit did not see: {worst:.0%} (within 25%)."
+    else:
+        said = (f"Largest error on sizes the fit did not see: {worst:.0%}: another program took the CPU during some "
+                f"rounds, or the sizes straddle the caches; run the measurement cell again.")
+    speed = (lambda x: f"{1 / x / 1e9:.3g} GB/s") if beta > 0 and gamma > 0 else (lambda x: f"{x:.3g} s/B")
+    return View(f"One rank's costs on {two.device} (fitted on 2 ranks taking {two.turns:g} turns a step): alpha "
+                f"{_time(alpha) if alpha > 0 else f'{alpha:.3g} s'} per message, beta {speed(beta)} sent, "
+                f"gamma {speed(gamma)} reduced.",
+                Table(["size (2 ranks)", "measured", "predicted", "error"], rows), said)
 
 
 def four_ranks(sizes, quick):
