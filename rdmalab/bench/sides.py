@@ -192,7 +192,7 @@ class RdmaSide:
         mem, out_last, in_last = self.mem, size - 1, self.half + size - 1
         if first:
             mem[in_last] = 0   # no stale counter from an earlier size may pass for an answer
-        post, clock, until, bell = self.qp.post_send, time.perf_counter_ns, waiting.until, getattr(self.mr, "bell", None)
+        post, clock, until, bell = self.qp.post_send, time.perf_counter_ns, waiting.until, getattr(self.mr, "_bell", None)
         want = [0]
         landed = lambda: mem[in_last] == want[0]   # noqa: E731 (the peer's WRITE carrying our counter arrived)
         stamps = [0] * iters

@@ -75,13 +75,26 @@ def _opname(opcode):
 
 def _inferred(status, wr):
     if status == 10 and wr is not None and wr.opcode in _remote_ops():
-        rkey, addr = getattr(wr, "rkey", None), getattr(wr, "remote_addr", None)   # (not on a real SendWR)
+        rkey, addr = _target(wr)
         what = f"rkey {rkey:#x} for {_opname(wr.opcode)} at {addr:#x}" if rkey is not None \
             else f"the rkey of this {_opname(wr.opcode)}"
         return (f"the target refused {what}: the key is "
                 f"no MR of its PD, or that MR lacks {flags(_need(wr.opcode))}, or the range runs outside it. "
                 f"Compare the rkey, address and length with what the target sent you.")
     return STATUS_HINTS.get(status, "no explanation known for this status") + "."
+
+
+def _target(wr):
+    """The rkey and remote address `wr` names, where they can be read back: a Posted record has them
+    (lessons.fixtures), soft0's SendWR keeps them under its own names, pyverbs' SendWR gives neither."""
+    if hasattr(wr, "remote_addr"):
+        return wr.rkey, wr.remote_addr
+    return getattr(wr, "_rkey", None), getattr(wr, "_remote_addr", None)
+
+
+def _sges(wr):
+    """(addr, length, lkey) of each SGE of `wr`, a Posted record or soft0's SendWR."""
+    return wr.sges if hasattr(wr, "sges") else wr._sges
 
 
 def _remote_ops():
@@ -132,13 +145,13 @@ def _mrs():
 
 def _local(wr, qp):
     from rdmalab.verbs.soft.mr import REGISTERED
-    for addr, length, lkey in wr.sges:
+    for addr, length, lkey in _sges(wr):
         if not length:
             continue
         mr = REGISTERED.get(lkey)
         if mr is None:
             return f"the SGE's lkey {lkey:#x} is no MR of this process (its MRs: {_mrs()})."
-        if qp is not None and getattr(qp, "pd", mr.pd) is not mr.pd:
+        if qp is not None and qp._pd is not mr._pd:
             return f"the SGE's MR (lkey {lkey:#x}) is registered in another PD than the QP's."
         offset = addr - mr.buf
         if offset < 0 or offset + length > mr.length:
@@ -147,9 +160,9 @@ def _local(wr, qp):
             return (f"the SGE [{addr:#x}, +{length}) runs {over} bytes {where} of its MR, lkey {lkey:#x} "
                     f"[{mr.buf:#x}, +{mr.length}).")
         if wr.opcode in (v.enums.IBV_WR_RDMA_READ, v.enums.IBV_WR_ATOMIC_CMP_AND_SWP,
-                         v.enums.IBV_WR_ATOMIC_FETCH_AND_ADD) and not mr.access & v.enums.IBV_ACCESS_LOCAL_WRITE:
+                         v.enums.IBV_WR_ATOMIC_FETCH_AND_ADD) and not mr._access & v.enums.IBV_ACCESS_LOCAL_WRITE:
             return (f"a {_opname(wr.opcode)}'s answer lands in the SGE's MR (lkey {lkey:#x}), registered with "
-                    f"{flags(mr.access)}: the NIC writes it, so it needs LOCAL_WRITE.")
+                    f"{flags(mr._access)}: the NIC writes it, so it needs LOCAL_WRITE.")
     return None
 
 
@@ -159,35 +172,36 @@ def _remote_access(wr, peer):
     from rdmalab.verbs.soft.mr import REGISTERED
     op, need = _opname(wr.opcode), _need(wr.opcode)
     length = 8 if wr.opcode in (v.enums.IBV_WR_ATOMIC_CMP_AND_SWP, v.enums.IBV_WR_ATOMIC_FETCH_AND_ADD) \
-        else sum(sge[1] for sge in wr.sges)
-    seg = responder.mr_segment(wr.rkey)
+        else sum(sge[1] for sge in _sges(wr))
+    rkey, remote_addr = _target(wr)
+    seg = responder.mr_segment(rkey)
     if peer is not None:
         header = peer.header
     else:   # no target QP given: its PD cannot be compared, so the MR's own stands in
         header = {Q_PD: seg.header[M_PD] if seg is not None else 0, Q_NUM: 0}
-    found = responder.refusal(seg, wr.remote_addr, length, header, need)
+    found = responder.refusal(seg, remote_addr, length, header, need)
     if found is None:
         return None
     rule, f = found
-    mr = f"the target's MR (rkey {wr.rkey:#x}, [{f.get('start', 0):#x}, +{f.get('length', 0)}))"
-    if rule == "no such key" and wr.rkey == 0:
+    mr = f"the target's MR (rkey {rkey:#x}, [{f.get('start', 0):#x}, +{f.get('length', 0)}))"
+    if rule == "no such key" and rkey == 0:
         return ("rkey 0 is the key of an MR registered without any REMOTE_* flag (rxe and soft0 give such an MR "
                 "rkey 0): the target's MR gives peers no access. Register it with the access the peer needs: "
                 f"{flags(need | v.enums.IBV_ACCESS_LOCAL_WRITE)}.")
     if rule == "no such key":
-        mine = REGISTERED.get(wr.rkey)
-        return (f"rkey {wr.rkey:#x} names no MR or memory window the target may use"
-                + (f"; {wr.rkey:#x} is the lkey of an MR of yours registered without remote access" if mine else "")
+        mine = REGISTERED.get(rkey)
+        return (f"rkey {rkey:#x} names no MR or memory window the target may use"
+                + (f"; {rkey:#x} is the lkey of an MR of yours registered without remote access" if mine else "")
                 + f". The MRs here: {_mrs()}.")
     if rule == "key invalidated":
-        return f"rkey {wr.rkey:#x} was invalidated (LOCAL_INV, SEND_WITH_INV) or its MR deregistered."
+        return f"rkey {rkey:#x} was invalidated (LOCAL_INV, SEND_WITH_INV) or its MR deregistered."
     if rule == "another PD":
         return f"{mr} is registered in another PD than the target QP: a QP reaches only its own PD's MRs."
     if rule == "access":
         return f"{mr} was registered with {flags(f['access'])}: an {op.replace('RDMA_', 'RDMA ')} needs {flags(need)}."
     if rule == "window of another QP":
-        return f"rkey {wr.rkey:#x} is a type 2 memory window bound to QP {f['qp_num']:#x}, not to the target QP."
-    return (f"the {op} of {length} bytes at {wr.remote_addr:#x} runs {f['by']} bytes {rule} of {mr}.")
+        return f"rkey {rkey:#x} is a type 2 memory window bound to QP {f['qp_num']:#x}, not to the target QP."
+    return (f"the {op} of {length} bytes at {remote_addr:#x} runs {f['by']} bytes {rule} of {mr}.")
 
 
 def _request_refused(wr, peer):

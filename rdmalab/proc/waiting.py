@@ -179,14 +179,14 @@ def poll(cq, num_entries=1, timeout=10.0, what="a completion", alive=None):
         got.extend(wcs)
         return n > 0
 
-    until(ready, timeout, what, bell=getattr(cq, "bell", None), alive=alive)
+    until(ready, timeout, what, bell=getattr(cq, "_bell", None), alive=alive)
     return got
 
 
 def memory(ready, mr, timeout=10.0, what="the peer", alive=None, spin_s=None):
     """Wait until ready() sees what a peer wrote into `mr`'s memory. On soft0 a sleeper is woken by
     the write itself; on a real device only the CPU can look, so long waits nap."""
-    until(ready, timeout, what, bell=getattr(mr, "bell", None), alive=alive, spin_s=spin_s)
+    until(ready, timeout, what, bell=getattr(mr, "_bell", None), alive=alive, spin_s=spin_s)
 
 
 # ---------------------------------------------------------------- futexes, through ctypes

@@ -30,7 +30,7 @@ def as_array(mr, dtype="uint8"):
     import numpy as np
     if chosen()["PROVIDER"] == "soft":
         mr.check_open()   # (a closed MR's buffer is gone: PyverbsUserError, not an AttributeError)
-        return mr.data.view(dtype)
+        return mr._data.view(dtype)
     import ctypes
     raw = (ctypes.c_char * mr.length).from_address(mr.buf)
     return np.frombuffer(raw, dtype=dtype)

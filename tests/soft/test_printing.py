@@ -92,7 +92,7 @@ def test_a_remote_access_error_completion_prints_its_status(ctx):
 
 def test_cq_and_cq_init_attr_ex(ctx):
     cq = cqmod.CQ(ctx, 8)
-    assert str(cq) == "CQ\n" + line("Handle", cq.number) + line("CQEs", cq.cqe)
+    assert str(cq) == "CQ\n" + line("Handle", cq._number) + line("CQEs", cq.cqe)
     attr = cqmod.CqInitAttrEx(cqe=8, wc_flags=e.IBV_WC_EX_WITH_BYTE_LEN)
     assert str(attr) == (line("Number of CQEs", 8) + line("WC flags", "IBV_WC_EX_WITH_BYTE_LEN ") +
                          line("comp mask", 0) + line("flags", 0))

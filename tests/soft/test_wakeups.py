@@ -46,16 +46,16 @@ def test_a_write_wakes_a_sleeper_on_its_memory_and_makes_no_wake_call_when_none_
     assert wakes == [] and dst.read(8, 0) == b"\x01" * 8   # nobody sleeps: no syscall on the data path
     mem = v.as_array(dst)
     slept = threading.Event()
-    real_sleep = dst.bell.sleep
+    real_sleep = dst._bell.sleep
 
     def sleep(token, seconds):
         slept.set()
         return real_sleep(token, 5.0)   # long: only the write's wake-up (or a 5 s timeout) ends it
 
-    monkeypatch.setattr(dst.bell, "sleep", sleep)
+    monkeypatch.setattr(dst._bell, "sleep", sleep)
     done = []
     waiter = threading.Thread(target=lambda: done.append(
-        waiting.until(lambda: mem[0] == 2, 30, "the write", bell=dst.bell, busy=False)))
+        waiting.until(lambda: mem[0] == 2, 30, "the write", bell=dst._bell, busy=False)))
     waiter.start()
     assert slept.wait(10)
     write(qp, src, dst, 2)
@@ -92,7 +92,7 @@ def test_get_cq_event_ends_with_eintr_on_a_signal_even_when_waits_nap(loopback, 
     real blocking read (a nap in time.sleep goes back to sleep after the handler, and waited for ever)."""
     import signal
     monkeypatch.setattr(waiting, "_libc", False)   # waits nap, as in a sandbox without futexes
-    ctx = loopback[3].context
+    ctx = loopback[3]._context
     channel = v.cq.CompChannel(ctx)
     armed = v.cq.CQ(ctx, 4, None, channel, 0)
     armed.req_notify()

@@ -78,7 +78,7 @@ class Agent:
 
     def fill(self, offset, length, seed):
         import numpy as np
-        self.mr.data[offset:offset + length] = np.random.default_rng(seed).integers(0, 256, length, dtype=np.uint8)
+        v.as_array(self.mr)[offset:offset + length] = np.random.default_rng(seed).integers(0, 256, length, dtype=np.uint8)
         return {}
 
     def digest(self, offset, length):
@@ -93,12 +93,12 @@ class Agent:
 
     def fill_mr(self, key, length, seed):
         import numpy as np
-        self.mrs[key].data[:length] = np.random.default_rng(seed).integers(0, 256, length, dtype=np.uint8)
+        v.as_array(self.mrs[key])[:length] = np.random.default_rng(seed).integers(0, 256, length, dtype=np.uint8)
         return {}
 
     def digest_mr(self, key, length):
         import hashlib
-        return dict(sha=hashlib.sha256(self.mrs[key].data[:length]).hexdigest())
+        return dict(sha=hashlib.sha256(v.as_array(self.mrs[key])[:length]).hexdigest())
 
     def read(self, offset, length):
         return dict(hex=self.mr.read(length, offset).hex())

@@ -745,9 +745,9 @@ def test_numpy_integers_in_a_work_request_go_on_the_wire_as_plain_integers():
     sge = wr.SGE(np.int64(4096), np.uint32(8), np.uint32(7))
     send = wr.SendWR(opcode=e.IBV_WR_RDMA_WRITE, num_sge=1, sg=[sge])
     send.set_wr_rdma(np.uint32(0x1234), np.int64(1 << 40) + np.int64(64))
-    assert [type(x) for x in (sge.addr, sge.length, sge.lkey, send.rkey, send.remote_addr)] == [int] * 5
+    assert [type(x) for x in (sge.addr, sge.length, sge.lkey, send._rkey, send._remote_addr)] == [int] * 5
     send.set_wr_atomic(np.uint32(1), np.uint64(8), np.int64(3), 0)
-    assert type(send.compare_add) is int and send.remote_addr == 8
+    assert type(send._compare_add) is int and send._remote_addr == 8   # (what the NIC reads: not pyverbs' names)
     with pytest.raises(TypeError):
         send.set_wr_rdma(0x1234, 4096.0)   # as pyverbs: an address is an integer
 

@@ -1,49 +1,77 @@
-"""Addresses: GID, GlobalRoute and AHAttr, as pyverbs.addr has them."""
-from .gid import GID  # noqa: F401 (pyverbs.addr.GID)
+"""Addresses: GID, GlobalRoute and AHAttr, as pyverbs.addr has them.
+
+As in pyverbs, a GlobalRoute is given a GID object (GlobalRoute(dgid=GID("..."))) but its dgid reads and
+is set as text, and an AHAttr copies the route it is given (when is_global): changing the GlobalRoute
+afterwards does not change the AHAttr, whose GRH fields are its own flat ones (ah_attr.dgid, ...).
+"""
+from .base import PyverbsObject, typed
+from .gid import GID, _gid_words
 from .pyverbs_error import PyverbsUserError
 from .utils import field_lines
 
 
-class GlobalRoute:
+class GlobalRoute(PyverbsObject):
     """The GRH part of an address vector: which GID to send to, from which of ours."""
-    __slots__ = ("dgid", "flow_label", "sgid_index", "hop_limit", "traffic_class")   # (fixed, as pyverbs')
+    __slots__ = ("_dgid", "flow_label", "sgid_index", "hop_limit", "traffic_class")   # (fixed, as pyverbs')
 
     def __init__(self, dgid=None, flow_label=0, sgid_index=0, hop_limit=1, traffic_class=0):
-        self.dgid = dgid if dgid is not None else GID()
+        self._dgid = str(typed(dgid, GID, "dgid") or GID())
         self.flow_label = flow_label
         self.sgid_index = sgid_index
         self.hop_limit = hop_limit
         self.traffic_class = traffic_class
 
+    @property
+    def dgid(self):
+        """The destination GID, as text ("0000:...:0001"); set as text too."""
+        return self._dgid
+
+    @dgid.setter
+    def dgid(self, val):
+        self._dgid = ":".join(_gid_words(val))
+
+    def _copy(self):
+        return GlobalRoute(GID(self._dgid), self.flow_label, self.sgid_index, self.hop_limit, self.traffic_class)
+
     def __str__(self):
-        return field_lines((("DGID", str(self.dgid)), ("flow label", self.flow_label),
+        return field_lines((("DGID", self.dgid), ("flow label", self.flow_label),
                             ("sgid index", self.sgid_index), ("hop limit", self.hop_limit),
                             ("traffic class", self.traffic_class)))
 
 
-class AHAttr:
-    """An address vector. On RoCE (Ethernet link layer) it must be global: is_global=1 and a gr."""
-    __slots__ = ("dlid", "sl", "src_path_bits", "static_rate", "is_global", "port_num", "gr")
+class AHAttr(PyverbsObject):
+    """An address vector. On RoCE (Ethernet link layer) it must be global: is_global=1 and a gr, whose
+    fields it copies (_gr) and shows flat: dgid, sgid_index, hop_limit, flow_label, traffic_class."""
+    __slots__ = ("dlid", "sl", "src_path_bits", "static_rate", "is_global", "port_num", "_gr")
 
     def __init__(self, dlid=0, sl=0, src_path_bits=0, static_rate=0, is_global=0, port_num=1, gr=None):
+        typed(gr, GlobalRoute, "gr")
         self.dlid = dlid
         self.sl = sl
         self.src_path_bits = src_path_bits
         self.static_rate = static_rate
         self.is_global = is_global
         self.port_num = port_num
-        self.gr = gr if gr is not None else GlobalRoute()
+        if is_global and gr is None:
+            raise PyverbsUserError("Global AH Attr is created but gr parameter is None")
+        self._gr = gr._copy() if is_global else GlobalRoute()   # (pyverbs copies no route into a local one)
 
-    # pyverbs exposes the GRH fields flat on AHAttr as well: read as None unless the AH is global
-    def _grh_field(name, doc, convert=lambda value: value):
+    def _copy(self):
+        return AHAttr(self.dlid, self.sl, self.src_path_bits, self.static_rate, self.is_global, self.port_num,
+                      self._gr)
+
+    # pyverbs exposes the GRH fields flat on AHAttr: read as None unless the AH is global; dgid is set only
+    # on a global one (as text), the others always
+    def _grh_field(name, doc):
         def get(self):
-            return getattr(self.gr, name) if self.is_global else None
+            return getattr(self._gr, name) if self.is_global else None
 
         def set_(self, value):
-            setattr(self.gr, name, convert(value))
+            if name != "dgid" or self.is_global:
+                setattr(self._gr, name, value)
         return property(get, set_, doc=doc)
 
-    dgid = _grh_field("dgid", "the destination GID", lambda gid: GID(gid) if isinstance(gid, str) else gid)
+    dgid = _grh_field("dgid", "the destination GID, as text")
     sgid_index = _grh_field("sgid_index", "which of our GIDs is the source")
     hop_limit = _grh_field("hop_limit", "the GRH's hop limit (IPv4 TTL on RoCE v2)")
     flow_label = _grh_field("flow_label", "the GRH's flow label")
@@ -62,8 +90,8 @@ def ah_attr_lines(ah, indent, grh_indent=None, port_twice=False):
     rows += [("static rate", ah.static_rate), ("is global", ah.is_global)]
     text = field_lines(rows, indent=indent)
     if ah.is_global:
-        gr = ah.gr
-        text += field_lines((("dgid", str(gr.dgid)), ("flow label", gr.flow_label), ("sgid index", gr.sgid_index),
+        gr = ah._gr
+        text += field_lines((("dgid", gr.dgid), ("flow label", gr.flow_label), ("sgid index", gr.sgid_index),
                              ("hop limit", gr.hop_limit), ("traffic_class", gr.traffic_class)),
                             indent=indent if grh_indent is None else grh_indent)
     return text
@@ -86,27 +114,25 @@ class AH(Resource):
     finds no route from one to the other (22). Any other dgid is accepted: a datagram sent to an address
     nobody has is lost, without an error."""
 
-    def __init__(self, pd, attr=None, wc=None, grh=None, port_num=1):
+    def __init__(self, pd, *, attr=None, wc=None, grh=None, port_num=1):   # (pyverbs: AH(pd, **kwargs))
         super().__init__()
         from .hardware import GIDS, GID_TABLE_LEN
         from .pd import PD
-        if not isinstance(pd, PD):
-            raise PyverbsUserError(f"Expected PD, got {type(pd)}")
-        pd.check_open()
+        typed(pd, PD, "pd", none=False).check_open()
         if attr is None:
             if wc is None or grh is None:
                 raise PyverbsUserError("AH(pd, attr=AHAttr(...)) or AH(pd, wc=wc, grh=address, port_num=1)")
             attr = _from_received(wc, grh, port_num)
-        gr = attr.gr
+        gr = typed(attr, AHAttr, "attr")._gr   # (pyverbs casts it unchecked)
         if not attr.is_global or attr.port_num != 1 or not 0 <= gr.sgid_index < GID_TABLE_LEN:
             raise PyverbsRDMAError("Failed to create AH", EINVAL)
         if gr.sgid_index >= len(GIDS):
             raise PyverbsRDMAError("Failed to create AH", ENODATA)
-        self.sgid, self.dgid = GIDS[gr.sgid_index], str(gr.dgid)
-        if self.dgid == str(GID()) or self.dgid.startswith(IPV4_MAPPED) != self.sgid.startswith(IPV4_MAPPED):
+        self._sgid, self._dgid = GIDS[gr.sgid_index], gr.dgid   # (what a datagram's GRH carries)
+        if self._dgid == str(GID()) or self._dgid.startswith(IPV4_MAPPED) != self._sgid.startswith(IPV4_MAPPED):
             raise PyverbsRDMAError("Failed to create AH", EINVAL)
-        self.traffic_class, self.flow_label, self.hop_limit = gr.traffic_class, gr.flow_label, gr.hop_limit
-        self.pd = pd
+        self._traffic_class, self._flow_label, self._hop_limit = gr.traffic_class, gr.flow_label, gr.hop_limit
+        self._pd = pd
         self._depend_on(pd)
 
 

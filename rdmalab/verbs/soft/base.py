@@ -3,12 +3,93 @@
 pyverbs closes an object's dependants first (closing a PD closes its MRs and QPs). Using an object
 after close() crashes real pyverbs (a NULL pointer); here it raises PyverbsUserError instead.
 """
+import enum
+import operator
 import weakref
 
 from .pyverbs_error import PyverbsRDMAError, PyverbsUserError  # noqa: F401 (pyverbs.base has both)
 
 
-class Resource:
+# ---------------------------------------------------------------- pyverbs' classes are Cython's
+#
+# pyverbs' classes are Cython cdef classes: the names each has are fixed (its properties and methods), some
+# of them read-only, and an argument declared with a class (`QPCap cap=None`) takes nothing else. So a
+# misspelt or invented name (`wr.rkey = key`, `mr.lkey = 5`, `QPInitAttr(cap={...})`) fails there at once,
+# and must here too: a program soft0 runs must run on a real device. soft0 keeps its own state under names
+# that start with "_"; the public names of its classes are pyverbs' (tests/soft/test_strictness.py).
+
+def pyverbs_name(cls):
+    """The name pyverbs' messages give a class (Cython's tp_name): 'pyverbs.mr.MR' for soft0's mr.MR (a
+    Cython class there), 'dict' for a dict, 'rdma_port_space' for an enum (a Python class there too)."""
+    module = cls.__module__
+    if module.startswith(__package__ + ".") and not issubclass(cls, (enum.Enum, Exception)):
+        module = module[len(__package__) + 1:]   # rdmalab.verbs.soft.mr -> mr
+        return f"pyverbs.{PYVERBS_MODULE.get(module, module)}.{cls.__name__}"
+    return cls.__name__
+
+
+PYVERBS_MODULE = {"qpex": "qp", "cqex": "cq", "gid": "addr"}   # soft0's modules whose classes are another's
+
+
+def no_attribute(obj, name):
+    return AttributeError(f"'{pyverbs_name(type(obj))}' object has no attribute '{name}'")
+
+
+class PyverbsObject:
+    """pyverbs.base.PyverbsObject, every pyverbs class's base. A class on the data path (SendWR, RecvWR,
+    SGE, ...) fixes its names with __slots__, which costs nothing per attribute set; the others are Fixed.
+    Reading a name a class lacks raises Python's AttributeError, which names the class without pyverbs'
+    module ("'SendWR' object has no attribute 'rkey'"): a __getattr__ that named it as pyverbs does would
+    slow every attribute read of the object (Python 3.11 specializes reads only for classes without one)."""
+    __slots__ = ()
+
+    def set_log_level(self, val):
+        """pyverbs sets its logger's level; soft0 logs nothing."""
+
+
+class Fixed(PyverbsObject):
+    """The fixed names of a Cython class, for soft0's classes whose attributes are set rarely (devices,
+    PDs, MRs, QPs, CM ids: not WRs): setting a public name the class does not define raises pyverbs'
+    AttributeError (soft0 keeps its own state under "_" names)."""
+    __slots__ = ()
+
+    def __setattr__(self, name, value):
+        if name[0] != "_" and not hasattr(type(self), name):
+            raise no_attribute(self, name)
+        object.__setattr__(self, name, value)
+
+
+class readonly(property):
+    """A pyverbs property without a setter: `lkey = readonly("_lkey")` reads the field `_lkey`, or
+    `@readonly` over a method computes it. Writing raises what Cython raises."""
+
+    def __init__(self, fget, doc=None):
+        if isinstance(fget, str):
+            fget, doc = operator.attrgetter(fget), doc or "(read-only, as in pyverbs)"
+        super().__init__(fget, self._refuse)
+        self.__doc__ = doc or fget.__doc__
+
+    def __set_name__(self, owner, name):
+        self.name = name
+
+    def _refuse(self, obj, value):
+        raise AttributeError(f"attribute '{self.name}' of '{pyverbs_name(type(obj))}' objects is not writable")
+
+
+def typed(value, cls, argument, none=True):
+    """Cython's check of an argument declared with a class (`def __init__(self, QPCap cap=None)`; with
+    `not None` when `none` is False): `value`, or the TypeError pyverbs raises before doing anything."""
+    if value is None:
+        if none:
+            return None
+        raise TypeError(f"Argument '{argument}' must not be None")
+    if isinstance(value, cls):
+        return value
+    raise TypeError(f"Argument '{argument}' has incorrect type (expected {pyverbs_name(cls)}, "
+                    f"got {pyverbs_name(type(value))})")
+
+
+class Resource(Fixed):
     def __init__(self):
         self._dependants = weakref.WeakSet()
         self._closed = False
@@ -85,7 +166,7 @@ def not_supported(what):
     return PyverbsRDMAError(f"{what}: not supported by the emulated NIC soft0 (nor by Soft-RoCE)", EOPNOTSUPP)
 
 
-class Record:
+class Record(PyverbsObject):
     """A pyverbs attribute structure (QPInitAttrEx, SrqAttr, ...): its fields as plain attributes. pyverbs'
     are Cython classes with fixed fields: setting one they lack (a typo) is an AttributeError there, and here."""
     _fields = {}
@@ -93,7 +174,7 @@ class Record:
 
     def __setattr__(self, name, value):
         if name not in self._fields and name not in self._also and not name.startswith("_"):
-            raise AttributeError(f"'{type(self).__name__}' object has no attribute {name!r}")
+            raise no_attribute(self, name)
         object.__setattr__(self, name, value)
 
     def __init__(self, *args, **kwargs):

@@ -31,7 +31,7 @@ import time
 
 from . import datagram, shm
 from .addr import AHAttr, GID, GlobalRoute
-from .base import Resource, not_supported
+from .base import Fixed, PyverbsObject, Resource, not_supported, readonly, typed
 from .cq import CQ, CompChannel
 from .device import Context
 from .hardware import GIDS, active_mtu
@@ -136,44 +136,45 @@ class AddrInfo(Resource):
 
     def __init__(self, src=None, dst=None, src_service=None, dst_service=None, port_space=0, flags=0):
         super().__init__()
-        self.port_space, self.flags = port_space or rdma_port_space.RDMA_PS_TCP, flags
-        self.src_addr = self.dst_addr = None
+        self._port_space, self._flags = port_space or rdma_port_space.RDMA_PS_TCP, flags
+        self._src_addr = self._dst_addr = None
         if flags & RAI_PASSIVE:
-            self.src_addr = _resolve(src, src_service)
+            self._src_addr = _resolve(src, src_service)
             return
         if src is not None:
-            self.src_addr = _resolve(src, src_service)
+            self._src_addr = _resolve(src, src_service)
         if dst is not None or dst_service is not None:
-            self.dst_addr = _resolve(dst if dst is not None else "127.0.0.1", dst_service)
+            self._dst_addr = _resolve(dst if dst is not None else "127.0.0.1", dst_service)
 
 
 # ---------------------------------------------------------------- parameters
 
-class ConnParam:
+class ConnParam(PyverbsObject):
     """rdma_conn_param: what a side asks of a connection (READ/atomic depths, retries, a QP number
-    when the QP is not the CM id's own, and private data for the peer)."""
-    __slots__ = ("responder_resources", "initiator_depth", "flow_control", "retry_count", "rnr_retry_count", "srq",
-                 "qp_num", "data_len", "_private")
+    when the QP is not the CM id's own, and private data for the peer). pyverbs shows only qpn and
+    private_data of it (set_private_data sets the latter); the rest is given to the constructor."""
+    __slots__ = ("_responder_resources", "_initiator_depth", "_flow_control", "_retry_count", "_rnr_retry_count",
+                 "_srq", "_qp_num", "_data_len", "_private")
 
     def __init__(self, resources=1, depth=1, flow_control=0, retry=5, rnr_retry=5, srq=0, qp_num=0, data_len=0):
-        self.responder_resources, self.initiator_depth, self.flow_control = resources, depth, flow_control
-        self.retry_count, self.rnr_retry_count, self.srq, self.qp_num = retry, rnr_retry, srq, qp_num
-        self.data_len, self._private = data_len, b""
+        self._responder_resources, self._initiator_depth, self._flow_control = resources, depth, flow_control
+        self._retry_count, self._rnr_retry_count, self._srq, self._qp_num = retry, rnr_retry, srq, qp_num
+        self._data_len, self._private = data_len, b""
 
     @property
     def qpn(self):
-        return self.qp_num
+        return self._qp_num
 
     @qpn.setter
     def qpn(self, value):
-        self.qp_num = value
+        self._qp_num = value
 
-    @property
+    @readonly
     def private_data(self):
         return self._private
 
     def set_private_data(self, data):
-        self._private = bytes(data[:self.data_len])
+        self._private = bytes(data[:self._data_len])
 
 
 class JoinMCAttrEx:
@@ -189,9 +190,9 @@ class UDParam:
     """rdma_ud_param of an ESTABLISHED (UD) or MULTICAST_JOIN event: where to send datagrams."""
 
     def __init__(self, cm_event):
-        if cm_event is None or cm_event.ud is None:
+        if cm_event is None or cm_event._ud is None:
             raise PyverbsUserError("UDParam needs an ESTABLISHED or MULTICAST_JOIN event of a UD CM id")
-        self.qp_num, self.qkey, self._dgid = cm_event.ud["qp_num"], cm_event.ud["qkey"], cm_event.ud["gid"]
+        self.qp_num, self.qkey, self._dgid = cm_event._ud["qp_num"], cm_event._ud["qkey"], cm_event._ud["gid"]
 
     @property
     def ah_attr(self):
@@ -210,51 +211,50 @@ class CMEventChannel(Resource):
 
     def __init__(self):
         super().__init__()
-        self.events = collections.deque()
-        self.ids = []
+        self._events = collections.deque()
+        self._ids = []
 
-    def post(self, cmid, event_type, private_data=b"", status=0, ud=None, request=None):
-        self.events.append(Event(event_type, cmid, private_data, status, ud, request))
+    def _post(self, cmid, event_type, private_data=b"", status=0, ud=None, request=None):
+        self._events.append(Event(event_type, cmid, private_data, status, ud, request))
 
-    def next_event(self):
+    def _next_event(self):
         """The next event, waiting for one as long as it takes: rdma_get_cm_event blocks in a read of the
         channel, which a signal ends with EINTR (errno 4) once its handler has run, as get_cq_event's wait
         does. So the wait here looks at the sockets, then naps (waiting.nap, which a signal ends too)."""
         from rdmalab.proc import waiting
         self.check_open()
         pause = NAP_FIRST_S
-        while not self.events:
-            sockets = {sock: cmid for cmid in self.ids for sock in cmid.sockets()}
+        while not self._events:
+            sockets = {sock: cmid for cmid in self._ids for sock in cmid._sockets()}
             readable = select.select(list(sockets), [], [], 0)[0] if sockets else []
             for sock in readable:
-                sockets[sock].on_readable(sock)
+                sockets[sock]._on_readable(sock)
             if readable:
                 pause = NAP_FIRST_S
             elif waiting.nap(pause) == errno.EINTR:
                 raise _error("Failed to create CMEvent: interrupted by a signal", errno.EINTR)
             else:
                 pause = min(2 * pause, NAP_MOST_S)   # (an idle wait costs little; a busy one answers fast)
-        event = self.events.popleft()
-        if event.event_type == EV.RDMA_CM_EVENT_REJECTED and event.cmid.qp is not None:
+        event = self._events.popleft()
+        if event.event_type == EV.RDMA_CM_EVENT_REJECTED and event.cmid._qp is not None:
             event.cmid._move_qp(IBV_QPS_ERR)   # librdmacm does, as it hands the event out (ucma_modify_qp_err)
         return event
 
     def _release(self):
-        for cmid in list(self.ids):
+        for cmid in list(self._ids):
             cmid.close()
-        self.events.clear()
+        self._events.clear()
 
 
-class CMEvent:
+class CMEvent(Fixed):
     """The next event of a channel (rdma_get_cm_event): event_type, private_data, and for a
     CONNECT_REQUEST the request a new CMID(creator=event, listen_id=...) takes on."""
+    event_type, private_data = readonly("_event_type"), readonly("_private_data")
 
     def __init__(self, channel):
-        if not isinstance(channel, CMEventChannel):
-            raise PyverbsUserError(f"Expected CMEventChannel, got {type(channel)}")
-        event = channel.next_event()
-        self.event_type, self.private_data, self.status = event.event_type, event.private_data, event.status
-        self.ud, self.request, self._acked = event.ud, event.request, False
+        event = typed(channel, CMEventChannel, "channel", none=False)._next_event()
+        self._event_type, self._private_data, self._status = event.event_type, event.private_data, event.status
+        self._ud, self._request, self._acked = event.ud, event.request, False
 
     def event_str(self):
         return EV(self.event_type).name
@@ -315,12 +315,15 @@ class CMID(Resource):
     (rdma_create_ep): every call waits for its outcome. CMID(creator=event, listen_id=id) takes on a
     CONNECT_REQUEST."""
 
+    pd, event_channel = readonly("_pd"), readonly("_event_channel")
+
     def __init__(self, creator=None, qp_init_attr=None, pd=None, port_space=rdma_port_space.RDMA_PS_TCP,
                  listen_id=None):
+        typed(qp_init_attr, QPInitAttr, "qp_init_attr"), typed(pd, PD, "pd"), typed(listen_id, CMID, "listen_id")
         super().__init__()
-        self.ctx, self.pd, self.qp, self.event_channel = pd.ctx if pd is not None else None, pd, None, None
-        self.port_space, self.local, self.remote = port_space, None, None
-        self.state = "idle"
+        self._ctx, self._pd, self._qp, self._event_channel = pd._ctx if pd is not None else None, pd, None, None
+        self._port_space, self._local, self._remote = port_space, None, None
+        self._state = "idle"
         self._listener = self._listener_path = self._conn = None
         self._own_cqs = []              # CQs and channels create_qp made (closed with the QP)
         self._peer = {}                 # what the peer said: qpn, psn, depths, retries, private data
@@ -340,20 +343,20 @@ class CMID(Resource):
         elif isinstance(creator, CMEvent):
             if listen_id is None:
                 raise PyverbsUserError("listen ID not provided")
-            self._take_request(listen_id, creator.request)
+            self._take_request(listen_id, creator._request)
         else:
             raise PyverbsUserError(f"Cannot create CM ID from {type(creator).__name__}")
 
     def _use_channel(self, channel, sync):
-        self.event_channel, self._sync = channel, sync
-        channel.ids.append(self)
+        self._event_channel, self._sync = channel, sync
+        channel._ids.append(self)
 
     # ------------------------------------------------------------ what the event channel needs
 
-    def sockets(self):
-        return [s for s in (self._listener, self._conn) if s is not None and self.state != "bound"]
+    def _sockets(self):
+        return [s for s in (self._listener, self._conn) if s is not None and self._state != "bound"]
 
-    def on_readable(self, sock):
+    def _on_readable(self, sock):
         """A CM message (or a new connection, or the peer's end) arrived for this id: act on it as the
         kernel's CM does, and queue the event."""
         if sock is self._listener:
@@ -364,55 +367,55 @@ class CMID(Resource):
             if request is None:
                 conn.close()
             else:
-                self.event_channel.post(self, EV.RDMA_CM_EVENT_CONNECT_REQUEST, _padded(request),
+                self._event_channel._post(self, EV.RDMA_CM_EVENT_CONNECT_REQUEST, _padded(request),
                                         request=(conn, request))
             return
         message = _receive(sock)
         kind = message["msg"] if message else "EOF"
-        post = self.event_channel.post
-        if kind == "REP" and self.state == "connecting":
+        post = self._event_channel._post
+        if kind == "REP" and self._state == "connecting":
             self._peer.update(message)
-            if self.qp is not None:   # librdmacm moves its own QP (INIT again: now the access is known), answers
+            if self._qp is not None:   # librdmacm moves its own QP (INIT again: now the access is known), answers
                 self._move_qp(IBV_QPS_INIT)
                 self._move_qp(IBV_QPS_RTR)
                 self._move_qp(IBV_QPS_RTS)
                 _send(sock, msg="RTU")
-                self.state = "connected"
+                self._state = "connected"
                 post(self, EV.RDMA_CM_EVENT_ESTABLISHED, _padded(message))
             else:                     # the program moves its own QP, then calls establish()
-                self.state = "responded"
+                self._state = "responded"
                 post(self, EV.RDMA_CM_EVENT_CONNECT_RESPONSE, _padded(message))
-        elif kind == "SIDR_REP" and self.state == "connecting":
+        elif kind == "SIDR_REP" and self._state == "connecting":
             self._close_conn()
-            self.state = "connected"
+            self._state = "connected"
             post(self, EV.RDMA_CM_EVENT_ESTABLISHED, _padded(message),
                  ud=dict(qp_num=message["qpn"], qkey=message["qkey"], gid=message["gid"]))
-        elif kind == "RTU" and self.state == "accepting":
-            self.state = "connected"
+        elif kind == "RTU" and self._state == "accepting":
+            self._state = "connected"
             post(self, EV.RDMA_CM_EVENT_ESTABLISHED)
         elif kind == "REJ":
             self._close_conn()
-            self.state = "rejected"
+            self._state = "rejected"
             post(self, EV.RDMA_CM_EVENT_REJECTED, _padded(message), REJ_CONSUMER)
-        elif kind == "DREQ" and self.state == "connected":   # the peer disconnects: we answer (DREP) when we do
-            self.state = "disconnected"
+        elif kind == "DREQ" and self._state == "connected":   # the peer disconnects: we answer (DREP) when we do
+            self._state = "disconnected"
             post(self, EV.RDMA_CM_EVENT_DISCONNECTED)
-        elif kind in ("DREP", "DREQ", "EOF") and self.state == "disconnecting":   # our DREQ answered (or crossed
+        elif kind in ("DREP", "DREQ", "EOF") and self._state == "disconnecting":   # our DREQ answered (or crossed
             self._close_conn()                                                   # by theirs; or the peer is gone)
-            self.state = "disconnected"
+            self._state = "disconnected"
             post(self, EV.RDMA_CM_EVENT_DISCONNECTED)
         elif kind == "DREQ" or kind == "EOF":
             self._close_conn()
-            if self.state == "connected":
-                self.state = "disconnected"
+            if self._state == "connected":
+                self._state = "disconnected"
                 post(self, EV.RDMA_CM_EVENT_DISCONNECTED)
-            elif self.state in ("connecting", "accepting", "responded"):
-                self.state = "unreachable"
+            elif self._state in ("connecting", "accepting", "responded"):
+                self._state = "unreachable"
                 post(self, EV.RDMA_CM_EVENT_UNREACHABLE, status=-errno.ETIMEDOUT)
 
     def _wait(self, expected):
         """A synchronous id's call waits for its outcome: the expected event, or an error (ucma_complete)."""
-        event = self.event_channel.next_event()
+        event = self._event_channel._next_event()
         if event.event_type != expected:
             code = errno.ECONNREFUSED if event.event_type == EV.RDMA_CM_EVENT_REJECTED else \
                 abs(event.status) or errno.EINVAL
@@ -421,54 +424,55 @@ class CMID(Resource):
 
     # ------------------------------------------------------------ addresses and routes
 
-    @property
+    @readonly
     def context(self):
-        return self.ctx
+        return self._ctx
 
-    @property
+    @readonly
     def dev_name(self):
         return "soft0"
 
-    @property
+    @readonly
     def port_num(self):
         return 1
 
-    @property
+    @readonly
     def qpn(self):
-        return self.qp.qp_num if self.qp is not None else None
+        return self._qp.qp_num if self._qp is not None else None
 
     def _open_device(self):
         """The device the address belongs to, and a PD on it: the one the id was given, else librdmacm's
         default PD of the device, which every id of this process without a PD of its own shares."""
-        if self.ctx is None:
-            self.ctx, default_pd = _DEFAULT_DEVICE.take()
+        if self._ctx is None:
+            self._ctx, default_pd = _DEFAULT_DEVICE.take()
             self._holds_device = True
-            self.pd = self.pd or default_pd
-        if self.pd is None:
-            self.pd = PD(self.ctx)
+            self._pd = self._pd or default_pd
+        if self._pd is None:
+            self._pd = PD(self._ctx)
 
-    def protection_domain(self):
+    def _protection_domain(self):
         """PD(cmid): the id's PD (pyverbs wraps the rdma_cm_id's pd)."""
         self._open_device()
-        return self.pd
+        return self._pd
 
     def bind_addr(self, lai):
         """Take a local address (an AddrInfo's source): one of soft0's, or the wildcard. A port other than
         0 is reserved here (EADDRINUSE when another id of this user has it); 0 picks a free one."""
         self.check_open()
-        ip, port = lai.src_addr if lai.src_addr is not None else (ipaddress.ip_address("0.0.0.0"), 0)
+        typed(lai, AddrInfo, "lai", none=False)
+        ip, port = lai._src_addr if lai._src_addr is not None else (ipaddress.ip_address("0.0.0.0"), 0)
         if not (ours(ip) or ip == ipaddress.ip_address("0.0.0.0")):
             raise _error(f"Failed to Bind ID: {ip} is no address of soft0 (its netdev is lo: 127.0.0.0/8)",
                          errno.EADDRNOTAVAIL)
-        if self.state != "idle":
+        if self._state != "idle":
             raise _error("Failed to Bind ID: it is bound already", errno.EINVAL)
         if port:
             self._reserve(port)
-        self.local, self.state = (ip, port or random.randint(32768, 60999)), "bound"
+        self._local, self._state = (ip, port or random.randint(32768, 60999)), "bound"
         self._open_device()
 
     def _reserve(self, port):
-        path = _listener_path(self.port_space, port)
+        path = _listener_path(self._port_space, port)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             sock.bind(path)
@@ -486,26 +490,27 @@ class CMID(Resource):
         """Find the device for the destination (and bind to the source if given): ADDR_RESOLVED for one of
         soft0's addresses or a multicast group; ADDR_ERROR (EHOSTUNREACH) for any other."""
         self.check_open()
-        if self.state == "idle":
+        typed(rai, AddrInfo, "rai", none=False)
+        if self._state == "idle":
             self.bind_addr(rai)
-        if rai.dst_addr is None:
+        if rai._dst_addr is None:
             raise _error("Failed to Resolve Address: no destination", errno.EINVAL)
-        ip, _ = rai.dst_addr
-        self.remote = rai.dst_addr
+        ip, _ = rai._dst_addr
+        self._remote = rai._dst_addr
         if ours(ip) or ip.is_multicast:
-            self.state = "addr_resolved"
-            self.event_channel.post(self, EV.RDMA_CM_EVENT_ADDR_RESOLVED)
+            self._state = "addr_resolved"
+            self._event_channel._post(self, EV.RDMA_CM_EVENT_ADDR_RESOLVED)
         else:
-            self.event_channel.post(self, EV.RDMA_CM_EVENT_ADDR_ERROR, status=-errno.EHOSTUNREACH)
+            self._event_channel._post(self, EV.RDMA_CM_EVENT_ADDR_ERROR, status=-errno.EHOSTUNREACH)
         if self._sync:
             self._wait(EV.RDMA_CM_EVENT_ADDR_RESOLVED)
 
     def resolve_route(self, timeout_ms=2000):
         self.check_open()
-        if self.state != "addr_resolved":
+        if self._state != "addr_resolved":
             raise _error("Failed to Resolve Route: resolve the address first", errno.EINVAL)
-        self.state = "route_resolved"
-        self.event_channel.post(self, EV.RDMA_CM_EVENT_ROUTE_RESOLVED)
+        self._state = "route_resolved"
+        self._event_channel._post(self, EV.RDMA_CM_EVENT_ROUTE_RESOLVED)
         if self._sync:
             self._wait(EV.RDMA_CM_EVENT_ROUTE_RESOLVED)
         self._open_device()
@@ -521,18 +526,18 @@ class CMID(Resource):
         """rdma_create_ep. The QP's type comes from the address (RDMA_PS_TCP: RC, RDMA_PS_UDP: UD), whatever
         qp_init_attr says: librdmacm overwrites it, in the caller's attributes for an active id and in
         the copy a listener keeps for the ids it accepts."""
-        self.port_space = ai.port_space
+        self._port_space = ai._port_space
         self._use_channel(CMEventChannel(), sync=True)
-        if ai.flags & RAI_PASSIVE:
+        if ai._flags & RAI_PASSIVE:
             if qp_init_attr is not None:
                 self._qp_init_attr = copy.copy(qp_init_attr)
-                self._qp_init_attr.qp_type = QP_TYPE_OF[ai.port_space]
+                self._qp_init_attr.qp_type = QP_TYPE_OF[ai._port_space]
             self.bind_addr(ai)
             return
         self.resolve_addr(ai)
         self.resolve_route()
         if qp_init_attr is not None:
-            qp_init_attr.qp_type = QP_TYPE_OF[ai.port_space]
+            qp_init_attr.qp_type = QP_TYPE_OF[ai._port_space]
             self.create_qp(qp_init_attr)
 
     def get_request(self):
@@ -541,20 +546,20 @@ class CMID(Resource):
         event = self._wait(EV.RDMA_CM_EVENT_CONNECT_REQUEST)
         child = CMID()
         child._take_request(self, event.request)
-        self.ctx, self.pd = child.ctx, child.pd
+        self._ctx, self._pd = child._ctx, child._pd
         if self._qp_init_attr is not None:
             child.create_qp(self._qp_init_attr)
         return child
 
     def _take_request(self, listen_id, request):
         conn, message = request
-        self.port_space, self.local, self.state = listen_id.port_space, listen_id.local, "requested"
+        self._port_space, self._local, self._state = listen_id._port_space, listen_id._local, "requested"
         self._passive = True
-        self._use_channel(listen_id.event_channel if not listen_id._sync else CMEventChannel(), listen_id._sync)
+        self._use_channel(listen_id._event_channel if not listen_id._sync else CMEventChannel(), listen_id._sync)
         self._conn, self._peer = conn, dict(message)
-        if listen_id.ctx is None:
+        if listen_id._ctx is None:
             listen_id._open_device()
-        self.ctx, self.pd = listen_id.ctx, listen_id.pd
+        self._ctx, self._pd = listen_id._ctx, listen_id._pd
         if listen_id._holds_device:   # the accepted id outlives its listener, and keeps the device open
             _DEFAULT_DEVICE.take()
             self._holds_device = True
@@ -563,23 +568,24 @@ class CMID(Resource):
 
     def listen(self, backlog=0):
         self.check_open()
-        if self.state == "idle":
+        if self._state == "idle":
             self.bind_addr(AddrInfo(flags=RAI_PASSIVE))
         if self._listener is None:
-            self._reserve(self.local[1])
-        self.state = "listening"
+            self._reserve(self._local[1])
+        self._state = "listening"
 
     def connect(self, param=None):
         """Send a REQ (SIDR REQ for UD) to whoever listens at the resolved destination. Its answer is an
         event: ESTABLISHED (or CONNECT_RESPONSE when the QP is not the id's own), or REJECTED."""
         self.check_open()
-        if self.state != "route_resolved":
+        typed(param, ConnParam, "param")
+        if self._state != "route_resolved":
             raise _error("Failed to Connect: resolve the route first", errno.EINVAL)
         self._param = param if param is not None else ConnParam(retry=7, rnr_retry=7)
-        qpn = self.qp.qp_num if self.qp is not None else self._param.qp_num
+        qpn = self._qp.qp_num if self._qp is not None else self._param._qp_num
         kind = "SIDR_REQ" if self._is_ud() else "REQ"
         private = _private_data(kind, self._param.private_data)
-        path = _listener_path(self.port_space, self.remote[1])
+        path = _listener_path(self._port_space, self._remote[1])
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             if os.lstat(path).st_uid != os.geteuid():   # a listener of this user's soft0 only: (ignore
@@ -587,14 +593,14 @@ class CMID(Resource):
             sock.connect(path)
         except OSError:   # nobody listens there: the peer's CM rejects (invalid service ID)
             sock.close()
-            self.state = "rejected"   # (a REJ carries its 148 bytes of private data, zeros here)
-            self.event_channel.post(self, EV.RDMA_CM_EVENT_REJECTED, bytes(PRIVATE_DATA_BYTES["REJ"]),
+            self._state = "rejected"   # (a REJ carries its 148 bytes of private data, zeros here)
+            self._event_channel._post(self, EV.RDMA_CM_EVENT_REJECTED, bytes(PRIVATE_DATA_BYTES["REJ"]),
                                     status=REJ_NO_LISTENER)
         else:
-            self._conn, self.state = sock, "connecting"
+            self._conn, self._state = sock, "connecting"
             p = self._param
-            _send(sock, msg=kind, qpn=qpn, psn=self._psn, gid=GIDS[SGID_INDEX], responder_resources=p.responder_resources,
-                  initiator_depth=p.initiator_depth, retry=p.retry_count, rnr_retry=p.rnr_retry_count,
+            _send(sock, msg=kind, qpn=qpn, psn=self._psn, gid=GIDS[SGID_INDEX], responder_resources=p._responder_resources,
+                  initiator_depth=p._initiator_depth, retry=p._retry_count, rnr_retry=p._rnr_retry_count,
                   private_data=private)
         if self._sync:
             self._wait(EV.RDMA_CM_EVENT_ESTABLISHED)
@@ -603,61 +609,62 @@ class CMID(Resource):
         """Answer a connection request: for RC move the id's QP to RTS and send a REP (the peer's RTU brings
         ESTABLISHED); for UD send a SIDR REP with the QP number and Q_Key."""
         self.check_open()
-        if self.state != "requested":
+        typed(param, ConnParam, "param")
+        if self._state != "requested":
             raise _error("Failed to Accept Connection: no request to accept", errno.EINVAL)
         self._param = param if param is not None else ConnParam(retry=7, rnr_retry=7)
-        qpn = self.qp.qp_num if self.qp is not None else self._param.qp_num
+        qpn = self._qp.qp_num if self._qp is not None else self._param._qp_num
         private = _private_data("SIDR_REP" if self._is_ud() else "REP", self._param.private_data)
         if self._is_ud():
             _send(self._conn, msg="SIDR_REP", qpn=qpn, qkey=RDMA_UDP_QKEY, gid=GIDS[SGID_INDEX], private_data=private)
             self._close_conn()
-            self.state = "connected"
+            self._state = "connected"
             return
-        if self.qp is not None:
+        if self._qp is not None:
             self._move_qp(IBV_QPS_INIT)
             self._move_qp(IBV_QPS_RTR)
             self._move_qp(IBV_QPS_RTS)
         p = self._param
-        _send(self._conn, msg="REP", qpn=qpn, psn=self._psn, responder_resources=p.responder_resources,
-              initiator_depth=p.initiator_depth, rnr_retry=p.rnr_retry_count, private_data=private)
-        self.state = "accepting"
+        _send(self._conn, msg="REP", qpn=qpn, psn=self._psn, responder_resources=p._responder_resources,
+              initiator_depth=p._initiator_depth, rnr_retry=p._rnr_retry_count, private_data=private)
+        self._state = "accepting"
         if self._sync:
             self._wait(EV.RDMA_CM_EVENT_ESTABLISHED)
 
     def reject(self, private_data=None):
         self.check_open()
-        if self.state != "requested":
+        if self._state != "requested":
             raise _error("Failed to Reject Connection: no request to reject", errno.EINVAL)
         _send(self._conn, msg="REJ", private_data=_private_data("REJ", private_data or b""))
         self._close_conn()
-        self.state = "rejected"
+        self._state = "rejected"
 
     def establish(self):
         """The active side of a connection whose QP is not the id's own: after CONNECT_RESPONSE and moving
         the QP to RTS (init_qp_attr), tell the peer (RTU): it gets ESTABLISHED."""
         self.check_open()
-        if self.state != "responded" or self.qp is not None:
+        if self._state != "responded" or self._qp is not None:
             raise _error("Failed to Complete an active connection request", errno.EINVAL)
         _send(self._conn, msg="RTU")
-        self.state = "connected"
+        self._state = "connected"
 
     def disconnect(self):
         """Move the QP to ERR and tell the peer (DREQ): it gets DISCONNECTED, and so do we once it answers
         (a DREP when it calls disconnect() too, or its id closing), as the IB CM delivers DISCONNECTED to
         both sides. After the peer's DREQ, this is the answer. A synchronous id waits for its DISCONNECTED."""
         self.check_open()
-        if self.state not in ("connected", "disconnecting", "disconnected"):
+        if self._state not in ("connected", "disconnecting", "disconnected"):
             raise _error("Failed to Disconnect: not connected", errno.EINVAL)
-        if self.qp is not None:
+        if self._qp is not None:
             self._move_qp(IBV_QPS_ERR)
         if self._conn is None:   # (UD: no connection to end)
-            self.state = "disconnected"
-        elif self.state == "connected":
+            self._state = "disconnected"
+        elif self._state == "connected":
             _send(self._conn, msg="DREQ")
-            self.state = "disconnecting"
+            self._state = "disconnecting"
             if self._sync:
                 self._wait(EV.RDMA_CM_EVENT_DISCONNECTED)
-        elif self.state == "disconnected":   # the peer's DREQ came first: answer it
+        elif self._state == "disconnected":   # the peer's DREQ came first: answer it
             _send(self._conn, msg="DREP")
             self._close_conn()
 
@@ -667,7 +674,7 @@ class CMID(Resource):
             self._conn = None
 
     def _is_ud(self):
-        return QP_TYPE_OF[self.port_space] == IBV_QPT_UD
+        return QP_TYPE_OF[self._port_space] == IBV_QPT_UD
 
     # ------------------------------------------------------------ the QP
 
@@ -675,35 +682,36 @@ class CMID(Resource):
         """A QP for this id (rdma_create_qp), with send and receive CQs of its own unless qp_init names
         them. An RC QP goes to INIT; a UD QP to RTS, with rdma_cm's Q_Key."""
         self.check_open()
-        if self.pd is None:
+        typed(qp_init, QPInitAttr, "qp_init", none=False)
+        if self._pd is None:
             raise _error("Failed to Create QP: bind or resolve the id first", errno.EINVAL)
         scq, rcq = qp_init.send_cq, qp_init.recv_cq
         if scq is None or rcq is None:
             scq = rcq = self._new_cq(max(qp_init.cap.max_send_wr + qp_init.cap.max_recv_wr, 1))
-        init = QPInitAttr(qp_type=qp_init.qp_type, qp_context=qp_init.qp_context, scq=scq, rcq=rcq,
+        init = QPInitAttr(qp_type=qp_init.qp_type, qp_context=qp_init._qp_context, scq=scq, rcq=rcq,
                           srq=qp_init.srq, cap=qp_init.cap, sq_sig_all=qp_init.sq_sig_all)
-        self.qp = QP(self.pd, init)
+        self._qp = QP(self._pd, init)
         self._move_qp(IBV_QPS_INIT)
-        if self.qp.qp_type == IBV_QPT_UD:
+        if self._qp.qp_type == IBV_QPT_UD:
             self._move_qp(IBV_QPS_RTR)
             self._move_qp(IBV_QPS_RTS)
             for gid in self._groups:
-                self._groups[gid] = self._groups[gid] or datagram.attach(self.qp, gid)
+                self._groups[gid] = self._groups[gid] or datagram.attach(self._qp, gid)
 
     def _new_cq(self, size):
-        channel = CompChannel(self.ctx)
-        cq = CQ(self.ctx, size, None, channel, 0)
+        channel = CompChannel(self._ctx)
+        cq = CQ(self._ctx, size, None, channel, 0)
         self._own_cqs += [cq, channel]
         return cq
 
     def _move_qp(self, state):
         attr, mask = self.init_qp_attr(state)
-        self.qp.modify(attr, mask)
+        self._qp.modify(attr, mask)
 
     def query_qp(self, attr_mask):
-        if self.qp is None:
+        if self._qp is None:
             raise _error("Failed to query QP: the CM id has none", errno.EINVAL)
-        return self.qp.query(attr_mask)
+        return self._qp.query(attr_mask)
 
     def init_qp_attr(self, qp_state):
         """The attributes (and their mask) rdma_cm would give a QP moving to `qp_state` on this connection:
@@ -718,10 +726,10 @@ class CMID(Resource):
                           IBV_QPS_RTR: IBV_QP_STATE, IBV_QPS_RTS: IBV_QP_STATE | IBV_QP_SQ_PSN}[qp_state]
         known = "qpn" in peer
         # READ/atomic depths: what this side offers, no more than the other side asks for
-        theirs_depth = peer.get("initiator_depth", p.initiator_depth)
-        theirs_resources = peer.get("responder_resources", p.responder_resources)
-        responder = min(p.responder_resources, theirs_depth)
-        initiator = min(p.initiator_depth, theirs_resources)
+        theirs_depth = peer.get("initiator_depth", p._initiator_depth)
+        theirs_resources = peer.get("responder_resources", p._responder_resources)
+        responder = min(p._responder_resources, theirs_depth)
+        initiator = min(p._initiator_depth, theirs_resources)
         if qp_state == IBV_QPS_INIT:
             attr.pkey_index, attr.port_num = 0, 1
             attr.qp_access_flags = (IBV_ACCESS_REMOTE_WRITE | (IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC
@@ -741,7 +749,7 @@ class CMID(Resource):
             # peer, the receiver, asked (the REQ's count for the passive side, the REP's for the active)
             attr.sq_psn, attr.max_rd_atomic = self._psn, initiator
             attr.timeout = self._timeout if self._timeout is not None else ACK_TIMEOUT
-            attr.retry_cnt = peer["retry"] if self._passive else p.retry_count
+            attr.retry_cnt = peer["retry"] if self._passive else p._retry_count
             attr.rnr_retry = peer["rnr_retry"]
             return attr, (IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY
                           | IBV_QP_MAX_QP_RD_ATOMIC)
@@ -753,7 +761,7 @@ class CMID(Resource):
     def get_remote_ece(self):
         """The peer's ECE options: soft0, as rxe, has none to offer, so they are zero."""
         from .qp import ECE
-        if self.qp is not None:
+        if self._qp is not None:
             raise _error("Failed to get remote ECE: the CM id has its own QP", errno.EINVAL)
         return ECE()
 
@@ -763,25 +771,27 @@ class CMID(Resource):
         """Join a multicast group (an AddrInfo's source address): the id's UD QP is attached to it, and the
         MULTICAST_JOIN event says how to send to the group (QP number 0xFFFFFF, Q_Key, its GID)."""
         self.check_open()
+        typed(addr, AddrInfo, "addr"), typed(mc_attr, JoinMCAttrEx, "mc_attr")
         if addr is None and mc_attr is None:
             raise PyverbsUserError("Join to multicast must have AddrInfo or JoinMCAttrEx arguments")
-        group = (mc_attr.addr if mc_attr is not None else addr).src_addr
-        if group is None or not group[0].is_multicast or self.state not in ("bound", "addr_resolved"):
+        group = (mc_attr.addr if mc_attr is not None else addr)._src_addr
+        if group is None or not group[0].is_multicast or self._state not in ("bound", "addr_resolved"):
             raise _error("Failed to Join multicast: bind and resolve the id, then join a multicast address",
                          errno.EINVAL)
         gid = str(multicast_gid(group[0]))
         send_only = mc_attr is not None and \
             mc_attr.join_flags == rdma_cm_mc_join_flags.RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER   # (not attached)
         if gid not in self._groups:
-            self._groups[gid] = datagram.attach(self.qp, gid) if self.qp is not None and not send_only else None
-        self.event_channel.post(self, EV.RDMA_CM_EVENT_MULTICAST_JOIN,
+            self._groups[gid] = datagram.attach(self._qp, gid) if self._qp is not None and not send_only else None
+        self._event_channel._post(self, EV.RDMA_CM_EVENT_MULTICAST_JOIN,
                                 ud=dict(qp_num=datagram.MULTICAST_QPN, qkey=RDMA_UDP_QKEY, gid=gid))
         if self._sync:
             self._wait(EV.RDMA_CM_EVENT_MULTICAST_JOIN)
 
     def leave_multicast(self, addr):
         self.check_open()
-        gid = str(multicast_gid(addr.src_addr[0])) if addr.src_addr is not None else None
+        typed(addr, AddrInfo, "addr", none=False)
+        gid = str(multicast_gid(addr._src_addr[0])) if addr._src_addr is not None else None
         if gid not in self._groups:
             raise _error("Failed to leave multicast: not a member of that group", errno.EADDRNOTAVAIL)
         attachment = self._groups.pop(gid)
@@ -792,7 +802,7 @@ class CMID(Resource):
 
     def _register(self, size, access):
         """An MR on the id's PD that closes with the id (pyverbs' CMID keeps the MRs its reg_* made)."""
-        mr = MR(self.pd, size, access)
+        mr = MR(self._pd, size, access)
         self._mrs.append(mr)
         return mr
 
@@ -805,39 +815,44 @@ class CMID(Resource):
     def reg_write(self, size=0):
         return self._register(size, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE)
 
-    def _qp(self):
-        if self.qp is None:
+    def _own_qp(self):
+        if self._qp is None:
             raise _error("The CM id has no QP (create_qp)", errno.EINVAL)
-        return self.qp
+        return self._qp
 
     def post_recv(self, mr, length=None):
-        self._qp().post_recv(RecvWR(0, 1, [SGE(mr.buf, length or mr.length, mr.lkey)]))
+        typed(mr, MR, "mr", none=False)
+        self._own_qp().post_recv(RecvWR(0, 1, [SGE(mr.buf, length or mr.length, mr.lkey)]))
 
     def post_send(self, mr, flags=IBV_SEND_SIGNALED, length=None):
-        self._qp().post_send(SendWR(0, IBV_WR_SEND, 1, sg=[SGE(mr.buf, length or mr.length, mr.lkey)],
+        typed(mr, MR, "mr", none=False)
+        self._own_qp().post_send(SendWR(0, IBV_WR_SEND, 1, sg=[SGE(mr.buf, length or mr.length, mr.lkey)],
                                     send_flags=flags))
 
     def _post_rdma(self, opcode, mr, length, remote_addr, rkey, flags):
         wr = SendWR(0, opcode, 1, sg=[SGE(mr.buf, length, mr.lkey)], send_flags=flags)
         wr.set_wr_rdma(rkey, remote_addr)
-        self._qp().post_send(wr)
+        self._own_qp().post_send(wr)
 
     def post_read(self, mr, length, remote_addr, rkey, flags=0):
+        typed(mr, MR, "mr", none=False)
         self._post_rdma(IBV_WR_RDMA_READ, mr, length, remote_addr, rkey, flags)
 
     def post_write(self, mr, length, remote_addr, rkey, flags=0):
+        typed(mr, MR, "mr", none=False)
         self._post_rdma(IBV_WR_RDMA_WRITE, mr, length, remote_addr, rkey, flags)
 
     def post_ud_send(self, mr, ah, rqpn=0, flags=IBV_SEND_SIGNALED, length=None):
+        typed(mr, MR, "mr", none=False)
         wr = SendWR(0, IBV_WR_SEND, 1, sg=[SGE(mr.buf, length or mr.length, mr.lkey)], send_flags=flags)
         wr.set_wr_ud(ah, rqpn, RDMA_UDP_QKEY)
-        self._qp().post_send(wr)
+        self._own_qp().post_send(wr)
 
     def get_recv_comp(self):
-        return self._completion(self._qp()._recv_cq)
+        return self._completion(self._own_qp()._recv_cq)
 
     def get_send_comp(self):
-        return self._completion(self._qp()._send_cq)
+        return self._completion(self._own_qp()._send_cq)
 
     @staticmethod
     def _completion(cq):
@@ -847,14 +862,14 @@ class CMID(Resource):
             n, wcs = cq.poll()
             if n:
                 return wcs[0]
-            if cq.channel is None:
+            if cq.comp_channel is None:
                 time.sleep(0.001)
                 continue
             cq.req_notify()
             n, wcs = cq.poll()
             if n:
                 return wcs[0]
-            cq.channel.get_cq_event(cq)
+            cq.comp_channel.get_cq_event(cq)
             cq.ack_events(1)
 
     # ------------------------------------------------------------ teardown
@@ -873,15 +888,15 @@ class CMID(Resource):
                 except FileNotFoundError:
                     pass
             self._listener = None
-        for thing in [self.qp] + self._own_cqs + self._mrs:
+        for thing in [self._qp] + self._own_cqs + self._mrs:
             if thing is not None:
                 thing.close()
-        self.qp, self._own_cqs, self._mrs = None, [], []
+        self._qp, self._own_cqs, self._mrs = None, [], []
         if self._holds_device:
             self._holds_device = False
             _DEFAULT_DEVICE.let_go()
-        if self.event_channel is not None and self in self.event_channel.ids:
-            self.event_channel.ids.remove(self)
+        if self._event_channel is not None and self in self._event_channel._ids:
+            self._event_channel._ids.remove(self)
             if self._sync:
-                self.event_channel.close()
+                self._event_channel.close()
 

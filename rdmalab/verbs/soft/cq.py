@@ -21,10 +21,10 @@ from rdmalab.proc.procstat import pid_alive
 from . import shm
 from .constants import IBV_EVENT_CQ_ERR
 from .layout import C_ALIVE, C_ARMED, C_CHANNEL, C_EVENTS, W_OWNER_PID, W_SLEEPERS
-from .base import Record, Resource
+from .base import Record, Resource, readonly, typed
 from .device import Context
 from .hardware import DEVICE_ATTR
-from .pyverbs_error import PyverbsRDMAError, PyverbsUserError
+from .pyverbs_error import PyverbsRDMAError
 from .libibverbs_enums import ibv_create_cq_wc_flags, ibv_wc_opcode, ibv_wc_status
 from . import pyverbs_generation
 from .pyverbs_generation import returned
@@ -190,12 +190,10 @@ class CompChannel(Resource):
 
     def __init__(self, context):
         super().__init__()
-        if not isinstance(context, Context):
-            raise PyverbsUserError(f"Expected Context, got {type(context)}")
-        context.check_open()
-        self.context = context
-        self._segment, self.number = _new_segment("ch")
-        self.cqs = []
+        typed(context, Context, "context", none=False).check_open()
+        self._context = context
+        self._segment, self._number = _new_segment("ch")
+        self._cqs = []
         self._depend_on(context)
 
     def get_cq_event(self, expected_cq):
@@ -220,7 +218,7 @@ class CompChannel(Resource):
                     raise PyverbsRDMAError("Failed to get CQ event", EINTR)
             finally:
                 bell.disarm()
-        cq.unacked_events += 1
+        cq._unacked_events += 1
         if cq is not expected_cq:
             raise PyverbsRDMAError("Received event on an unexpected CQ", 0)
 
@@ -231,7 +229,7 @@ class CompChannel(Resource):
         long to sleep at most before tending them again."""
         from rdmalab.proc import waiting
         now, due = time.monotonic(), waiting.SLEEP_CHUNK_S
-        for cq in self.cqs:
+        for cq in self._cqs:
             cq.tend()
             retry = cq.next_timer()
             if retry is not None:
@@ -242,7 +240,7 @@ class CompChannel(Resource):
         """Take (or just see) the first CQ of this channel with an event not yet handed out."""
         if self._closed:
             raise PyverbsRDMAError("Failed to get CQ event: the completion channel was closed", EBADF)
-        for cq in self.cqs:
+        for cq in self._cqs:
             if cq.take_event(peek):
                 return cq
         return None
@@ -250,40 +248,41 @@ class CompChannel(Resource):
     def _release(self):
         self._segment.header[C_ALIVE] = 0
         self._segment.ring()   # a thread blocked in get_cq_event wakes and sees the channel closed
-        LOCAL_SEGMENTS.pop(f"ch-{self.number:08x}", None)
+        LOCAL_SEGMENTS.pop(f"ch-{self._number:08x}", None)
         self._segment.close()
 
 
 class CQ(Resource):
+    """A completion queue. pyverbs' names: cqe and comp_channel (read-only), poll(), req_notify(),
+    ack_events(), resize(). The NIC's side (push, watch_receives, tend, ...) is soft0's own."""
+    cqe = readonly("_cqe")
+
     def __init__(self, context, cqe, cq_context=None, channel=None, comp_vector=0):
         super().__init__()
-        if not isinstance(context, Context):
-            raise PyverbsUserError(f"Expected Context, got {type(context)}")
-        context.check_open()
-        if channel is not None and not isinstance(channel, CompChannel):
-            raise PyverbsUserError(f"Expected CompChannel, got {type(channel)}")
+        typed(context, Context, "context", none=False).check_open()
+        typed(channel, CompChannel, "channel")
         if isinstance(cqe, float):   # the C call takes an int: pyverbs passes max_cqe / 2 through so
             cqe = int(cqe)
         if not 1 <= cqe <= DEVICE_ATTR["max_cqe"] or not 0 <= comp_vector < context.num_comp_vectors:
             raise PyverbsRDMAError("Failed to create a CQ", EINVAL)
-        if channel is not None and channel.context is not context:
+        if channel is not None and channel._context is not context:
             raise PyverbsRDMAError("Failed to create a CQ", EBADF)   # the kernel finds no such channel here
-        self.cqe = (1 << cqe.bit_length()) - 1   # rxe rounds the ring up to a power of two, less one slot
-        self.context = context
+        self._cqe = (1 << cqe.bit_length()) - 1   # rxe rounds the ring up to a power of two, less one slot
+        self._context = context
         self._completions = deque()  # (wr_id, status, opcode, byte_len, qp_num, imm_data, wc_flags)
         self._receive_queues = []    # of the QPs whose receives complete here: poll() reads them
         self._timed = set()          # send queues that wait for an RNR or ACK timer
         self._nics = set()           # on the udp link, the NIC processes this CQ's receives come through
-        self._segment, self.number = _new_segment("cq")
+        self._segment, self._number = _new_segment("cq")
         self._events_taken = 0       # events its channel's get_cq_event() has handed out
-        self.unacked_events = 0
-        self.channel = channel
+        self._unacked_events = 0
+        self._channel = channel
         if channel is not None:
             channel.check_open()
-            self._segment.header[C_CHANNEL] = channel.number
-            channel.cqs.append(self)
+            self._segment.header[C_CHANNEL] = channel._number
+            channel._cqs.append(self)
             self._depend_on(channel)
-        self.bell = _PollerBell(self, self._segment.bell)
+        self._bell = _PollerBell(self, self._segment.bell)   # what rdmalab.proc.waiting sleeps on
         self._depend_on(context)
 
     # ------------------------------------------------------------ what the NIC and QPs call
@@ -292,8 +291,8 @@ class CQ(Resource):
         """The NIC completed one of our send WRs: queue its completion, if the CQ has room for it. As rxe
         does, a completion that does not fit is dropped and raises IBV_EVENT_CQ_ERR on the context; the
         QP goes on. (Receive completions, which a peer's NIC writes, are not counted against it here.)"""
-        if len(self._completions) + sum(rq.waiting() for rq in self._receive_queues) >= self.cqe:
-            self.context.raise_async_event(IBV_EVENT_CQ_ERR)
+        if len(self._completions) + sum(rq.waiting() for rq in self._receive_queues) >= self._cqe:
+            self._context.raise_async_event(IBV_EVENT_CQ_ERR)
             return
         self._completions.append((wr_id, status, opcode, byte_len, qp_num, imm_data, wc_flags))
         h = self._segment.header
@@ -367,12 +366,12 @@ class CQ(Resource):
         held = entries(self)
         if not 1 <= cqe <= DEVICE_ATTR["max_cqe"] or cqe < held:
             raise PyverbsRDMAError("Failed to resize CQ", EINVAL)
-        self.cqe = (1 << cqe.bit_length()) - 1
+        self._cqe = (1 << cqe.bit_length()) - 1
 
-    @property
+    @readonly
     def comp_channel(self):
-        """The completion channel given at creation, or None (pyverbs' name for it)."""
-        return self.channel
+        """The completion channel given at creation, or None."""
+        return self._channel
 
     def req_notify(self, solicited_only=False):
         """Arm the CQ: the next completion (solicited_only: the next solicited receive) raises one
@@ -383,20 +382,20 @@ class CQ(Resource):
     def ack_events(self, num_events):
         """Acknowledge events get_cq_event() returned (libibverbs takes any count without checking)."""
         self.check_open()
-        self.unacked_events -= num_events
+        self._unacked_events -= num_events
 
     def _release(self):
         self._segment.header[C_ALIVE] = 0
-        if self.channel is not None and self in self.channel.cqs:
-            self.channel.cqs.remove(self)
-        LOCAL_SEGMENTS.pop(f"cq-{self.number:08x}", None)
+        if self._channel is not None and self in self._channel._cqs:
+            self._channel._cqs.remove(self)
+        LOCAL_SEGMENTS.pop(f"cq-{self._number:08x}", None)
         self._completions.clear()
         self._receive_queues.clear()
         self._timed.clear()
         self._segment.close()
 
     def __str__(self):
-        return "CQ\n" + field_lines((("Handle", self.number), ("CQEs", self.cqe)))
+        return "CQ\n" + field_lines((("Handle", self._number), ("CQEs", self._cqe)))
 
 
 class _PollerBell:

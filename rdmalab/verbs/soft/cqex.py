@@ -43,7 +43,7 @@ class CQEX(CQ):
                 or attr.comp_mask & MASK_FLAGS and attr.flags & IGNORE_OVERRUN:
             raise PyverbsRDMAError("Failed to create extended CQ", EOPNOTSUPP)
         super().__init__(context, attr.cqe, None, attr.channel, attr.comp_vector)
-        self.wc_flags = attr.wc_flags
+        self._wc_flags = attr.wc_flags
         self._polling = False
         self._wc = None   # the current completion
         self._status = self._wr_id = 0
@@ -101,7 +101,7 @@ class CQEX(CQ):
         self._wr_id = value
 
     def _read(self, field, flag=0):
-        if flag and not self.wc_flags & flag:
+        if flag and not self._wc_flags & flag:
             raise PyverbsUserError(f"read_{field}() needs {FLAGS(flag).name} in the CQ's wc_flags "
                                    "(CqInitAttrEx(wc_flags=...)); libibverbs has no reader for it otherwise")
         if self._wc is None:
@@ -157,5 +157,5 @@ class CQEX(CQ):
         return self._unreported("tm_info", FLAGS.IBV_WC_EX_WITH_TM_INFO)
 
     def __str__(self):
-        return "Extended CQ:\n" + "{:<22}: {:<20}\n".format("Handle", self.number) + \
+        return "Extended CQ:\n" + "{:<22}: {:<20}\n".format("Handle", self._number) + \
             "{:<22}: {:<20}\n".format("CQEs", self.cqe)

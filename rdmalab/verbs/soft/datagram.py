@@ -84,17 +84,17 @@ def members(gid):
 def deliver(src_qp, wqe, payload):
     """The destination's NIC: drop the packet unless a UD QP there takes it; else write the GRH and the
     payload into its next receive and complete it. A multicast send goes to each QP of its group."""
-    ah = wqe.ah
-    if wqe.remote_qpn == MULTICAST_QPN:
-        qpns = members(ah.dgid)
-    elif ah.dgid in GIDS:
-        qpns = [wqe.remote_qpn]
+    ah = wqe._ah
+    if wqe._remote_qpn == MULTICAST_QPN:
+        qpns = members(ah._dgid)
+    elif ah._dgid in GIDS:
+        qpns = [wqe._remote_qpn]
     else:
         return   # an address of no NIC on this host
     with_imm = wqe.opcode in WITH_IMM
-    message = grh(ah.sgid, ah.dgid, ah.traffic_class, len(payload), with_imm) + bytes(payload)
+    message = grh(ah._sgid, ah._dgid, ah._traffic_class, len(payload), with_imm) + bytes(payload)
     for qpn in qpns:
-        land(responder.peer_qp(qpn), src_qp, wqe.remote_qkey, message, wqe.imm_data if with_imm else None,
+        land(responder.peer_qp(qpn), src_qp, wqe._remote_qkey, message, wqe.imm_data if with_imm else None,
              wqe.send_flags & IBV_SEND_SOLICITED)
 
 

@@ -9,7 +9,7 @@ import weakref
 
 from . import shm
 from .gid import GID
-from .base import Resource
+from .base import Resource, readonly
 from .constants import IBV_EVENT_SRQ_LIMIT_REACHED, IBV_NODE_CA, IBV_TRANSPORT_IB
 from .pyverbs_error import PyverbsRDMAError, PyverbsUserError
 from .utils import be64toh, field_lines, gid_str
@@ -89,6 +89,7 @@ _reaped_once = False
 
 class Context(Resource):
     """An open device. Opening the first one in a process also reaps segments of dead processes."""
+    name = readonly("_name")
 
     def __init__(self, **kwargs):
         super().__init__()
@@ -96,24 +97,24 @@ class Context(Resource):
         self._cmd_fd = None
         if kwargs.get("cmd_fd") is not None:   # ibv_import_device: a context another process opened
             raise not_supported("Importing a device (Context(cmd_fd=...))")
-        self.name = kwargs.get("name")
-        if self.name is None:
+        self._name = kwargs.get("name")
+        if self._name is None:
             raise PyverbsUserError("Device name must be provided")
-        if isinstance(self.name, bytes):
-            self.name = self.name.decode()
-        if self.name != DEVICE_NAME:
-            raise PyverbsRDMAError(f"Failed to find device {self.name}")
+        if isinstance(self._name, bytes):
+            self._name = self._name.decode()
+        if self._name != DEVICE_NAME:
+            raise PyverbsRDMAError(f"Failed to find device {self._name}")
         if not _reaped_once:
             shm.reap_orphans()
             _reaped_once = True
-        self.srqs = weakref.WeakSet()   # whose limit events get_async_event() reports
+        self._srqs = weakref.WeakSet()   # whose limit events get_async_event() reports
         self._async_events = collections.deque()   # raised by this process's own verbs objects (a CQ's overflow)
 
-    @property
+    @readonly
     def num_comp_vectors(self):
         return 1
 
-    @property
+    @readonly
     def cmd_fd(self):
         """The device's command file. soft0 has no kernel device: an open /dev/null stands in, which a
         program may dup() and hand on, though importing it (Context(cmd_fd=...)) is EOPNOTSUPP."""
@@ -195,8 +196,8 @@ class Context(Resource):
         while True:
             if self._async_events:
                 return AsyncEvent(self._async_events.popleft())
-            for srq in list(self.srqs):
-                if srq.take_event():
+            for srq in list(self._srqs):
+                if srq._take_event():
                     return AsyncEvent(IBV_EVENT_SRQ_LIMIT_REACHED)
             if waiting.nap(pause) == EINTR:
                 raise PyverbsRDMAError("Failed to get async event", -1)

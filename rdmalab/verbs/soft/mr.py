@@ -20,7 +20,7 @@ import random
 from operator import index
 
 from . import shm
-from .base import Resource, absent, not_supported
+from .base import Fixed, Resource, absent, not_supported, readonly, typed
 from .layout import M_ACCESS, M_ADDR, M_LENGTH, M_MR, M_MW_TYPE, M_PD, M_QP, M_VALID
 from .constants import (IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_MW_BIND, IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_REMOTE_READ,
                                IBV_ACCESS_REMOTE_WRITE, IBV_ACCESS_ZERO_BASED, IBV_MW_TYPE_1, IBV_MW_TYPE_2)
@@ -45,9 +45,14 @@ def segment_name(key):
 
 
 class MR(Resource):
+    """A registered buffer. pyverbs' names are read-only (buf, length, lkey, rkey, handle); what the NIC
+    reads besides is soft0's own: _pd, _access, _memory (the buffer as a memoryview), _data (numpy's view of
+    it: rdmalab.verbs.as_array), _bell (what a sleeper on it waits on) and _windows (MWs bound in it)."""
+    buf, length, lkey, rkey = readonly("_buf"), readonly("_length"), readonly("_lkey"), readonly("_rkey")
+
     def __init__(self, creator, length=0, access=0, address=None, implicit=False, **kwargs):
         super().__init__()
-        if not isinstance(creator, PD):
+        if not isinstance(typed(creator, object, "creator", none=False), PD):
             raise PyverbsUserError(f"Expected PD, got {type(creator)}")
         creator.check_open()
         if implicit:
@@ -58,26 +63,26 @@ class MR(Resource):
         if length <= 0 or (needs_local_write and not access & IBV_ACCESS_LOCAL_WRITE) or access & UNKNOWN_TO_LINUX_6_1:
             raise PyverbsRDMAError(
                 f"Failed to register a MR. length: {length}, access flags: {access}", EINVAL)
-        self.pd, self.length, self.access = creator, int(length), int(access)
-        self._segment, self.lkey = _new_segment(self.length, address, access)
-        self.rkey = self.lkey if access & REMOTE_ACCESS else 0
-        self.buf = self._segment.address if address is None else index(address)
-        self.data = self._segment.data  # numpy uint8 view of the buffer
-        self.bell = self._segment.bell  # rdmalab.proc.waiting sleeps on it; a peer's write wakes it
-        self.memory = self._segment.bytes  # the buffer as a memoryview: what the NIC copies from and to
-        self.windows = set()  # MWs bound to it: it cannot be deregistered while one is
+        self._pd, self._length, self._access = creator, int(length), int(access)
+        self._segment, self._lkey = _new_segment(self._length, address, access)
+        self._rkey = self._lkey if access & REMOTE_ACCESS else 0
+        self._buf = self._segment.address if address is None else index(address)
+        self._data = self._segment.data  # numpy uint8 view of the buffer
+        self._bell = self._segment.bell  # rdmalab.proc.waiting sleeps on it; a peer's write wakes it
+        self._memory = self._segment.bytes  # the buffer as a memoryview: what the NIC copies from and to
+        self._windows = set()  # MWs bound to it: it cannot be deregistered while one is
         if address is None:
-            self.data[::4096] = 0  # registering pins every page: the kernel faults each one in; so do we
+            self._data[::4096] = 0  # registering pins every page: the kernel faults each one in; so do we
         words = self._segment.words
-        words[M_ACCESS], words[M_LENGTH], words[M_ADDR], words[M_PD] = access, self.length, self.buf, creator.handle
+        words[M_ACCESS], words[M_LENGTH], words[M_ADDR], words[M_PD] = access, self._length, self._buf, creator.handle
         words[M_VALID] = 1
-        REGISTERED[self.lkey], SEGMENTS[self.lkey] = self, self._segment
+        REGISTERED[self._lkey], SEGMENTS[self._lkey] = self, self._segment
         self._depend_on(creator)
 
-    @property
+    @readonly
     def handle(self):
         """The MR's handle (the kernel's number for it, which ibv_import_mr takes): soft0's key serves."""
-        return self.lkey
+        return self._lkey
 
     def __str__(self):
         return "MR:\n" + field_lines((("lkey", self.lkey), ("rkey", self.rkey), ("length", self.length),
@@ -92,13 +97,13 @@ class MR(Resource):
         source = memoryview(data).cast("B")
         if len(source) < length:
             raise PyverbsUserError(f"write() asked for {length} bytes but the data has only {len(source)}")
-        self.data[offset:offset + length] = source[:length]
+        self._data[offset:offset + length] = source[:length]
 
     def read(self, length, offset):
         """Return `length` bytes from the buffer at `offset`."""
         self.check_open()
         self._check_range(length, offset)
-        return self.data[offset:offset + length].tobytes()
+        return self._data[offset:offset + length].tobytes()
 
     def rereg(self, flags, pd=None, addr=0, length=0, access=0):
         """ibv_rereg_mr: EOPNOTSUPP, as rxe (Linux 6.1) answers it."""
@@ -115,16 +120,16 @@ class MR(Resource):
 
     def close(self):
         """Deregister. While a memory window is bound to it, rxe refuses (EINVAL), and so does this."""
-        if not self._closed and any(mw.bound_to(self) for mw in self.windows):
+        if not self._closed and any(mw._bound_to(self) for mw in self._windows):
             raise PyverbsRDMAError("Failed to dereg MR: a memory window is bound to it (close or invalidate "
                                    "the window first)", EINVAL)
         super().close()
 
     def _release(self):
-        REGISTERED.pop(self.lkey, None)
-        SEGMENTS.pop(self.lkey, None)
+        REGISTERED.pop(self._lkey, None)
+        SEGMENTS.pop(self._lkey, None)
         self._segment.words[M_VALID] = 0  # peers holding a mapping see the key die at once
-        self.data = self.memory = None
+        self._data = self._memory = None
         self._segment.close()
 
 
@@ -158,85 +163,92 @@ def _new_segment(length, address=None, access=0):
             raise PyverbsRDMAError(f"Failed to register a MR: {shm.no_room(length)}", ENOMEM) from None
 
 
-class MWBindInfo:
+class MWBindInfo(Fixed):
     """ibv_mw_bind_info: which MR range a memory window is bound to, with which access."""
+    addr, length, mw_access_flags = readonly("_addr"), readonly("_length"), readonly("_mw_access_flags")
 
     def __init__(self, mr, addr, length, mw_access_flags):
-        self.mr, self.addr, self.length, self.mw_access_flags = mr, addr, length, mw_access_flags
+        self._mr, self._addr, self._length = typed(mr, MR, "mr", none=False), addr, length
+        self._mw_access_flags = mw_access_flags
+
+    def close(self):
+        """pyverbs' MWBindInfo is closed like its other objects; there is nothing to free."""
 
     def __str__(self):
         return "MWBindInfo:\n" + field_lines((("Addr", self.addr), ("Length", self.length),
                                               ("MW access flags", self.mw_access_flags)))
 
 
-class MWBind:
-    """ibv_mw_bind: a bind_mw() request."""
+class MWBind(Fixed):
+    """ibv_mw_bind: a bind_mw() request (pyverbs' has no readable names)."""
 
     def __init__(self, info, send_flags, wr_id=0):
-        self.bind_info, self.send_flags, self.wr_id = info, send_flags, wr_id
+        self._bind_info, self._send_flags, self._wr_id = typed(info, MWBindInfo, "info", none=False), send_flags, wr_id
+
+    def close(self):
+        """pyverbs' MWBind is closed like its other objects; there is nothing to free."""
 
     def __str__(self):
-        return "MWBind:\n" + field_lines((("WR id", self.wr_id), ("Send flags", self.send_flags)))
+        return "MWBind:\n" + field_lines((("WR id", self._wr_id), ("Send flags", self._send_flags)))
 
 
 class MW(Resource):
     """A memory window (ibv_alloc_mw), type 1 or 2. `rkey` is libibverbs' copy of its key, which only
     qp.bind_mw() updates (a type 2 window's new key is the BIND_MW WR's, wr.rkey); the NIC's own copy
-    changes with every bind. A type 1 window is valid from the start (with nothing in it); a type 2
-    window is free until a bind on a QP of its PD, which it then serves alone."""
+    (_nic_key) changes with every bind. A type 1 window is valid from the start (with nothing in it); a
+    type 2 window is free until a bind on a QP of its PD, which it then serves alone."""
+    handle, rkey, type = readonly("_handle"), readonly("_rkey"), readonly("_type")
 
     def __init__(self, pd, mw_type):
         super().__init__()
-        if not isinstance(pd, PD):
-            raise PyverbsUserError(f"Expected PD, got {type(pd)}")
-        pd.check_open()
+        typed(pd, PD, "pd", none=False).check_open()
         if mw_type not in (IBV_MW_TYPE_1, IBV_MW_TYPE_2):
             raise PyverbsRDMAError(f"Failed to allocate MW of type {mw_type} (rxe has types 1 and 2)", EINVAL)
-        self.pd, self.type = pd, mw_type
+        self._pd, self._type = pd, mw_type
         self._reservation, index = _reserve_window_index()
-        self.rkey = self.nic_key = WINDOW_KEY | index << 8 | random.getrandbits(8)
-        self.handle = index
-        self.window = None   # the current binding (a Window), or None
+        self._rkey = self._nic_key = WINDOW_KEY | index << 8 | random.getrandbits(8)
+        self._handle = index
+        self._window = None   # the current binding (a Window), or None
         self._depend_on(pd)
 
-    def bound_to(self, mr):
+    def _bound_to(self, mr):
         """True while a binding of this window opens part of `mr` (and nobody invalidated it)."""
-        return self.window is not None and self.window.mr is mr and bool(self.window.header[M_VALID])
+        return self._window is not None and self._window.mr is mr and bool(self._window.header[M_VALID])
 
-    def bind(self, qp_num, qp_pd, mw_key, new_key, info):
+    def _bind(self, qp_num, qp_pd, mw_key, new_key, info):
         """The NIC binds the window (rxe_bind_mw): False, changing nothing, if a rule forbids it (the
         WR then completes with MW_BIND_ERR). A length of 0 unbinds a type 1 window."""
-        mr, addr, length, access = info.mr, info.addr, info.length, info.mw_access_flags
-        if self._closed or mw_key != self.nic_key or length and mr.closed:
+        mr, addr, length, access = info._mr, info.addr, info.length, info.mw_access_flags
+        if self._closed or mw_key != self._nic_key or length and mr.closed:
             return False
-        if self.type == IBV_MW_TYPE_2 and (self.window is not None and self.window.header[M_VALID]
-                                           or qp_pd is not self.pd or not length):
+        if self._type == IBV_MW_TYPE_2 and (self._window is not None and self._window.header[M_VALID]
+                                            or qp_pd is not self._pd or not length):
             return False   # a type 2 window binds when free, on a QP of its PD, to something
-        if length and (not mr.access & IBV_ACCESS_MW_BIND
+        if length and (not mr._access & IBV_ACCESS_MW_BIND
                        or access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)
-                       and not mr.access & IBV_ACCESS_LOCAL_WRITE
+                       and not mr._access & IBV_ACCESS_LOCAL_WRITE
                        or addr < mr.buf or addr + length > mr.buf + mr.length):
             return False
         self._unbind()
-        self.nic_key = self.nic_key & ~0xFF | new_key & 0xFF
+        self._nic_key = self._nic_key & ~0xFF | new_key & 0xFF
         if length:
-            self.window = Window.bind(self, mr, addr, access, qp_num if self.type == IBV_MW_TYPE_2 else 0)
+            self._window = Window.bind(self, mr, addr, access, qp_num if self._type == IBV_MW_TYPE_2 else 0)
         return True
 
     def _unbind(self):
-        if self.window is not None:
-            SEGMENTS.pop(self.nic_key, None)
-            self.window.mr.windows.discard(self)
-            self.window.header[M_VALID] = 0   # peers holding it see the key die
-            self.window.close()
-            self.window = None
+        if self._window is not None:
+            SEGMENTS.pop(self._nic_key, None)
+            self._window.mr._windows.discard(self)
+            self._window.header[M_VALID] = 0   # peers holding it see the key die
+            self._window.close()
+            self._window = None
 
     def _release(self):
         self._unbind()
         self._reservation.close()
 
     def __str__(self):
-        return "MW:\n" + field_lines((("Rkey", self.rkey), ("Handle", self.handle), ("MW Type", mwtype2str(self.type))))
+        return "MW:\n" + field_lines((("Rkey", self._rkey), ("Handle", self._handle), ("MW Type", mwtype2str(self._type))))
 
 
 returns(MW, type=ibv_mw_type)   # (an enum member in pyverbs >= 59: pyverbs_generation.py)
@@ -265,15 +277,15 @@ class Window:
     def bind(cls, mw, mr, addr, access, qp_num):
         """A new binding of `mw` in `mr` from `addr` under the window's key, as its own segment (a peer's NIC
         finds it by the key); `qp_num` is the QP a type 2 window serves (0: any QP of its PD)."""
-        key = mw.nic_key
+        key = mw._nic_key
         binding = shm.Segment.create(segment_name(key), 0)
         w = binding.words
         base = mr.buf - addr if access & IBV_ACCESS_ZERO_BASED else mr.buf   # a request's address less base: its offset in the MR
-        w[M_ACCESS], w[M_LENGTH], w[M_ADDR], w[M_PD] = access & REMOTE_ACCESS, mr.length, base, mw.pd.handle
-        w[M_MR], w[M_MW_TYPE], w[M_QP] = mr.lkey, mw.type, qp_num
+        w[M_ACCESS], w[M_LENGTH], w[M_ADDR], w[M_PD] = access & REMOTE_ACCESS, mr.length, base, mw._pd.handle
+        w[M_MR], w[M_MW_TYPE], w[M_QP] = mr.lkey, mw._type, qp_num
         w[M_VALID] = 1
         window = SEGMENTS[key] = cls(binding, mr._segment, mr)
-        mr.windows.add(mw)
+        mr._windows.add(mw)
         return window
 
     def close(self):

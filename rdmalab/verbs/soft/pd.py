@@ -2,7 +2,7 @@
 import itertools
 import os
 
-from .base import Resource, absent
+from .base import Resource, absent, readonly, typed
 from .device import Context
 from .pyverbs_error import PyverbsUserError
 
@@ -10,26 +10,28 @@ _numbers = itertools.count(1)
 
 
 class PD(Resource):
+    handle = readonly("_handle")
+
     def __new__(cls, creator=None):
-        if hasattr(creator, "protection_domain"):   # PD(cmid): the CM id's own PD, as pyverbs wraps it
-            return creator.protection_domain()
+        if hasattr(creator, "_protection_domain"):   # PD(cmid): the CM id's own PD, as pyverbs wraps it
+            return creator._protection_domain()
         return super().__new__(cls)
 
     def __init__(self, creator):
-        if hasattr(creator, "protection_domain"):   # (made already, by the CM id)
+        if hasattr(creator, "_protection_domain"):   # (made already, by the CM id)
             return
         super().__init__()
-        if not isinstance(creator, Context):
-            raise PyverbsUserError(f"Expected Context or CMID, got {type(creator)}")
+        if not isinstance(typed(creator, object, "creator", none=False), Context):
+            raise PyverbsUserError(f"Cannot create PD from {type(creator)}")
         creator.check_open()
-        self.ctx = creator
-        self.handle = (os.getpid() << 20) | next(_numbers)  # unique across processes on this host
+        self._ctx = creator
+        self._handle = (os.getpid() << 20) | next(_numbers)  # unique across processes on this host
         self._depend_on(creator)
 
     def close(self):
         """As pyverbs, close the memory windows before the MRs (an MR a window is bound to stays registered)."""
         for child in list(self._dependants):
-            if hasattr(child, "bound_to"):   # (an MW)
+            if hasattr(child, "_bound_to"):   # (an MW)
                 child.close()
         super().close()
 

@@ -13,8 +13,8 @@ with errno 22 and changes nothing.
 import random
 
 from . import datagram, requester, responder, shm
-from .addr import AHAttr, ah_attr_lines
-from .base import Record, Resource, not_supported
+from .addr import AHAttr, GlobalRoute, ah_attr_lines
+from .base import PyverbsObject, Record, Resource, not_supported, readonly, typed
 from .cq import CQ
 from .hardware import DEVICE_ATTR, GIDS, GID_TABLE_LEN, LINK, PORT_ATTR
 from .constants import (
@@ -40,7 +40,7 @@ from .pyverbs_generation import returns
 from .srq import SRQ
 from .utils import (access_flags_to_str, field_lines, flags_to_str, mig_state_to_str, mtu_to_str, qp_state_to_str,
                     qp_type_to_str)
-from .wr import SendWR, c_uint32, fill_from
+from .wr import RecvWR, SendWR, c_uint32, fill_from
 
 EPERM, EINVAL, ENOMEM, ENODATA, EOPNOTSUPP = 1, 22, 12, 61, 95
 
@@ -103,9 +103,11 @@ def _report(bad_wr, wr):
 
 
 # pyverbs' attribute classes are Cython classes with fixed fields: `attr.timout = 14` is an AttributeError
-# there, not a field nobody reads, and __slots__ makes it one here.
+# there, not a field nobody reads, and __slots__ makes it one here. As there, a QPInitAttr's or QPAttr's cap
+# and a QPAttr's ah_attr are copies: `init_attr.cap.max_send_wr = 4` changes a copy and nothing else (set
+# init_attr.max_send_wr, or assign a whole QPCap).
 
-class QPCap:
+class QPCap(PyverbsObject):
     __slots__ = ("max_send_wr", "max_recv_wr", "max_send_sge", "max_recv_sge", "max_inline_data")
 
     def __init__(self, max_send_wr=1, max_recv_wr=10, max_send_sge=1, max_recv_sge=1, max_inline_data=0):
@@ -127,39 +129,59 @@ def _caps_lines(cap, width, indent):
         ("max recv SGE", cap.max_recv_sge), ("max inline data", cap.max_inline_data)), width=width, indent=indent)
 
 
-class QPInitAttr:
-    __slots__ = ("qp_type", "qp_context", "send_cq", "recv_cq", "srq", "cap", "sq_sig_all")
+def _copy_cap(cap):
+    return QPCap(cap.max_send_wr, cap.max_recv_wr, cap.max_send_sge, cap.max_recv_sge, cap.max_inline_data)
+
+
+def _cap_property():
+    """A QPInitAttr's or QPAttr's cap: read as a copy, set from a QPCap (None changes nothing)."""
+    def set_(self, cap):
+        if typed(cap, QPCap, "src") is not None:
+            self._cap = _copy_cap(cap)
+    return property(lambda self: _copy_cap(self._cap), set_, doc="the QP's capabilities (a copy: see above)")
+
+
+def _flat_cap(name):
+    """pyverbs also shows a QPInitAttr's caps flat: init_attr.max_send_wr, read and set."""
+    return property(lambda self: getattr(self._cap, name), lambda self, value: setattr(self._cap, name, value))
+
+
+class QPInitAttr(PyverbsObject):
+    __slots__ = ("qp_type", "_qp_context", "send_cq", "recv_cq", "_srq", "_cap", "sq_sig_all")
 
     def __init__(self, qp_type=IBV_QPT_UD, qp_context=None, scq=None, rcq=None, srq=None, cap=None, sq_sig_all=1):
-        for cq in (scq, rcq):
-            if cq is not None and not isinstance(cq, CQ):
+        for cq, argument in ((scq, "scq"), (rcq, "rcq")):
+            if cq is not None and not isinstance(typed(cq, PyverbsObject, argument), CQ):
                 raise PyverbsUserError(f"Expected CQ/CQEX, got {type(cq)}")
-        self.qp_type, self.qp_context, self.send_cq, self.recv_cq, self.srq = qp_type, qp_context, scq, rcq, srq
-        self.cap = cap if cap is not None else QPCap()
+        typed(srq, SRQ, "srq"), typed(cap, QPCap, "cap")
+        self.qp_type, self._qp_context, self.send_cq, self.recv_cq, self._srq = qp_type, qp_context, scq, rcq, srq
+        self._cap = _copy_cap(cap) if cap is not None else QPCap()
         self.sq_sig_all = sq_sig_all
 
-    def __getattr__(self, name):  # pyverbs also exposes the caps flat: init_attr.max_send_wr
-        if name.startswith("max_"):
-            return getattr(self.cap, name)
-        raise AttributeError(name)
+    cap = _cap_property()
+    max_send_wr, max_recv_wr = _flat_cap("max_send_wr"), _flat_cap("max_recv_wr")
+    max_send_sge, max_recv_sge = _flat_cap("max_send_sge"), _flat_cap("max_recv_sge")
+    max_inline_data = _flat_cap("max_inline_data")
 
-    def __setattr__(self, name, value):  # (and init_attr.max_send_wr = n sets the cap)
-        if name.startswith("max_"):
-            setattr(self.cap, name, value)
-        else:
-            super().__setattr__(name, value)
+    @property
+    def srq(self):
+        return self._srq
+
+    @srq.setter
+    def srq(self, srq):
+        self._srq = typed(srq, SRQ, "val")
 
     def __str__(self):
         return field_lines((("QP type", qp_type_to_str(self.qp_type)), ("SQ sig. all", self.sq_sig_all)), width=20) \
-            + _caps_lines(self.cap, 20, "    ")
+            + _caps_lines(self._cap, 20, "    ")
 
 
-class QPAttr:
+class QPAttr(PyverbsObject):
     """Attributes for modify(); fields not named in the mask are ignored, as in ibv_modify_qp."""
     __slots__ = ("qp_state", "cur_qp_state", "port_num", "path_mtu", "qp_access_flags", "pkey_index", "dest_qp_num",
                  "rq_psn", "sq_psn", "max_rd_atomic", "max_dest_rd_atomic", "min_rnr_timer", "timeout", "retry_cnt",
                  "rnr_retry", "qkey", "path_mig_state", "alt_pkey_index", "alt_port_num", "alt_timeout",
-                 "en_sqd_async_notify", "sq_draining", "rate_limit", "ah_attr", "alt_ah_attr", "cap")
+                 "en_sqd_async_notify", "sq_draining", "rate_limit", "_ah_attr", "_alt_ah_attr", "_cap")
 
     def __init__(self, qp_state=INIT, cur_qp_state=RESET, port_num=1, path_mtu=IBV_MTU_1024):
         self.qp_state, self.cur_qp_state, self.port_num, self.path_mtu = qp_state, cur_qp_state, port_num, path_mtu
@@ -168,18 +190,30 @@ class QPAttr:
         self.timeout = self.retry_cnt = self.rnr_retry = 0
         self.qkey = self.path_mig_state = self.alt_pkey_index = self.alt_port_num = self.alt_timeout = 0
         self.en_sqd_async_notify = self.sq_draining = self.rate_limit = 0
-        self.ah_attr = AHAttr()
-        self.alt_ah_attr = AHAttr()
-        self.cap = QPCap(0, 0, 0, 0, 0)
+        self._ah_attr = AHAttr()
+        self._alt_ah_attr = AHAttr()
+        self._cap = QPCap(0, 0, 0, 0, 0)
+
+    cap = _cap_property()
+
+    def _ah_property(field):
+        """ah_attr and alt_ah_attr: read as a copy, set from an AHAttr (None changes nothing)."""
+        def set_(self, ah):
+            if typed(ah, AHAttr, "ah_attr") is not None:
+                setattr(self, field, ah._copy())
+        return property(lambda self: getattr(self, field)._copy(), set_, doc="an address vector (a copy: see above)")
+
+    ah_attr, alt_ah_attr = _ah_property("_ah_attr"), _ah_property("_alt_ah_attr")
+    del _ah_property
 
     def __str__(self):
         return field_lines((
             ("QP state", qp_state_to_str(self.qp_state)), ("QP current state", qp_state_to_str(self.cur_qp_state)),
             ("Path MTU", mtu_to_str(self.path_mtu)), ("Path mig. state", mig_state_to_str(self.path_mig_state)),
             ("QKey", self.qkey), ("RQ PSN", self.rq_psn), ("SQ PSN", self.sq_psn), ("Dest QP number", self.dest_qp_num),
-            ("QP access flags", access_flags_to_str(self.qp_access_flags)))) + _caps_lines(self.cap, 22, "  ") + \
-            "AH Attr:\n" + ah_attr_lines(self.ah_attr, "  ", "    ", port_twice=True) + \
-            "Alt. AH Attr:\n" + ah_attr_lines(self.alt_ah_attr, "  ", "    ", port_twice=True) + field_lines((
+            ("QP access flags", access_flags_to_str(self.qp_access_flags)))) + _caps_lines(self._cap, 22, "  ") + \
+            "AH Attr:\n" + ah_attr_lines(self._ah_attr, "  ", "    ", port_twice=True) + \
+            "Alt. AH Attr:\n" + ah_attr_lines(self._alt_ah_attr, "  ", "    ", port_twice=True) + field_lines((
                 ("PKey index", self.pkey_index), ("Alt. PKey index", self.alt_pkey_index),
                 ("En. SQD async notify", self.en_sqd_async_notify), ("SQ draining", self.sq_draining),
                 ("Max RD atomic", self.max_rd_atomic), ("Max dest. RD atomic", self.max_dest_rd_atomic),
@@ -195,8 +229,14 @@ def _queue_capacity(requested):
 
 
 class QP(Resource):
+    """A queue pair. pyverbs' names: qp_num, qp_type and qp_state (read-only), and its verbs; what the NIC
+    holds besides (_cap, _pd, _srq, the send and receive queues) is soft0's own (qp.look shows it)."""
+    qp_num, qp_type = readonly("_qp_num"), readonly("_qp_type")
+
     def __init__(self, creator, init_attr, qp_attr=None):
         super().__init__()
+        typed(creator, object, "creator", none=False), typed(init_attr, object, "init_attr", none=False)
+        typed(qp_attr, QPAttr, "qp_attr")
         if isinstance(init_attr, QPInitAttrEx):   # ibv_create_qp_ex: the PD comes in the attributes
             init_attr.check_extensions()
             if init_attr.xrcd is not None or init_attr.ind_table is not None or init_attr.create_flags:
@@ -219,38 +259,38 @@ class QP(Resource):
                 or cap.max_inline_data > 16 * limits["max_sge"]:
             raise PyverbsRDMAError("Failed to create QP", EINVAL)
         wqe_bytes = max(cap.max_send_sge * 16, cap.max_inline_data)  # rxe sizes the send WQE so
-        self.cap = QPCap(_queue_capacity(cap.max_send_wr), _queue_capacity(cap.max_recv_wr),
+        self._cap = QPCap(_queue_capacity(cap.max_send_wr), _queue_capacity(cap.max_recv_wr),
                          wqe_bytes // 16, cap.max_recv_sge, wqe_bytes)
-        self.pd, self._send_cq, self._recv_cq = creator, scq, rcq
-        self.qp_type, self._sq_sig_all = init_attr.qp_type, init_attr.sq_sig_all
-        self._transitions = TRANSITIONS_OF[self.qp_type]
+        self._pd, self._send_cq, self._recv_cq = creator, scq, rcq
+        self._qp_type, self._sq_sig_all = init_attr.qp_type, init_attr.sq_sig_all
+        self._transitions = TRANSITIONS_OF[self._qp_type]
         # on an SRQ, the receive queue holds the SRQ's receives its NIC took until they are polled: as many as its CQ
-        rq_size, rq_sge = (rcq.cqe, srq.max_sge) if srq is not None else (self.cap.max_recv_wr, self.cap.max_recv_sge)
-        self._segment, self.qp_num = self._new_segment(rq_size, rq_sge)
+        rq_size, rq_sge = (rcq.cqe, srq._max_sge) if srq is not None else (self._cap.max_recv_wr, self._cap.max_recv_sge)
+        self._segment, self._qp_num = self._new_segment(rq_size, rq_sge)
         self._words = w = self._segment.header   # what a peer's NIC sees of this QP (layout.Q_*)
         w[Q_PD], w[Q_RQ_SIZE], w[Q_RQ_MAX_SGE], w[Q_STATE], w[Q_RECV_CQ] = \
-            creator.handle, rq_size, rq_sge, RESET, rcq.number
-        w[Q_NUM], w[Q_SRQ] = self.qp_num, srq.number if srq is not None else 0
-        self.srq = srq
-        self._rq = responder.ReceiveQueue(self._segment, self.qp_num)
+            creator.handle, rq_size, rq_sge, RESET, rcq._number
+        w[Q_NUM], w[Q_SRQ] = self._qp_num, srq._number if srq is not None else 0
+        self._srq = srq
+        self._rq = responder.ReceiveQueue(self._segment, self._qp_num)
         queue = {IBV_QPT_RC: requester.SendQueue, IBV_QPT_UC: requester.UnansweredQueue,   # (UC: no ACKs)
-                 IBV_QPT_UD: datagram.DatagramQueue}[self.qp_type]
+                 IBV_QPT_UD: datagram.DatagramQueue}[self._qp_type]
         self._wire = LINK == "udp"
         if self._wire:   # on the udp link the host's NIC process carries every QP's work as RoCEv2 packets
             from .link.doorbell import WireDatagramQueue, WireSendQueue
-            queue = WireDatagramQueue if self.qp_type == IBV_QPT_UD else WireSendQueue
-        self._send = queue(w, self.qp_num, creator, scq, init_attr.sq_sig_all)
-        if self.qp_type == IBV_QPT_UD:   # each send names its destination
+            queue = WireDatagramQueue if self._qp_type == IBV_QPT_UD else WireSendQueue
+        self._send = queue(w, self._qp_num, creator, scq, init_attr.sq_sig_all)
+        if self._qp_type == IBV_QPT_UD:   # each send names its destination
             self._send_error = self._datagram_error
-        w[Q_TYPE], w[Q_ALIVE] = self.qp_type, 1
+        w[Q_TYPE], w[Q_ALIVE] = self._qp_type, 1
         self._reset_attributes()
-        responder.LOCAL_QPS[self.qp_num] = responder.PeerQP(self._segment, self._rq)
+        responder.LOCAL_QPS[self._qp_num] = responder.PeerQP(self._segment, self._rq)
         rcq.watch_receives(self._rq)
         if self._wire:
             rcq.watch_nic(self._send.nic)
         self._depend_on(creator, scq, rcq, srq)
         if qp_attr is not None:   # pyverbs goes as far as it can: RTS for UD, INIT for a connected QP
-            (self.to_rts if self.qp_type == IBV_QPT_UD else self.to_init)(qp_attr)
+            (self.to_rts if self._qp_type == IBV_QPT_UD else self.to_init)(qp_attr)
 
     def _new_segment(self, rq_size, rq_sge):
         room = responder.ReceiveQueue.bytes_for(rq_size, rq_sge)
@@ -269,22 +309,23 @@ class QP(Resource):
         w[Q_ACCESS] = w[Q_EXPECTED_PSN] = w[Q_MIN_RNR_TIMER] = w[Q_MAX_DEST_RD_ATOMIC] = w[Q_QKEY] = 0
         self._kept = dict(pkey_index=0, port_num=1, path_mtu=IBV_MTU_1024, ah_attr=AHAttr(), max_rd_atomic=0,
                           max_dest_rd_atomic=0)
-        if self.qp_type == IBV_QPT_UD:   # what rxe reports for a QP that has no path
-            self._kept.update(path_mtu=IBV_MTU_256, ah_attr=AHAttr(port_num=0, is_global=1))
+        if self._qp_type == IBV_QPT_UD:   # what rxe reports for a QP that has no path
+            self._kept.update(path_mtu=IBV_MTU_256, ah_attr=AHAttr(port_num=0, is_global=1, gr=GlobalRoute()))
         w[Q_PATH_MTU] = self._kept["path_mtu"]
 
     # ------------------------------------------------------------ state
 
-    @property
+    @readonly
     def qp_state(self):
         """libibverbs' cached state: what the last modify() or query() saw."""
         return self._cached_state
 
     def modify(self, qp_attr, comp_mask):
         self.check_open()
+        typed(qp_attr, QPAttr, "qp_attr", none=False)
         current = int(self._words[Q_STATE])
         target = qp_attr.qp_state if comp_mask & STATE else current
-        if comp_mask & AV and len(GIDS) <= qp_attr.ah_attr.gr.sgid_index < GID_TABLE_LEN:
+        if comp_mask & AV and len(GIDS) <= qp_attr._ah_attr._gr.sgid_index < GID_TABLE_LEN:
             raise PyverbsRDMAError("Failed to modify QP", ENODATA)  # the kernel finds no GID at that index
         rule = self._transitions.get((current, target))
         if rule is None or comp_mask & rule[0] != rule[0] or comp_mask & ~(rule[0] | rule[1] | STATE) \
@@ -310,9 +351,9 @@ class QP(Resource):
         if mask & PATH_MTU and not 1 <= a.path_mtu <= port["max_mtu"]:
             return False
         if mask & AV:
-            ah = a.ah_attr
+            ah = a._ah_attr
             # RoCE needs a GRH (is_global), and the source GID must be a populated entry
-            if not ah.is_global or ah.port_num != 1 or not 0 <= ah.gr.sgid_index < len(GIDS):
+            if not ah.is_global or ah.port_num != 1 or not 0 <= ah._gr.sgid_index < len(GIDS):
                 return False
         limit = DEVICE_ATTR["max_qp_rd_atom"]
         if mask & MAX_DEST_RD_ATOMIC and a.max_dest_rd_atomic > limit or mask & MAX_QP_RD_ATOMIC and a.max_rd_atomic > limit:
@@ -334,7 +375,7 @@ class QP(Resource):
                 else:
                     self._kept[name] = value
         if mask & AV:
-            self._send.dgid = str(a.ah_attr.gr.dgid)
+            self._send.dgid = a._ah_attr._gr.dgid
         if mask & PATH_MTU:   # (as rxe: the path MTU asked for, even past the port's active MTU)
             self._send.mtu = 128 << a.path_mtu
 
@@ -345,16 +386,19 @@ class QP(Resource):
         return self._transitions[(previous, target)][0] | STATE
 
     def to_init(self, qp_attr):
+        typed(qp_attr, QPAttr, "qp_attr")
         qp_attr.qp_state = INIT
         self._modify_named(qp_attr, self._get_comp_mask("INIT"), "init")
 
     def to_rtr(self, qp_attr):
+        typed(qp_attr, QPAttr, "qp_attr")
         if self.qp_state != INIT:
             self.to_init(qp_attr)
         qp_attr.qp_state = RTR
         self._modify_named(qp_attr, self._get_comp_mask("RTR"), "RTR")
 
     def to_rts(self, qp_attr):
+        typed(qp_attr, QPAttr, "qp_attr")
         if self.qp_state != RTR:
             self.to_rtr(qp_attr)
         qp_attr.qp_state = RTS
@@ -375,8 +419,8 @@ class QP(Resource):
             value = self._words[name] if where == "header" else getattr(self._send, name) if where == "send" \
                 else self._kept[name]
             setattr(a, field, int(value) if where == "header" else value)
-        a.cap = self.cap
-        init = QPInitAttr(qp_type=self.qp_type, scq=self._send_cq, rcq=self._recv_cq, cap=self.cap,
+        a.cap = self._cap
+        init = QPInitAttr(qp_type=self._qp_type, scq=self._send_cq, rcq=self._recv_cq, cap=self._cap,
                           sq_sig_all=self._sq_sig_all)
         return a, init
 
@@ -394,14 +438,16 @@ class QP(Resource):
         WRs posted before RTS are refused (EINVAL) but kept: the next post in RTS runs them first."""
         if self._closed:
             self.check_open()
+        if not isinstance(wr, SendWR) or bad_wr is not None and not isinstance(bad_wr, SendWR):
+            typed(wr, SendWR, "wr", none=False), typed(bad_wr, SendWR, "bad_wr")
         state, send = self._words[Q_STATE], self._send
-        free = self.cap.max_send_wr - len(send.pending)
+        free = self._cap.max_send_wr - len(send.pending)
         if state != RTS and state != ERR:  # rxe's kernel refuses the doorbell before RTS
             first = wr
             while wr is not None and free > 0 and not self._send_error(wr):   # (but the chain stays in the ring)
                 send.hold(wr)
                 free -= 1
-                wr = wr.next_wr
+                wr = wr._next
             _report(bad_wr, first)
             raise PyverbsRDMAError("Failed to post send", EINVAL)
         post = send.post
@@ -414,16 +460,16 @@ class QP(Resource):
                 raise PyverbsRDMAError("Failed to post send", error)
             post(wr)
             free -= 1
-            wr = wr.next_wr
+            wr = wr._next
 
     def _send_error(self, wr):
         """What ibv_post_send refuses at once: too many SGEs, a misaligned or short atomic, inline
         data past the limit (EINVAL)."""
-        sges, cap = wr.sges, self.cap
+        sges, cap = wr._sges, self._cap
         if len(sges) > cap.max_send_sge:
             return EINVAL
         if wr.opcode in ATOMICS:
-            if sum(s[1] for s in sges) < 8 or wr.remote_addr & 7:
+            if sum(s[1] for s in sges) < 8 or wr._remote_addr & 7:
                 return EINVAL
         if wr.send_flags & IBV_SEND_INLINE and sum(s[1] for s in sges) > cap.max_inline_data:
             return EINVAL
@@ -432,7 +478,7 @@ class QP(Resource):
     def _datagram_error(self, wr):
         """A UD QP's post-time checks: the common ones, and a destination (an open address handle)."""
         error = QP._send_error(self, wr)
-        if not error and (wr.ah is None or wr.ah.closed):
+        if not error and (wr._ah is None or wr._ah.closed):
             raise PyverbsUserError("A UD send needs its destination, an open AH: "
                                    "wr.set_wr_ud(ah, remote_qpn, remote_qkey) before post_send(wr)")
         return error
@@ -441,35 +487,39 @@ class QP(Resource):
         """Post a chain of receive WRs into the receive queue a peer's SEND will consume."""
         if self._closed:
             self.check_open()
-        if self._cached_state == RESET or self.srq is not None:   # (a QP on an SRQ takes its receives there)
+        if not isinstance(wr, RecvWR) or bad_wr is not None and not isinstance(bad_wr, RecvWR):
+            typed(wr, RecvWR, "wr", none=False), typed(bad_wr, RecvWR, "bad_wr")
+        if self._cached_state == RESET or self._srq is not None:   # (a QP on an SRQ takes its receives there)
             raise PyverbsRDMAError("Failed to post recv", EINVAL)
-        max_sge, rq = self.cap.max_recv_sge, self._rq
+        max_sge, rq = self._cap.max_recv_sge, self._rq
         while wr is not None:   # rxe checks for room first, then the SGEs
-            error = ENOMEM if rq.full() else EINVAL if len(wr.sges) > max_sge else 0
+            error = ENOMEM if rq.full() else EINVAL if len(wr._sges) > max_sge else 0
             if error:
                 _report(bad_wr, wr)
                 raise PyverbsRDMAError("Failed to post recv", error)
-            rq.post(wr.wr_id, wr.sges)
-            wr = wr.next_wr
+            rq.post(wr.wr_id, wr._sges)
+            wr = wr._next
         if self._words[Q_RNR_WAITING]:   # a peer's message waits out RNR NAKs for a receive here: let it in now
-            requester.carry_parked(responder.LOCAL_QPS[self.qp_num])
+            requester.carry_parked(responder.LOCAL_QPS[self._qp_num])
 
     def bind_mw(self, mw, mw_bind):
         """ibv_bind_mw, for type 1 windows: post a BIND_MW WR under the window's next key, which libibverbs
         makes mw.rkey at once; the NIC checks and binds in order with the QP's other WRs (a refusal
         completes with MW_BIND_ERR, and mw.rkey is then the caller's to undo, as rxe's provider says)."""
-        info = mw_bind.bind_info
+        from .mr import MW, MWBind
+        typed(mw, MW, "mw", none=False), typed(mw_bind, MWBind, "mw_bind")
+        info = mw_bind._bind_info
         if mw.type != IBV_MW_TYPE_1 or info.mw_access_flags & IBV_ACCESS_ZERO_BASED:   # (libibverbs', rxe's checks)
             raise PyverbsRDMAError("Failed to Bind MW", EINVAL)
-        if info.mr.pd is not mw.pd:
+        if info._mr._pd is not mw._pd:
             raise PyverbsRDMAError("Failed to Bind MW", EPERM)
-        wr = SendWR(wr_id=mw_bind.wr_id, opcode=IBV_WR_BIND_MW, send_flags=mw_bind.send_flags)
+        wr = SendWR(wr_id=mw_bind._wr_id, opcode=IBV_WR_BIND_MW, send_flags=mw_bind._send_flags)
         wr.set_bind_wr(mw, info)
         try:
             self.post_send(wr)
         except PyverbsRDMAError as error:
             raise PyverbsRDMAError("Failed to Bind MW", error.error_code) from None
-        mw.rkey = wr.rkey
+        mw._rkey = wr._rkey
 
     def query_ece(self):
         raise not_supported("ECE (ibv_query_ece)")
@@ -483,7 +533,7 @@ class QP(Resource):
         self._send.reset()
         if self._wire:
             self._send.close()
-        responder.LOCAL_QPS.pop(self.qp_num, None)
+        responder.LOCAL_QPS.pop(self._qp_num, None)
         self._recv_cq.forget_receives(self._rq)
         self._send_cq.wait_for_timer(self._send, False)
         self._rq.release()
@@ -491,7 +541,7 @@ class QP(Resource):
         self._segment.close()
 
     def __str__(self):
-        return field_lines((("QP type", qp_type_to_str(self.qp_type)), ("  number", self.qp_num),
+        return field_lines((("QP type", qp_type_to_str(self._qp_type)), ("  number", self._qp_num),
                             ("  state", qp_state_to_str(self.qp_state))))
 
 
@@ -578,13 +628,13 @@ def look(qp):
                      else f"waiting for an ACK ({p.retries_left} resends left)" if p.acking
                      else "waiting out an RNR NAK")
             waiting.append((p.wqe.wr_id, WR_NAMES.get(p.wqe.opcode, "?"), stage))
-    return {"expected_psn": int(qp._words[Q_EXPECTED_PSN]), "sq_psn": send.psn, "send_slots": qp.cap.max_send_wr,
+    return {"expected_psn": int(qp._words[Q_EXPECTED_PSN]), "sq_psn": send.psn, "send_slots": qp._cap.max_send_wr,
             "send_waiting": waiting, "recv_slots": rq.size, "recv_posted": rq.posted_ids(),
             "recv_completed": int(rq.waiting()),
             "send_cq": entries(qp._send_cq),   # (recv_cq None: the send CQ takes the receives' completions too)
             "recv_cq": None if qp._recv_cq is qp._send_cq else entries(qp._recv_cq),
-            "mrs": [(mr.lkey, mr.rkey, mr.buf, mr.length, mr.access) for mr in list(REGISTERED.values())
-                    if mr.pd is qp.pd]}
+            "mrs": [(mr.lkey, mr.rkey, mr.buf, mr.length, mr._access) for mr in list(REGISTERED.values())
+                    if mr._pd is qp._pd]}
 
 
 def walk(qp, wr):
@@ -607,15 +657,15 @@ def walk(qp, wr):
         return [("post_send", f"refused at once (errno 22): the QP is in {STATE_NAME.get(int(state), state)}, and a QP "
                               f"posts sends only in RTS", False)], "EINVAL"
     stages.append(("post_send", f"the WR takes a slot of the send queue ({len(send.pending) + 1} of "
-                                f"{qp.cap.max_send_wr}); the NIC reads it (the doorbell)", True))
-    length, landing = sum(sge[1] for sge in wr.sges), None
+                                f"{qp._cap.max_send_wr}); the NIC reads it (the doorbell)", True))
+    length, landing = sum(sge[1] for sge in wr._sges), None
     if wr.opcode == IBV_WR_RDMA_READ:   # its SGEs are where the answer will land: judged when it comes back
-        landing = next((why for addr, size, lkey in wr.sges if size
-                        for why in [requester.unwritable(qp.pd, addr, size, lkey)] if why), None)
-        stages.append(("requester checks", f"a READ sends no data: its {len(wr.sges)} SGE(s), {length} bytes, are "
+        landing = next((why for addr, size, lkey in wr._sges if size
+                        for why in [requester.unwritable(qp._pd, addr, size, lkey)] if why), None)
+        stages.append(("requester checks", f"a READ sends no data: its {len(wr._sges)} SGE(s), {length} bytes, are "
                                            f"where the answer will land, checked when it comes back", True))
     else:
-        for addr, size, lkey in wr.sges:
+        for addr, size, lkey in wr._sges:
             local = requester.local_bytes(send, addr, size, lkey)
             if type(local) is int:
                 mr = REGISTERED.get(lkey)
@@ -623,7 +673,7 @@ def walk(qp, wr):
                        else f"it runs outside its MR [{mr.buf:#x}, +{mr.length})")
                 return stages + [("requester checks", f"SGE [{addr:#x}, +{size}) lkey {lkey:#x}: {why}; nothing "
                                                       f"is sent", False)], local
-        stages.append(("requester checks", f"{len(wr.sges)} SGE(s), {length} bytes, each inside an MR of the "
+        stages.append(("requester checks", f"{len(wr._sges)} SGE(s), {length} bytes, each inside an MR of the "
                                            f"QP's PD", True))
     count = responder.packets(length if wr.opcode != IBV_WR_RDMA_READ else 0, send.mtu)
     kind = {IBV_WR_RDMA_WRITE: "RDMA_WRITE", IBV_WR_SEND: "SEND"}.get(wr.opcode)
@@ -666,12 +716,12 @@ def walk(qp, wr):
         stages.append(("responder", f"QP {send.dest_qp_num:#x} takes its next posted receive and copies the "
                                     f"{length} bytes into it", True))
     elif length:
-        refused = responder.refusal(responder.mr_segment(wr.rkey), wr.remote_addr, length, h, need)
+        refused = responder.refusal(responder.mr_segment(wr._rkey), wr._remote_addr, length, h, need)
         if refused is not None:
-            return stages + [("responder", f"rkey {wr.rkey:#x} at {wr.remote_addr:#x}, {length} bytes: refused "
+            return stages + [("responder", f"rkey {wr._rkey:#x} at {wr._remote_addr:#x}, {length} bytes: refused "
                                            f"({refused[0]}); it NAKs it, writes nothing and enters ERR",
                               False)], IBV_WC_REM_ACCESS_ERR
-        stages.append(("responder", f"rkey {wr.rkey:#x} names an MR that allows it, and [{wr.remote_addr:#x}, "
+        stages.append(("responder", f"rkey {wr._rkey:#x} names an MR that allows it, and [{wr._remote_addr:#x}, "
                                     f"+{length}) lies inside: it "
                                     + ("writes the bytes" if wr.opcode == IBV_WR_RDMA_WRITE else "reads the bytes"),
                        True))

@@ -27,6 +27,7 @@ from .constants import (
     IBV_WR_ATOMIC_WRITE, IBV_WR_BIND_MW, IBV_WR_FLUSH, IBV_WR_LOCAL_INV, IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE,
     IBV_WR_RDMA_WRITE_WITH_IMM, IBV_WR_SEND, IBV_WR_SEND_WITH_IMM, IBV_WR_SEND_WITH_INV)
 from .libibverbs_enums import ibv_qp_create_send_ops_flags as OPS
+from .base import readonly
 from .layout import Q_STATE
 from .operations import ATOMICS, OPERATIONS
 from .pyverbs_error import PyverbsRDMAError, PyverbsUserError
@@ -60,13 +61,15 @@ class _BuiltWR(SendWR):
 
 class QPEx(QP):
     """A QP (post_send() and post_recv() work as ever) that also posts with wr_start() ... wr_complete()."""
+    wr_id = wr_flags = comp_mask = 0   # (pyverbs' read-write fields, set below)
+    ind_table = readonly("_ind_table")
 
     def __init__(self, creator, init_attr, qp_attr=None):
         super().__init__(creator, init_attr, qp_attr)
         asked = getattr(init_attr, "comp_mask", 0) & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS
         self._send_ops = init_attr.send_ops_flags if asked else None   # None: pyverbs leaves qp_ex NULL
         self.wr_id = self.wr_flags = self.comp_mask = 0
-        self.ind_table = None
+        self._ind_table = None
         self._batch = None   # the drafts between wr_start() and wr_complete(); None outside a batch
         self._error = 0      # what a builder or setter found wrong in this batch (rxe's qp->err)
 
@@ -131,7 +134,7 @@ class QPEx(QP):
             raise PyverbsUserError("A wr_* builder outside a batch: call wr_start() first")
         if self._error:
             return
-        if len(self._batch) + len(self._send.pending) >= self.cap.max_send_wr:
+        if len(self._batch) + len(self._send.pending) >= self._cap.max_send_wr:
             self._error = ENOSPC   # the send queue has no free slot for it
             return
         draft = _Draft(self.wr_id, opcode, self.wr_flags)
@@ -205,7 +208,7 @@ class QPEx(QP):
         draft = self._current()
         if draft is None:
             return
-        if num_sge > self.cap.max_send_sge:
+        if num_sge > self._cap.max_send_sge:
             self._error = ENOSPC
             return
         draft.sges, draft.inline = tuple((s.addr, s.length, s.lkey) for s in sg_list[:num_sge]), None
@@ -220,7 +223,7 @@ class QPEx(QP):
         if draft is None:
             return
         data = b"".join(ctypes.string_at(buf.addr, buf.length) for buf in buf_list[:num_buf])
-        if len(data) > self.cap.max_inline_data:
+        if len(data) > self._cap.max_inline_data:
             self._error = ENOSPC
             return
         draft.sges, draft.inline = (), data
@@ -255,7 +258,7 @@ class QPEx(QP):
         if not sges:
             wr.num_sge = 0   # a WR without data: a zero-length one
         if draft.inline is not None:
-            wr.inline_buffer = buffer   # kept alive with the WR
+            wr._inline_buffer = buffer   # kept alive with the WR
         if draft.opcode in ATOMICS:
             wr.set_wr_atomic(draft.rkey, draft.remote_addr, draft.compare_add, draft.swap)
         else:
@@ -264,5 +267,5 @@ class QPEx(QP):
             wr.set_wr_ud(*draft.ud)
         if draft.bind is not None:
             wr.set_bind_wr(*draft.bind)
-            wr.rkey = draft.rkey   # ibv_wr_bind_mw names the window's new key itself
+            wr._rkey = draft.rkey   # ibv_wr_bind_mw names the window's new key itself
         return wr

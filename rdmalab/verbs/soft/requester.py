@@ -99,9 +99,9 @@ class SendQueue:
             self.pending.append(Pending(snapshot(wr)))
             self.progress()
             return
-        sges = wr.sges
+        sges = wr._sges
         if len(sges) == 1:
-            shortcut = self.shortcuts.get((wr.opcode, sges[0][2], wr.rkey))
+            shortcut = self.shortcuts.get((wr.opcode, sges[0][2], wr._rkey))
             if shortcut is not None and shortcut.carry(self, wr, *sges[0]):
                 return
         outcome = attempt(self, wr, None)
@@ -168,17 +168,17 @@ class SendQueue:
         layout.P_*, and in the peer's Q_RNR_WAITING our number), so that a receive posted there carries it
         out at once (carry_parked). True if a receive was posted meanwhile: the caller retries now."""
         wqe, peer = head.wqe, self.connected
-        sges = wqe.sges if not wqe.send_flags & IBV_SEND_INLINE else ()
-        length = len(wqe.inline_data) if wqe.send_flags & IBV_SEND_INLINE else sum(sge[1] for sge in sges)
+        sges = wqe._sges if not wqe.send_flags & IBV_SEND_INLINE else ()
+        length = len(wqe._inline_data) if wqe.send_flags & IBV_SEND_INLINE else sum(sge[1] for sge in sges)
         with parked_words(self.segment()) as p:
             p[P_DEST], p[P_OPCODE], p[P_FLAGS], p[P_IMM] = self.dest_qp_num, wqe.opcode, wqe.send_flags, wqe.imm_data
-            p[P_RKEY], p[P_PSN], p[P_LENGTH] = wqe.rkey, self.psn, length
-            p[P_REMOTE_ADDR] = wqe.remote_addr - (1 << 64 if wqe.remote_addr >> 63 else 0)   # (a signed word)
+            p[P_RKEY], p[P_PSN], p[P_LENGTH] = wqe._rkey, self.psn, length
+            p[P_REMOTE_ADDR] = wqe._remote_addr - (1 << 64 if wqe._remote_addr >> 63 else 0)   # (a signed word)
             p[P_COUNT], p[P_NUM_SGE] = packets(length, self.mtu), len(sges)
             for i, (addr, size, lkey) in enumerate(sges):
                 p[P_SGES + 3 * i], p[P_SGES + 3 * i + 1], p[P_SGES + 3 * i + 2] = addr, size, lkey
             if not sges and length:   # inline data: its bytes
-                self.segment().mm[P_SGES * 8:P_SGES * 8 + length] = wqe.inline_data
+                self.segment().mm[P_SGES * 8:P_SGES * 8 + length] = wqe._inline_data
             p[P_STATE] = PARKED
             peer.header[Q_RNR_WAITING] = self.qp_num
         head.parked = True
@@ -283,13 +283,13 @@ class Shortcut:
     def remember(cls, sq, wqe, peer, generation):
         if 128 << peer.header[Q_PATH_MTU] != sq.mtu:   # the two sides disagree on the MTU: a later WRITE may not fit
             return
-        addr, length, lkey = wqe.sges[0]
+        addr, length, lkey = wqe._sges[0]
         shortcut, mr = cls(), REGISTERED[lkey]
         shortcut.opcode, shortcut.peer, shortcut.header, shortcut.generation = wqe.opcode, peer, peer.header, generation
-        shortcut.lkey, shortcut.local, shortcut.local_base, shortcut.local_length = lkey, mr.memory, mr.buf, mr.length
+        shortcut.lkey, shortcut.local, shortcut.local_base, shortcut.local_length = lkey, mr._memory, mr._buf, mr._length
         shortcut.remote = shortcut.receive = None
         if NEEDS_ACCESS[wqe.opcode]:
-            seg = responder.mr_segment(wqe.rkey)
+            seg = responder.mr_segment(wqe._rkey)
             if seg is None:   # deregistered by its owner since the request was carried out: nothing to remember
                 return
             h = seg.header
@@ -313,7 +313,7 @@ class Shortcut:
                 shortcut.receive_base, shortcut.receive_length = responder.region_of(seg)
         if len(sq.shortcuts) >= SHORTCUTS_KEPT:
             sq.shortcuts.clear()
-        sq.shortcuts[wqe.opcode, lkey, wqe.rkey] = shortcut
+        sq.shortcuts[wqe.opcode, lkey, wqe._rkey] = shortcut
 
     def carry(self, sq, wr, addr, length, lkey):
         peer = self.header
@@ -327,7 +327,7 @@ class Shortcut:
             reach = 8 if opcode in ATOMICS else length
             count = 1 if reach <= sq.mtu else packets(reach, sq.mtu)
             if self.remote is not None:
-                offset = wr.remote_addr - self.remote_base
+                offset = wr._remote_addr - self.remote_base
                 if not self.remote_header[M_VALID] or offset < 0 or offset + reach > self.remote_length:
                     return False
             if opcode == WRITE:
@@ -336,9 +336,9 @@ class Shortcut:
             elif opcode == READ:
                 self.local[start:start + length] = self.remote[offset:offset + length]
             elif opcode in ATOMICS:
-                if length < 8 or wr.remote_addr & 7:
+                if length < 8 or wr._remote_addr & 7:
                     return False
-                old = responder.atomic(self.remote_segment, offset, opcode, wr.compare_add, wr.swap)
+                old = responder.atomic(self.remote_segment, offset, opcode, wr._compare_add, wr._swap)
                 self.local[start:start + 8] = old.to_bytes(8, "little")
             elif not self._into_receive(wr, start, length, offset if self.remote is not None else 0):
                 return False
@@ -384,14 +384,14 @@ class Shortcut:
 def snapshot(wr):
     """Copy a posted WR, as the hardware copies it into its queue (inline data is read now)."""
     wqe = copy.copy(wr)
-    wqe.next_wr = None
+    wqe._next = None
     if wr.send_flags & IBV_SEND_INLINE:
-        wqe.inline_data = inline_payload(wr)
+        wqe._inline_data = inline_payload(wr)
     return wqe
 
 
 def inline_payload(wr):
-    return b"".join(ctypes.string_at(addr, length) for addr, length, _ in wr.sges)
+    return b"".join(ctypes.string_at(addr, length) for addr, length, _ in wr._sges)
 
 
 # ---------------------------------------------------------------- one WQE, end to end
@@ -402,7 +402,7 @@ def attempt(sq, wqe, pending):
     opcode = wqe.opcode
     if opcode not in NEEDS_ACCESS:
         return local_operation(sq, wqe) if opcode in LOCAL_OPERATIONS else fail(sq, wqe, IBV_WC_LOC_QP_OP_ERR)
-    sges = wqe.sges
+    sges = wqe._sges
     if opcode in CARRIES_DATA:
         payload = local_bytes(sq, *sges[0]) if len(sges) == 1 and not wqe.send_flags & IBV_SEND_INLINE \
             else gather(sq, wqe)
@@ -440,7 +440,7 @@ def local_operation(sq, wqe):
     window by its key, wr.imm_data (ibv_send_wr's invalidate_rkey shares imm_data's place): anything
     else is LOC_QP_OP_ERR. Either error moves the QP to ERR, as any failed WR does."""
     if wqe.opcode == BIND_MW:
-        if not wqe.bind_mw.bind(sq.qp_num, sq.pd, wqe.mw_rkey, wqe.rkey, wqe.bind_info):
+        if not wqe._bind_mw._bind(sq.qp_num, sq.pd, wqe._mw_rkey, wqe._rkey, wqe._bind_info):
             return fail(sq, wqe, IBV_WC_MW_BIND_ERR)
     elif not invalidate(wqe.imm_data):
         return fail(sq, wqe, IBV_WC_LOC_QP_OP_ERR)
@@ -468,9 +468,9 @@ def fail(sq, wqe, status):
 def gather(sq, wqe):
     """The data a WRITE or SEND carries (a view of our memory for one SGE), or an error status."""
     if wqe.send_flags & IBV_SEND_INLINE:
-        data = getattr(wqe, "inline_data", None)
+        data = getattr(wqe, "_inline_data", None)
         return memoryview(data if data is not None else inline_payload(wqe))
-    pieces = [local_bytes(sq, *sge) for sge in wqe.sges]
+    pieces = [local_bytes(sq, *sge) for sge in wqe._sges]
     for piece in pieces:
         if type(piece) is int:
             return piece
@@ -483,23 +483,23 @@ def local_bytes(sq, addr, length, lkey):
     if not length:
         return memoryview(b"")
     mr = REGISTERED.get(lkey)
-    if mr is None or mr.pd is not sq.pd:
+    if mr is None or mr._pd is not sq.pd:
         return IBV_WC_LOC_QP_OP_ERR
-    offset = addr - mr.buf
-    if offset < 0 or offset + length > mr.length:
+    offset = addr - mr._buf
+    if offset < 0 or offset + length > mr._length:
         return IBV_WC_LOC_PROT_ERR
-    return mr.memory[offset:offset + length]
+    return mr._memory[offset:offset + length]
 
 
 def unwritable(pd, addr, length, lkey):
     """Why the NIC may not write an answer (a READ's bytes, an atomic's old value) into the SGE [addr,
     +length) of `lkey`, or None: its MR must be in the QP's PD, allow LOCAL_WRITE and hold the range."""
     mr = REGISTERED.get(lkey)
-    if mr is None or mr.pd is not pd:
+    if mr is None or mr._pd is not pd:
         return f"lkey {lkey:#x} is no MR of this QP's PD"
-    if not mr.access & LOCAL_WRITE:
+    if not mr._access & LOCAL_WRITE:
         return f"the MR of lkey {lkey:#x} lacks LOCAL_WRITE"
-    if not 0 <= addr - mr.buf <= mr.length - length:
+    if not 0 <= addr - mr._buf <= mr._length - length:
         return f"[{addr:#x}, +{length}) runs outside the MR of lkey {lkey:#x}"
     return None
 
@@ -507,16 +507,16 @@ def unwritable(pd, addr, length, lkey):
 def _scatter(sq, wqe, data):
     """Write a READ's bytes or an atomic's old value into the local SGEs; False if they forbid it or are
     too small (an atomic's 8 bytes into fewer: the remote word has changed all the same, as on rxe)."""
-    if sum(sge[1] for sge in wqe.sges) < len(data):
+    if sum(sge[1] for sge in wqe._sges) < len(data):
         return False
     targets = []
-    for addr, length, lkey in wqe.sges:
+    for addr, length, lkey in wqe._sges:
         if not length:
             continue
         if unwritable(sq.pd, addr, length, lkey):
             return False
         mr = REGISTERED[lkey]
-        targets.append((mr.memory, addr - mr.buf, length))
+        targets.append((mr._memory, addr - mr._buf, length))
     done = 0
     for memory, offset, length in targets:
         take = min(length, len(data) - done)
@@ -574,11 +574,11 @@ def parked_words(seg):
 
 class ParkedWQE:
     """A parked message's fields as respond() reads them from a WQE."""
-    __slots__ = ("opcode", "send_flags", "imm_data", "rkey", "remote_addr")
+    __slots__ = ("opcode", "send_flags", "imm_data", "_rkey", "_remote_addr")
 
     def __init__(self, p):
-        self.opcode, self.send_flags, self.imm_data, self.rkey = p[P_OPCODE], p[P_FLAGS], p[P_IMM], p[P_RKEY]
-        self.remote_addr = p[P_REMOTE_ADDR] % (1 << 64)
+        self.opcode, self.send_flags, self.imm_data, self._rkey = p[P_OPCODE], p[P_FLAGS], p[P_IMM], p[P_RKEY]
+        self._remote_addr = p[P_REMOTE_ADDR] % (1 << 64)
 
 
 def carry_parked(receiver):

@@ -409,8 +409,8 @@ def respond(peer, wqe, payload, length, psn, count, mtu=None):
     if not reach:
         h[Q_EXPECTED_PSN] = (psn + count) % PSN_MOD
         return ACK, (b"" if opcode == READ else None)   # a zero-length WRITE or READ names no memory: no key is checked
-    seg = _attached_mrs.get(wqe.rkey) or mrmod.SEGMENTS.get(wqe.rkey) or mr_segment(wqe.rkey)
-    offset = remote_region(seg, wqe.remote_addr, reach, h, need)
+    seg = _attached_mrs.get(wqe._rkey) or mrmod.SEGMENTS.get(wqe._rkey) or mr_segment(wqe._rkey)
+    offset = remote_region(seg, wqe._remote_addr, reach, h, need)
     if offset is None:
         return _refuse(h, IBV_WC_REM_ACCESS_ERR)
     if opcode == WRITE and mtu and not fits_path_mtu(length, mtu, h):
@@ -421,10 +421,10 @@ def respond(peer, wqe, payload, length, psn, count, mtu=None):
         data = None
     elif opcode == READ:
         data = seg.bytes[offset:offset + length]
-    elif wqe.remote_addr & 7:   # (post_send refuses these; an extended QP's wr_atomic_* sends them)
+    elif wqe._remote_addr & 7:   # (post_send refuses these; an extended QP's wr_atomic_* sends them)
         return _refuse(h, IBV_WC_REM_INV_REQ_ERR)   # an atomic needs an aligned word
     else:
-        data = atomic(seg, offset, opcode, wqe.compare_add, wqe.swap).to_bytes(8, "little")
+        data = atomic(seg, offset, opcode, wqe._compare_add, wqe._swap).to_bytes(8, "little")
     h[Q_EXPECTED_PSN] = (psn + count) % PSN_MOD
     return ACK, data
 
@@ -457,8 +457,8 @@ def _into_receive(peer, h, wqe, payload, length, count):
     opcode, rq = wqe.opcode, peer.rq
     solicited = wqe.send_flags & IBV_SEND_SOLICITED
     if opcode == WRITE_WITH_IMM and length:   # (a zero-length one names no memory: only its receive counts)
-        seg = mr_segment(wqe.rkey)
-        offset = remote_region(seg, wqe.remote_addr, length, h, REMOTE_WRITE)
+        seg = mr_segment(wqe._rkey)
+        offset = remote_region(seg, wqe._remote_addr, length, h, REMOTE_WRITE)
         if offset is None:
             if h[Q_TYPE] == IBV_QPT_UC:
                 return _refuse(h, IBV_WC_REM_ACCESS_ERR)

@@ -17,7 +17,7 @@ import fcntl
 import random
 
 from . import shm
-from .base import Record, Resource, not_supported
+from .base import Fixed, Record, Resource, not_supported, readonly, typed
 from .device import Context
 from .hardware import DEVICE_ATTR
 from .layout import R_NUM_SGE, R_SGES, R_WR_ID, S_ALIVE, S_EVENTS, S_LIMIT, S_MAX_SGE, S_POSTED, S_SIZE, S_TAKEN
@@ -26,7 +26,7 @@ from .constants import IBV_SRQ_LIMIT, IBV_SRQ_MAX_WR, IBV_SRQT_BASIC
 from .pd import PD
 from .pyverbs_error import PyverbsRDMAError, PyverbsUserError
 from .pyverbs_generation import returns
-from .wr import fill_from
+from .wr import RecvWR, fill_from
 
 EINVAL, ENOMEM = 22, 12
 LOCAL = {}       # number -> Ring of this process's SRQs
@@ -37,15 +37,14 @@ class SrqAttr(Record):
     _fields = dict(max_wr=100, max_sge=1, srq_limit=0)
 
 
-class SrqInitAttr(Record):
-    _fields = dict(attr=None)
+class SrqInitAttr(Fixed):
+    """ibv_srq_init_attr: the SrqAttr's values, copied (read-only, as in pyverbs). Without an SrqAttr,
+    soft0 takes SrqAttr()'s (pyverbs leaves them 0, and creating an SRQ of max_wr 0 fails)."""
+    max_wr, max_sge, srq_limit = readonly("_max_wr"), readonly("_max_sge"), readonly("_srq_limit")
 
     def __init__(self, attr=None):
-        super().__init__(attr if attr is not None else SrqAttr())
-
-    max_wr = property(lambda self: self.attr.max_wr)
-    max_sge = property(lambda self: self.attr.max_sge)
-    srq_limit = property(lambda self: self.attr.srq_limit)
+        attr = typed(attr, SrqAttr, "attr") or SrqAttr()
+        self._max_wr, self._max_sge, self._srq_limit = attr.max_wr, attr.max_sge, attr.srq_limit
 
 
 class SrqInitAttrEx(Record):
@@ -167,6 +166,7 @@ class SRQ(Resource):
 
     def __init__(self, creator, attr):
         super().__init__()
+        typed(creator, object, "creator", none=False), typed(attr, object, "attr", none=False)
         if isinstance(creator, Context) and isinstance(attr, SrqInitAttrEx):   # ibv_create_srq_ex
             if attr.srq_type != IBV_SRQT_BASIC or attr.pd is None:
                 raise not_supported("XRC and tag-matching SRQs")
@@ -177,45 +177,43 @@ class SRQ(Resource):
         if not 1 <= attr.max_wr <= DEVICE_ATTR["max_srq_wr"] or not attr.max_sge <= DEVICE_ATTR["max_srq_sge"]:
             raise PyverbsRDMAError(f"Failed to create SRQ: max_wr {attr.max_wr} and max_sge {attr.max_sge} must "
                                    f"lie in 1..{DEVICE_ATTR['max_srq_wr']} and 0..{DEVICE_ATTR['max_srq_sge']}", EINVAL)
-        self.pd, self.ctx, self.max_sge = creator, creator.ctx, max(attr.max_sge, 1)
+        self._pd, self._ctx, self._max_sge = creator, creator._ctx, max(attr.max_sge, 1)
         while True:
-            self.number = random.randrange(1, 1 << 24)
+            self._number = random.randrange(1, 1 << 24)
             try:
-                self._ring = Ring.create(self.number, _capacity(attr.max_wr), self.max_sge, attr.srq_limit)
+                self._ring = Ring.create(self._number, _capacity(attr.max_wr), self._max_sge, attr.srq_limit)
                 break
             except FileExistsError:
                 continue
-        LOCAL[self.number] = self._ring
+        LOCAL[self._number] = self._ring
         self._events_taken = 0
-        self.ctx.srqs.add(self)
+        self._ctx._srqs.add(self)
         self._depend_on(creator)
-
-    @property
-    def max_wr(self):
-        return self._ring.size
 
     def post_recv(self, wr, bad_wr=None):
         """Post a chain of receive WRs: ENOMEM when full, else EINVAL for one with more SGEs than max_sge
         (rxe checks in that order)."""
         self.check_open()
+        typed(wr, RecvWR, "wr", none=False), typed(bad_wr, RecvWR, "bad_wr")
         while wr is not None:
             ring = self._ring
-            error = ENOMEM if ring.count() >= ring.size else EINVAL if len(wr.sges) > self.max_sge else 0
+            error = ENOMEM if ring.count() >= ring.size else EINVAL if len(wr._sges) > self._max_sge else 0
             if error:
                 if bad_wr is not None:
                     fill_from(bad_wr, wr)
                 raise PyverbsRDMAError("Failed to post receive to SRQ.", error)
-            ring.post(wr.wr_id, wr.sges)
-            wr = wr.next_wr
+            ring.post(wr.wr_id, wr._sges)
+            wr = wr._next
 
     def query(self):
         self.check_open()
-        return SrqAttr(max_wr=self._ring.size, max_sge=self.max_sge, srq_limit=int(self._ring.header[S_LIMIT]))
+        return SrqAttr(max_wr=self._ring.size, max_sge=self._max_sge, srq_limit=int(self._ring.header[S_LIMIT]))
 
     def modify(self, attr, comp_mask):
         """IBV_SRQ_MAX_WR resizes the queue (rounded as at creation), not below the armed limit nor the
         receives it holds; IBV_SRQ_LIMIT arms the limit event, at most max_wr. Anything else is EINVAL."""
         self.check_open()
+        typed(attr, SrqAttr, "attr")
         ring, limit = self._ring, self._ring.header[S_LIMIT]
         if comp_mask & ~(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT) \
                 or comp_mask & IBV_SRQ_MAX_WR and (not 1 <= attr.max_wr <= DEVICE_ATTR["max_srq_wr"]
@@ -236,7 +234,7 @@ class SRQ(Resource):
         fcntl.lockf(old.segment.fd, fcntl.LOCK_UN, 8, 8 * S_TAKEN)
         waiting, limit, events = old.outstanding(), old.header[S_LIMIT], old.header[S_EVENTS]
         old.close()
-        self._ring = LOCAL[self.number] = Ring.create(self.number, size, self.max_sge, limit, events)
+        self._ring = LOCAL[self._number] = Ring.create(self._number, size, self._max_sge, limit, events)
         for wr_id, sges in waiting:
             self._ring.post(wr_id, sges)
 
@@ -248,7 +246,7 @@ class SRQ(Resource):
     def post_srq_ops(self, wr, bad_wr=None):
         raise not_supported("Tag matching (ibv_post_srq_ops)")
 
-    def take_event(self):
+    def _take_event(self):
         """For the context: True (once) for each limit event raised and not handed out yet."""
         if self._closed or self._ring.header[S_EVENTS] <= self._events_taken:
             return False
@@ -256,8 +254,8 @@ class SRQ(Resource):
         return True
 
     def _release(self):
-        LOCAL.pop(self.number, None)
-        self.ctx.srqs.discard(self)
+        LOCAL.pop(self._number, None)
+        self._ctx._srqs.discard(self)
         self._ring.header[S_ALIVE] = 0
         self._ring.close()
 

@@ -219,7 +219,7 @@ class WireSendQueue:
             dest = this_host()   # the link-local GID reaches this host only
         self.nic.ring(("modify", self.qp_num, dict(
             state=state, dest_qpn=self.dest_qp_num, dest_ip=dest, mtu=self.mtu, psn=self.psn, timeout=self.timeout,
-            retry_cnt=self.retry_cnt, rnr_retry=self.rnr_retry, sig_all=self.sig_all, send_cq=self.cq.number,
+            retry_cnt=self.retry_cnt, rnr_retry=self.rnr_retry, sig_all=self.sig_all, send_cq=self.cq._number,
             max_rd_atomic=max_rd_atomic, unreliable=self.header[Q_TYPE] == IBV_QPT_UC)))
         if state == IBV_QPS_ERR:
             self.flush_held()
@@ -267,7 +267,7 @@ class WireSendQueue:
         status = local_check(self, wr)
         inline = requester.inline_payload(wr) if wr.send_flags & IBV_SEND_INLINE and not status else None
         if not status:   # the PSNs the NIC will give it: query() reports the next one, as rxe does
-            length = len(inline) if inline is not None else sum(sge[1] for sge in wr.sges)
+            length = len(inline) if inline is not None else sum(sge[1] for sge in wr._sges)
             count = packets(8 if wr.opcode in ATOMICS else length, self.mtu)
             self.psn = (self.psn + count) % PSN_MOD
         if self.nic.lost:
@@ -275,8 +275,8 @@ class WireSendQueue:
         self.seq += 1
         self.outstanding.append((self.seq, wr.wr_id, None))
         self.cq.wait_for_timer(self)   # poll() then calls progress(), which takes the NIC's completions
-        self.nic.ring(("post", self.qp_num, self.seq, wr.wr_id, wr.opcode, wr.send_flags, list(wr.sges),
-                       wr.remote_addr, wr.rkey, wr.imm_data, wr.compare_add, wr.swap, inline, status))
+        self.nic.ring(("post", self.qp_num, self.seq, wr.wr_id, wr.opcode, wr.send_flags, list(wr._sges),
+                       wr._remote_addr, wr._rkey, wr.imm_data, wr._compare_add, wr._swap, inline, status))
 
     def delivered(self, retired, completion):
         """The NIC's news: WRs up to number `retired` are done, and this completion (if any) came of one.
@@ -325,11 +325,11 @@ class WireDatagramQueue(DatagramQueue):
         self.nic.ring(("datagram_qp", qp_num))   # its datagrams reach it from now on
 
     def deliver(self, wqe, payload):
-        dest = address_of(wqe.ah.dgid)
-        if dest is None or wqe.remote_qpn == MULTICAST_QPN:
+        dest = address_of(wqe._ah._dgid)
+        if dest is None or wqe._remote_qpn == MULTICAST_QPN:
             return super().deliver(wqe, payload)
         with_imm = wqe.opcode in WITH_IMM
-        self.nic.ring(("datagram", self.qp_num, dest, wqe.remote_qpn, wqe.remote_qkey, self.psn,
+        self.nic.ring(("datagram", self.qp_num, dest, wqe._remote_qpn, wqe._remote_qkey, self.psn,
                        wqe.imm_data if with_imm else None, bool(wqe.send_flags & IBV_SEND_SOLICITED), bytes(payload)))
 
     def modified(self, state, max_rd_atomic=1):
@@ -347,7 +347,7 @@ def local_check(sq, wr):
         return IBV_WC_LOC_QP_OP_ERR   # no such operation (on UC: SENDs and WRITEs only)
     if wr.opcode in ANSWERS_DATA or wr.send_flags & IBV_SEND_INLINE:
         return 0
-    for sge in wr.sges:
+    for sge in wr._sges:
         found = requester.local_bytes(sq, *sge)
         if type(found) is int:
             return found

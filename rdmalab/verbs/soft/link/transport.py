@@ -416,12 +416,13 @@ class Requester:
 
 
 class Request:
-    """What soft0's responder.respond() reads of a request: a work request's fields, from the packets."""
-    __slots__ = ("opcode", "remote_addr", "rkey", "imm_data", "send_flags", "compare_add", "swap")
+    """What soft0's responder.respond() reads of a request: a work request's fields, from the packets, under
+    the names a SendWR keeps them (wr.py: its target's are not pyverbs names, so they start with "_")."""
+    __slots__ = ("opcode", "_remote_addr", "_rkey", "imm_data", "send_flags", "_compare_add", "_swap")
 
     def __init__(self, opcode, remote_addr=0, rkey=0, imm_data=0, send_flags=0, compare_add=0, swap=0):
-        self.opcode, self.remote_addr, self.rkey, self.imm_data = opcode, remote_addr, rkey, imm_data
-        self.send_flags, self.compare_add, self.swap = send_flags, compare_add, swap
+        self.opcode, self._remote_addr, self._rkey, self.imm_data = opcode, remote_addr, rkey, imm_data
+        self.send_flags, self._compare_add, self._swap = send_flags, compare_add, swap
 
 
 POSITIONS = ("FIRST", "MIDDLE", "LAST", "ONLY")   # of a packet in its message: 0, 1, 2, 3
