@@ -13,11 +13,14 @@ ranks it starts, which inherit them.
     pyverbs_version() RDMALAB_PYVERBS    the pyverbs soft0 answers a program run by `python -m
                                          rdmalab.verbs.run` as: 44 (any up to 58) or 59 (or later); unset,
                                          the program's first import of an enum module decides
+    device()        RDMALAB_DEVICE       the RDMA device to use (unset: the first with an active port); on
+                                         soft0 a Soft-RoCE name (rxe0, ...) is one soft0 answers to as well
 The others (RDMALAB_SPIN_US, RDMALAB_ENGINE_TIMEOUT, ...) are read with number() where they are used.
 """
 import ipaddress
 import math
 import os
+import re
 
 
 def number(name, default, low=0.0, high=math.inf, what="a number", environ=os.environ):
@@ -76,3 +79,13 @@ def soft_host():
     except ValueError:
         raise SystemExit(f"rdmalab: RDMALAB_SOFT_HOST={text!r} is not an IPv4 address: give this host's address "
                          f"(e.g. 127.0.0.2), or unset it for the default (127.0.0.1)") from None
+
+
+def device():
+    """RDMALAB_DEVICE: the name of the RDMA device to use, or None. A device's name is at most 63 characters of
+    letters, digits, '_', '-' and '.' (IB_DEVICE_NAME_MAX); another text names none and stops the program."""
+    text = os.environ.get("RDMALAB_DEVICE", "").strip()
+    if text and not re.fullmatch(r"[A-Za-z0-9_.-]{1,63}", text):
+        raise SystemExit(f"rdmalab: RDMALAB_DEVICE={text!r} is not an RDMA device's name (e.g. mlx5_0, rxe0, soft0): "
+                         f"set one, or unset it to use the first device with an active port")
+    return text or None

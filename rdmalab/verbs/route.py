@@ -1,8 +1,7 @@
 """Where to send from: the device, active port, GID index and path MTU that work, chosen to avoid
 the traps learners fall into (a link-local or RoCE v1 GID gives RETRY_EXC_ERR on RoCE; an MTU larger
 than the port's drops packets; a port that is down)."""
-import os
-
+from rdmalab import settings
 from rdmalab.verbs.provider import chosen
 from rdmalab.errors import ProviderError
 
@@ -77,9 +76,12 @@ def route_of(ctx, device_name, port=None):
 
 
 def choose_route(device_name=None):
-    """The Route to use on this machine: the named device (RDMALAB_DEVICE) or the first with an active port."""
-    wanted = device_name or os.environ.get("RDMALAB_DEVICE")
+    """The Route to use on this machine: the named device (RDMALAB_DEVICE) or the first with an active port.
+    On soft0 a Soft-RoCE name RDMALAB_DEVICE gives (rxe0) is soft0's: the route is soft0's, named soft0."""
+    wanted = device_name or settings.device()
     names = [d.name.decode() for d in chosen()["device"].get_device_list()]
+    if chosen()["PROVIDER"] == "soft" and wanted in chosen()["device"].device_names():
+        wanted = chosen()["device"].DEVICE_NAME
     if wanted and wanted not in names:
         raise ProviderError(f"no RDMA device {wanted!r}; this machine has {', '.join(names) or 'none'}")
     problems = []

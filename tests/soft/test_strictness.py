@@ -319,3 +319,38 @@ def test_a_wr_chain_keeps_its_wrs_here_where_pyverbs_keeps_pointers(objects):
     head = wrmod.SendWR(1, num_sge=1, sg=[sge], next_wr=wrmod.SendWR(2, num_sge=1, sg=[sge]))
     gc.collect()
     assert head.next_wr.wr_id == 2 and head.next_wr.next_wr is None
+
+
+# ------------------------------------------------------------------ the device's name
+
+def test_a_soft_roce_tutorials_device_name_says_what_the_device_is_called(monkeypatch):
+    monkeypatch.delenv("RDMALAB_DEVICE", raising=False)
+    with pytest.raises(base.PyverbsRDMAError, match=r"Failed to find device rxe0: the RDMA device here is soft0.*"
+                                                    r"Context\(name='soft0'\).*RDMALAB_DEVICE=rxe0"):
+        device.Context(name="rxe0")
+    with pytest.raises(base.PyverbsRDMAError, match=r"Failed to find device mlx5_0: .*soft0"):
+        device.Context(name="mlx5_0")
+
+
+def test_rdmalab_device_makes_soft0_answer_to_a_soft_roce_name(monkeypatch):
+    monkeypatch.setenv("RDMALAB_DEVICE", "rxe0")
+    with device.Context(name="rxe0") as ctx:
+        assert ctx.name == "rxe0" and ctx.query_port(1).state == e.IBV_PORT_ACTIVE
+    with device.Context(name="soft0") as ctx:   # (its own name still opens it)
+        assert ctx.name == "soft0"
+    assert [d.name for d in device.get_device_list()] == [b"soft0"]   # (what the device is)
+    monkeypatch.setenv("RDMALAB_DEVICE", "mlx5_0")   # soft0 stands in for Soft-RoCE, not for another NIC
+    with pytest.raises(base.PyverbsRDMAError, match="Failed to find device mlx5_0"):
+        device.Context(name="mlx5_0")
+
+
+def test_the_lab_routes_through_soft0_when_rdmalab_device_gives_it_a_soft_roce_name(monkeypatch):
+    from rdmalab import verbs
+    if verbs.PROVIDER != "soft":
+        pytest.skip("soft0's alias: the real provider has its own devices")
+    monkeypatch.setenv("RDMALAB_DEVICE", "rxe0")
+    assert verbs.choose_route().device == "soft0"
+    monkeypatch.setenv("RDMALAB_DEVICE", "rxe 0")
+    with pytest.raises(SystemExit, match="RDMALAB_DEVICE='rxe 0' is not an RDMA device's name"):
+        verbs.choose_route()
+

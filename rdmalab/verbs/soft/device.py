@@ -14,7 +14,8 @@ from .constants import IBV_EVENT_SRQ_LIMIT_REACHED, IBV_NODE_CA, IBV_TRANSPORT_I
 from .pyverbs_error import PyverbsRDMAError, PyverbsUserError
 from .utils import be64toh, field_lines, gid_str
 from .hardware import (DEVICE_ATTR, DEVICE_NAME, GID_TABLE_LEN, GIDS, NODE_GUID, PORT_ATTR,  # noqa: F401
-                       active_mtu, rxe_active_mtu)   # (pyverbs' device module; soft0's modules read hardware)
+                       SOFT_ROCE_PREFIX, active_mtu, device_names,
+                       rxe_active_mtu)   # (pyverbs' device module; soft0's modules read hardware)
 
 EINTR, EINVAL, ENOENT, ENODATA = 4, 22, 2, 61
 
@@ -88,7 +89,11 @@ _reaped_once = False
 
 
 class Context(Resource):
-    """An open device. Opening the first one in a process also reaps segments of dead processes."""
+    """An open device. Opening the first one in a process also reaps segments of dead processes.
+
+    The device is soft0. A Soft-RoCE tutorial's Context(name="rxe0") opens it when RDMALAB_DEVICE=rxe0 is
+    set (any Soft-RoCE name, rxe...): soft0 then answers to that name too (hardware.device_names), and
+    ctx.name is the name it was opened by, as in pyverbs; get_device_list() still says soft0."""
     name = readonly("_name")
 
     def __init__(self, **kwargs):
@@ -102,8 +107,8 @@ class Context(Resource):
             raise PyverbsUserError("Device name must be provided")
         if isinstance(self._name, bytes):
             self._name = self._name.decode()
-        if self._name != DEVICE_NAME:
-            raise PyverbsRDMAError(f"Failed to find device {self._name}")
+        if self._name not in device_names():
+            raise PyverbsRDMAError(f"Failed to find device {self._name}: {_not_found(self._name)}")
         if not _reaped_once:
             shm.reap_orphans()
             _reaped_once = True
@@ -218,6 +223,14 @@ from .libibverbs_enums import ibv_device_cap_flags, ibv_port_cap_flags2  # noqa:
 from .pyverbs_generation import returns  # noqa: E402
 
 DM = absent("DM", "Device memory (ibv_alloc_dm)", rxe_has=False)
+
+
+def _not_found(name):
+    """What a learner who named another device needs to know: this machine's device is soft0, and how
+    to have it answer to a Soft-RoCE tutorial's name."""
+    hint = (f"; or set RDMALAB_DEVICE={name} before opening it, and soft0 answers to '{name}' as well"
+            if name.startswith(SOFT_ROCE_PREFIX) else "")
+    return f"the RDMA device here is soft0, rdmalab's emulated NIC: open it with Context(name='soft0'){hint}"
 
 
 class AsyncEvent:

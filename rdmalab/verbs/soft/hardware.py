@@ -1,14 +1,18 @@
 """What soft0 is, as a port of Soft-RoCE (rxe) would report it: its name, GUID, GID table, limits and MTU.
 
 Every module of the emulated NIC reads these; this one imports no module of soft0's but the enum values
-and the link's settings, so that anything may import it (device.py's Context and query_*() serve them).
+and the link's settings (and RDMALAB_DEVICE, for the names soft0 answers to), so that anything may import
+it (device.py's Context and query_*() serve them).
 """
+from rdmalab import settings
+
 from . import link as _link
 from .constants import (IBV_ATOMIC_HCA, IBV_DEVICE_MEM_WINDOW, IBV_DEVICE_MEM_WINDOW_TYPE_2B, IBV_DEVICE_SRQ_RESIZE,
                         IBV_LINK_LAYER_ETHERNET, IBV_MTU_256, IBV_MTU_1024, IBV_MTU_4096, IBV_PORT_ACTIVE)
 from .utils import be64toh
 
 DEVICE_NAME = "soft0"
+SOFT_ROCE_PREFIX = "rxe"   # a Soft-RoCE device's name (rxe0, rxe_eth0): soft0 answers to one RDMALAB_DEVICE gives
 NODE_GUID = 0x0002C9FFFE5AB000
 GIDS = ["fe80:0000:0000:0000:0202:c9ff:fe5a:b000",   # 0: link-local (reaches this host only)
         "0000:0000:0000:0000:0000:ffff:7f00:0001"]   # 1: ::ffff:127.0.0.1, IPv4-mapped RoCE v2
@@ -17,6 +21,13 @@ LINK = _link.name()   # shm or udp (RDMALAB_SOFT_LINK), read once: a process's Q
 HOST = _link.host() if LINK == "udp" else None   # this process's host on the udp link (RDMALAB_SOFT_HOST)
 if LINK == "udp":   # on the wire link, GID 1 is this host's own address
     GIDS[1] = _link.gid_of(HOST)
+
+
+def device_names():
+    """The names soft0 answers to: its own and, when RDMALAB_DEVICE names a Soft-RoCE device (rxe0, ...), that
+    one too, so that a Soft-RoCE tutorial's Context(name="rxe0") runs here. Read when a device is opened."""
+    alias = settings.device()
+    return (DEVICE_NAME, alias) if alias and alias.startswith(SOFT_ROCE_PREFIX) else (DEVICE_NAME,)
 
 
 # of rxe's device_cap_flags, those soft0 has: resizable SRQs, memory windows of type 1 and 2B
