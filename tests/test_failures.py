@@ -2,7 +2,8 @@
 showed each: the completion's status, both QPs' states, and the error counters that move (rxe's
 hw_counters; soft0's own, named alike). The same test runs on rxe0 in the guest, which judges soft0.
 Also the rules behind two of them, as rxe applies them: a WRITE's packets must fit the responder's path
-MTU exactly, and a request ahead of the PSN expected is NAKed once, then dropped."""
+MTU exactly, and a request ahead of the PSN expected is NAKed once, then dropped; the learner's own
+break (break_pair), and the lines NCCL prints for a failure, by version."""
 import pytest
 
 from rdmalab import verbs as v
@@ -21,7 +22,7 @@ def errors_moved(broken):
 @pytest.mark.parametrize("kind, status, states, moved", [
     ("wrong address", 12, ("ERR", "RTS"), {"completer_retry_err": 2, "retry_exceeded_err": 1}),
     ("wrong PSN", 12, ("ERR", "RTS"), {"completer_retry_err": 2, "retry_exceeded_err": 1, "out_of_seq_request": 1}),
-    ("MTU too large", 9, ("ERR", "ERR"), {}),
+    ("path MTUs differ", 9, ("ERR", "ERR"), {}),
     ("no REMOTE_WRITE", 10, ("ERR", "ERR"), {}),
 ], ids=lambda x: x if isinstance(x, str) else None)
 def test_each_failure_looks_as_it_does_on_rxe(ctx_pd, kind, status, states, moved):
@@ -66,7 +67,7 @@ def write_between(ctx_pd, length, a_mtu=None, b_mtu=None, psn_offset=0):
         failures.connect(b, {**a_end, "psn": (a_end["psn"] + psn_offset) % (1 << 24)}, path_mtu=b_mtu)
         a.mr.write(b"A" * 4096, 4096)
         before = failures.port_counters()
-        failures._post(a, b_end, e.IBV_WR_RDMA_WRITE, length=length)
+        failures._post(a, b_end["rkey"], b_end["addr"], e.IBV_WR_RDMA_WRITE, length=length)
         from rdmalab.verbs import rc
         status = rc.wait_for_completion(a.cq, timeout=20).status
         moved = {k: n for k, n in failures._moved(before, failures.port_counters()).items() if k in WATCHED}
@@ -118,3 +119,51 @@ def test_soft0_answers_a_lone_duplicate_as_rxe_does_when_it_answers_nothing(ctx_
     status, states, landed, moved = write_between(ctx_pd, 64, psn_offset=1000)
     assert (status, states, landed) == (12, ("ERR", "RTS"), False)
     assert moved == {"completer_retry_err": 2, "retry_exceeded_err": 1, "duplicate_request": 3}
+
+
+def test_a_learners_break_changes_one_field_of_a_working_pair(ctx_pd):
+    """Unchanged, the pair works; the target told an earlier PSN fails as the lesson's wrong PSN does, and
+    says what was changed; what the device refuses at modify() is reported, not raised; a field that does
+    not exist is the learner's AttributeError."""
+    fine = failures.break_pair(lambda sender, target: None, *ctx_pd)
+    assert (fine.status, fine.states, fine.changed, fine.hung) == (0, ("RTS", "RTS"), [], False), fine
+
+    def earlier_psn(sender, target):
+        target.rq_psn = (sender.sq_psn - 1000) % (1 << 24)
+    psn = failures.break_pair(earlier_psn, *ctx_pd)
+    assert (psn.status, psn.states) == (e.IBV_WC_RETRY_EXC_ERR, ("ERR", "RTS")), psn
+    assert errors_moved(psn) == {"completer_retry_err": 2, "retry_exceeded_err": 1, "out_of_seq_request": 1}
+    assert len(psn.changed) == 1 and psn.changed[0].startswith("target.rq_psn ")
+    assert "RTS: it knows nothing" in failures.meaning(psn) and "target.rq_psn" in str(failures.show(psn))
+
+    refused = failures.break_pair(lambda sender, target: setattr(sender, "max_rd_atomic", 255), *ctx_pd)
+    assert refused.refused and refused.status is None and "Refused" in failures.meaning(refused), refused
+    with pytest.raises(AttributeError):
+        failures.break_pair(lambda sender, target: setattr(sender, "retry_count", 1), *ctx_pd)
+
+
+def test_a_break_whose_retries_never_end_is_reported_as_a_hang(ctx_pd):
+    """retry_cnt 7 resends for ever on rxe (rxe_comp.c) and soft0: the WRITE to a target expecting a later
+    PSN never completes, and break_pair says so after its wait."""
+    def forever(sender, target):
+        sender.retry_cnt = 7
+        target.rq_psn = (sender.sq_psn - 1000) % (1 << 24)
+    hung = failures.break_pair(forever, *ctx_pd, wait_s=1.0)
+    assert hung.hung and hung.status is None and hung.states == ("RTS", "RTS"), hung
+    assert "hang" in failures.meaning(hung) and "hung" in str(failures.show(hung))
+
+
+def test_nccls_line_in_both_forms_and_its_hints_as_2_30_7_prints_them(ctx_pd):
+    """The WARN line up to 2.28.3 (numbers, the request's type) and from 2.29.2 (names and numbers), with
+    " remoteGids" and the GID unspaced on RoCE, as NCCL's format strings put them; the hints fall through
+    from LOC_PROT_ERR to WR_FLUSH_ERR to RETRY_EXC_ERR, as printIbWcStatusHint's switch has no break."""
+    broken = failures.run("wrong address", *ctx_pd)
+    if broken.wc is not None:   # (a device that resolves the peer's MAC refuses the address at RTR instead)
+        lines = failures.nccl_lines(broken, peer="10.0.0.2<1>", device="mlx5_0")
+        old, new = (lines[form] for form in failures.NCCL_FORMS)
+        assert old.startswith("NET/IB: Got completion from peer 10.0.0.2<1> with status=12 opcode=")
+        assert " vendor err " in old and "(Send) localGid ::ffff:" in old and old.endswith(" hca mlx5_0")
+        assert "status=IBV_WC_RETRY_EXC_ERR(12) opcode=" in new and " vendor_err=" in new
+        assert " remoteGids::ffff:" in new and " remoteGids::ffff:" in old
+    assert [len(failures.nccl_hints(s)) for s in (4, 5, 12, 9)] == [7, 5, 4, 0]
+    assert all(h.startswith("HINT: ") for h in failures.nccl_hints(4))

@@ -1,33 +1,46 @@
 """When it breaks: a working pair broken on purpose, one way at a time, and what each failure looks like
-(the failures lesson). Each run returns a Broken: the completion's status, both QPs' states, the port
-counters that moved, and how long the failure took to show.
+(the failures lesson). Each run returns a Broken: the completion's status (or that none came: a hang),
+both QPs' states, the port counters that moved, and how long the failure took to show.
 
-    b = failures.run("wrong address", ctx, pd)      # b.status 12, b.states ("ERR", "RTS"), b.moved {...}
+    mine = failures.break_pair(my_break, ctx, pd)   # my_break(sender, target) changes one thing
+    b = failures.run("wrong PSN", ctx, pd)          # b.status 12, b.states ("ERR", "RTS"), b.moved {...}
 
-The ways (KINDS): a wrong address (the peer's GID: nobody answers), a wrong PSN (the peer drops what it
-does not expect), a path MTU the two sides disagree on (the sender's larger than the port's: the peer NAKs
-the WRITE), an MR without REMOTE_WRITE (the peer's NIC refuses), no receive posted (RNR), and the QP in
-ERR afterwards (every WR flushed) with the way back.
+What each side's QP is given on its way to RTS is a Side (the sender's also its WRITE): the learner's
+function changes one field of a working pair's, the lesson's KINDS change theirs: a wrong address (a GID
+no port has), a wrong PSN (the target expects an earlier one), path MTUs that differ (the sender's larger
+or smaller than the target's: rxe's responder refuses a packet that is not exactly its path MTU), an MR
+without REMOTE_WRITE (the target's NIC refuses), no receive posted (RNR), and the QP in ERR afterwards
+(every WR flushed) with the way back.
 """
 import html
 import ipaddress
 import os
+import textwrap
 import time
 
 from rdmalab import verbs as v
-from rdmalab.errors import status_name
+from rdmalab.errors import explain_status, status_name
 from rdmalab.lessons.fixtures import state_of
 from rdmalab.verbs.soft.counters import NAMES as ERROR_COUNTERS   # rxe's names of what a broken connection moves
 
-KINDS = ("wrong address", "wrong PSN", "MTU too large", "no REMOTE_WRITE", "no receive", "flushed")
+KINDS = ("wrong address", "wrong PSN", "path MTUs differ", "no REMOTE_WRITE", "no receive", "flushed")
 RETRY_CNT = 2      # resends before RETRY_EXC_ERR: a wrong address or PSN shows in 3 ACK timeouts
 TIMEOUT = 12       # 4.096 us * 2**12 = 16.8 ms per ACK timeout
 RNR_RETRY = 2      # resends of a SEND that finds no receive, before RNR_RETRY_EXC_ERR
+HANG_S = 5.0       # break_pair's wait for the WRITE's completion: none by then is a hang
+# mlx5's names for what a broken connection moves (Linux's drivers/infiniband/hw/mlx5/counters.c): the table
+# shows these too, so that it says something on a ConnectX NIC
+MLX5_ERROR_COUNTERS = ("local_ack_timeout_err", "packet_seq_err", "out_of_sequence", "rnr_nak_retry_err",
+                       "implied_nak_seq_err", "duplicate_request", "out_of_buffer", "req_cqe_error", "resp_cqe_error",
+                       "req_remote_invalid_request", "req_remote_access_errors", "resp_remote_access_errors",
+                       "resp_local_length_error", "req_transport_retries_exceeded", "req_rnr_retries_exceeded")
+SHOWN_COUNTERS = (*ERROR_COUNTERS, "rcvd_seq_err", *MLX5_ERROR_COUNTERS)
 
 
 def port_counters(device=None, port=1):
-    """The port's counters now: rxe's hw_counters in sysfs on a real device, soft0's own on soft0
-    (named as rxe names them); {} where there are none."""
+    """The port's counters now: the device's hw_counters in sysfs on a real device (rxe's names on rxe,
+    mlx5's on a ConnectX), soft0's own on soft0 (its shared-memory link names them as rxe does; its udp
+    link's NIC process counts under names of its own); {} where there are none."""
     if v.PROVIDER == "soft":
         from rdmalab.verbs.soft import counters, hardware
         if hardware.LINK == "udp":   # the NIC process counts every packet
@@ -51,6 +64,8 @@ class Broken:
     def __init__(self, kind):
         self.kind, self.status, self.states, self.moved, self.seconds = kind, None, None, {}, 0.0
         self.refused = None      # an error raised at modify() or post_send() instead of a completion
+        self.hung = False        # no completion came within the wait (the sender may still be resending)
+        self.changed = []        # what break_pair's function changed: "target.rq_psn 7 -> 12"
         self.later = []          # statuses of the WRs posted after the first failed (flushed)
         self.recovered = None    # the status of a READ after the way back (RESET, INIT, RTR, RTS)
         self.wc = None           # the failed completion
@@ -58,8 +73,45 @@ class Broken:
 
     def __repr__(self):
         return (f"Broken({self.kind!r}, status={self.status}, states={self.states}, moved={self.moved}, "
-                f"seconds={self.seconds:.3f}, refused={self.refused!r}, later={self.later}, "
-                f"recovered={self.recovered})")
+                f"seconds={self.seconds:.3f}, refused={self.refused!r}, hung={self.hung}, changed={self.changed}, "
+                f"later={self.later}, recovered={self.recovered})")
+
+
+class Side:
+    """What one side's QP is given on its way to RTR and RTS, under QPAttr's names: what it was told of its
+    peer (dest_qp_num; rq_psn, the PSN the peer sends from; the peer's address, dgid on RoCE or dlid on
+    InfiniBand: its ah_attr's) and its own attributes. A working pair's values until someone changes one."""
+    __slots__ = ("dest_qp_num", "rq_psn", "sq_psn", "dgid", "dlid", "path_mtu", "qp_access_flags", "timeout",
+                 "retry_cnt", "rnr_retry", "min_rnr_timer", "max_rd_atomic", "max_dest_rd_atomic")
+    name = "side"
+
+    def values(self):
+        """{field: value}, enum members as the plain numbers they are."""
+        return {f: _plain(getattr(self, f, None)) for f in type(self).fields()}
+
+    @classmethod
+    def fields(cls):
+        return [f for c in reversed(cls.__mro__) for f in getattr(c, "__slots__", ())]
+
+    def __repr__(self):
+        return f"{self.name}: " + ", ".join(f"{f}={x!r}" for f, x in self.values().items())
+
+
+def _plain(value):
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+class Sender(Side):
+    """The sender's Side, and the RDMA WRITE it posts: `length` bytes into the target's memory at
+    `remote_addr`, with the target's `rkey`."""
+    __slots__ = ("rkey", "remote_addr", "length")
+    name = "sender"
+
+
+class Target(Side):
+    """The target's Side: the QP the WRITE goes to."""
+    __slots__ = ()
+    name = "target"
 
 
 def _unused_gid(gid):
@@ -82,64 +134,125 @@ def _pair(ctx, pd, b_mr_access=None):
     return a, b
 
 
-def _post(side, peer_end, opcode, wr_id=1, length=64):
+def _post(side, rkey, addr, opcode, wr_id=1, length=64):
     e = v.enums
     w = v.wr.SendWR(wr_id=wr_id, opcode=opcode, num_sge=1, sg=[v.wr.SGE(side.mr.buf, length, side.mr.lkey)],
                     send_flags=e.IBV_SEND_SIGNALED)
     if opcode != e.IBV_WR_SEND:
-        w.set_wr_rdma(peer_end["rkey"], peer_end["addr"])
+        w.set_wr_rdma(rkey, addr)
     side.qp.post_send(w)
 
 
-def connect(side, remote, path_mtu=None):
-    """side.qp to RTS, connected to `remote`, with the lesson's short timers: RETRY_CNT resends TIMEOUT
-    apart, RNR_RETRY resends after an RNR NAK; the peer may write and read through it."""
+def settings(side, remote, cls=Side):
+    """What side.qp is given to connect to `remote` (its endpoint): the lesson's short timers (RETRY_CNT
+    resends TIMEOUT apart, RNR_RETRY after an RNR NAK), the port's path MTU; the peer may write and read."""
     from rdmalab.verbs import rc
     e = v.enums
     route = v.route_of(side.ctx, "this device")
-    a = v.qp.QPAttr(port_num=route.port, path_mtu=route.path_mtu if path_mtu is None else path_mtu)
-    a.pkey_index = 0
-    a.qp_access_flags = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
-    a.ah_attr = rc.address_vector(route, remote)
-    a.dest_qp_num, a.rq_psn, a.max_dest_rd_atomic = remote["qp_num"], remote["psn"], rc.MAX_DEST_RD_ATOMIC
-    a.min_rnr_timer = rc.MIN_RNR_TIMER
-    a.sq_psn, a.timeout, a.retry_cnt, a.max_rd_atomic = side.psns[0], TIMEOUT, RETRY_CNT, rc.MAX_RD_ATOMIC
-    a.rnr_retry = RNR_RETRY
+    s = cls()
+    s.dest_qp_num, s.rq_psn, s.sq_psn = remote["qp_num"], remote["psn"], side.psns[0]
+    s.dgid, s.dlid, s.path_mtu = remote["gid"], remote.get("lid", 0), route.path_mtu
+    s.qp_access_flags = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
+    s.timeout, s.retry_cnt, s.rnr_retry, s.min_rnr_timer = TIMEOUT, RETRY_CNT, RNR_RETRY, rc.MIN_RNR_TIMER
+    s.max_rd_atomic, s.max_dest_rd_atomic = rc.MAX_RD_ATOMIC, rc.MAX_DEST_RD_ATOMIC
+    if cls is Sender:
+        s.rkey, s.remote_addr, s.length = remote.get("rkey"), remote.get("addr"), 64
+    return s
+
+
+def _to_rts(side, s):
+    """side.qp through INIT and RTR to RTS with what `s` (a Side) gives it."""
+    from rdmalab.verbs import rc
+    route = v.route_of(side.ctx, "this device")
+    a = v.qp.QPAttr(port_num=route.port, path_mtu=s.path_mtu)
+    a.pkey_index, a.qp_access_flags = 0, s.qp_access_flags
+    a.ah_attr = rc.address_vector(route, {"gid": s.dgid, "lid": s.dlid})
+    a.dest_qp_num, a.rq_psn, a.max_dest_rd_atomic = s.dest_qp_num, s.rq_psn, s.max_dest_rd_atomic
+    a.min_rnr_timer, a.sq_psn, a.timeout, a.retry_cnt = s.min_rnr_timer, s.sq_psn, s.timeout, s.retry_cnt
+    a.max_rd_atomic, a.rnr_retry = s.max_rd_atomic, s.rnr_retry
     side.qp.to_rts(a)
+
+
+def connect(side, remote, path_mtu=None):
+    """side.qp to RTS, connected to `remote` with the lesson's settings(); path_mtu: another path MTU."""
+    s = settings(side, remote)
+    if path_mtu is not None:
+        s.path_mtu = path_mtu
+    _to_rts(side, s)
+
+
+def _other_mtu(mtu):
+    """A path MTU other than `mtu`: 4096, or 1024 where `mtu` is 4096 already."""
+    e = v.enums
+    return e.IBV_MTU_1024 if mtu == e.IBV_MTU_4096 else e.IBV_MTU_4096
+
+
+def _wrong_address(sender, target):
+    if sender.dlid:   # an InfiniBand port, addressed by LID
+        sender.dlid = 0xBFFE   # among the last unicast LIDs: a subnet manager rarely assigns them
+    else:
+        sender.dgid = _unused_gid(sender.dgid)
+
+
+CHANGES = {   # what each kind changes in a working pair (the others change the MR, or post a SEND)
+    "wrong address": _wrong_address,
+    "wrong PSN": lambda sender, target: setattr(target, "rq_psn", (sender.sq_psn - 1000) % (1 << 24)),
+    "path MTUs differ": lambda sender, target: (setattr(sender, "path_mtu", _other_mtu(target.path_mtu)),
+                                                setattr(sender, "length", 4096)),
+}
+
+
+def break_pair(change, ctx, pd, wait_s=HANG_S):
+    """A working pair, changed by change(sender, target) (a Sender and a Target: see Side), then one RDMA
+    WRITE from sender to target. Returns what it looked like (a Broken): .changed says what was changed,
+    .hung that no completion came within wait_s seconds (the sender may be resending still)."""
+    return _run("your change", ctx, pd, change=change, wait_s=wait_s)
 
 
 def run(kind, ctx, pd, timeout=30.0):
     """Break a fresh pair the way `kind` says, and return what it looked like (a Broken)."""
-    from rdmalab.verbs import rc
     if kind not in KINDS:
         raise ValueError(f"{kind!r} is not one of the failures: {', '.join(KINDS)}")
     e = v.enums
-    out = Broken(kind)
     no_write = kind in ("no REMOTE_WRITE", "flushed")
-    a, b = _pair(ctx, pd, b_mr_access=e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_READ if no_write else None)
+    return _run(kind, ctx, pd, change=CHANGES.get(kind), wait_s=timeout,
+                b_mr_access=e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_READ if no_write else None,
+                opcode=e.IBV_WR_SEND if kind == "no receive" else e.IBV_WR_RDMA_WRITE)
+
+
+def _run(kind, ctx, pd, change=None, wait_s=30.0, b_mr_access=None, opcode=None):
+    from rdmalab.verbs import rc
+    e = v.enums
+    opcode = e.IBV_WR_RDMA_WRITE if opcode is None else opcode
+    out = Broken(kind)
+    a, b = _pair(ctx, pd, b_mr_access)
     try:
         a_end, b_end = a.endpoint(mr=a.mr), b.endpoint(mr=b.mr)
-        a_is_told, b_is_told = dict(b_end), dict(a_end)   # what each side learns of the other, out of band
-        if kind == "wrong address":
-            a_is_told["gid"] = _unused_gid(b_end["gid"])
-        if kind == "wrong PSN":   # b is told a PSN 1000 before the one a sends from: a's requests run ahead
-            b_is_told["psn"] = (a_end["psn"] - 1000) % (1 << 24)
+        sender, target = settings(a, b_end, Sender), settings(b, a_end, Target)
+        working = (sender.values(), target.values())
+        if change is not None:
+            change(sender, target)
+        out.changed = [f"{s.name}.{f} {old!r} -> {s.values()[f]!r}" for s, was in zip((sender, target), working)
+                       for f, old in was.items() if s.values()[f] != old]
+        out.gids = (a_end["gid"], sender.dgid)
         before, started = port_counters(), time.monotonic()
         try:
-            connect(a, a_is_told, path_mtu=e.IBV_MTU_4096 if kind == "MTU too large" else None)
-            connect(b, b_is_told)
-        except v.pyverbs_error.PyverbsRDMAError as error:
-            out.refused = str(error)
+            _to_rts(a, sender)
+            _to_rts(b, target)
+            _post(a, sender.rkey, sender.remote_addr, opcode, length=sender.length)
+        except (v.pyverbs_error.PyverbsError, TypeError, ValueError, OverflowError) as error:
+            out.refused = f"{type(error).__name__}: {error}"
         else:
-            _post(a, b_end, e.IBV_WR_SEND if kind == "no receive" else e.IBV_WR_RDMA_WRITE,
-                  length=4096 if kind == "MTU too large" else 64)   # (one packet of 4096 bytes: more than the netdev's)
-            out.wc = rc.wait_for_completion(a.cq, timeout=timeout)
-            out.status, out.seconds = out.wc.status, time.monotonic() - started
-            out.gids = (a_end["gid"], a_is_told["gid"])
+            try:
+                out.wc = rc.wait_for_completion(a.cq, timeout=wait_s)
+                out.status = out.wc.status
+            except TimeoutError:
+                out.hung = True
+            out.seconds = time.monotonic() - started
             if kind == "flushed":
                 for wr_id in (2, 3):   # posted on a QP in ERR: each completes at once, flushed
-                    _post(a, b_end, e.IBV_WR_RDMA_WRITE, wr_id=wr_id)
-                    out.later.append(rc.wait_for_completion(a.cq, timeout=timeout).status)
+                    _post(a, b_end["rkey"], b_end["addr"], e.IBV_WR_RDMA_WRITE, wr_id=wr_id)
+                    out.later.append(rc.wait_for_completion(a.cq, timeout=wait_s).status)
         out.states = (state_of(a.qp), state_of(b.qp))
         out.moved = _moved(before, port_counters())
         if kind == "flushed":   # the way back: RESET, then INIT, RTR and RTS again, with fresh PSNs
@@ -148,8 +261,8 @@ def run(kind, ctx, pd, timeout=30.0):
                 side.psns[0] = (side.psns[0] + 4096) % (1 << 24)
             connect(a, b.endpoint(mr=b.mr))
             connect(b, a.endpoint(mr=a.mr))
-            _post(a, b_end, e.IBV_WR_RDMA_READ)   # b's MR allows READs
-            out.recovered = rc.wait_for_completion(a.cq, timeout=timeout).status
+            _post(a, b_end["rkey"], b_end["addr"], e.IBV_WR_RDMA_READ)   # b's MR allows READs
+            out.recovered = rc.wait_for_completion(a.cq, timeout=wait_s).status
         return out
     finally:
         b.close()
@@ -160,11 +273,34 @@ def _moved(before, after):
     return {name: after[name] - before.get(name, 0) for name in after if after[name] != before.get(name, 0)}
 
 
+def meaning(broken):
+    """What a Broken says, in a sentence: the status and what it most likely means, or the hang, or the
+    refusal; and which side knows."""
+    if broken.refused:
+        return (f"Refused before any packet: {broken.refused}. The device checked what it was given when the QP "
+                f"moved to RTR or RTS, or when the WR was posted.")
+    if broken.hung:
+        return (f"No completion in {broken.seconds:.0f} s: the sender is still resending, or waiting for an answer "
+                f"that will not come (retry_cnt 7 means 'for ever' on rxe and soft0, rnr_retry 7 everywhere; timeout 0 "
+                f"means no ACK timer; a long one waits (retry_cnt + 1) x 4.096 us x 2^timeout). In a training job "
+                f"this is a hang: every GPU waits on this AllReduce.")
+    if broken.status == 0:
+        return "Nothing broke: the WRITE completed. Change one field in your function and run both cells again."
+    states = dict(zip(("sender", "target"), broken.states or ()))
+    unaware = [who for who, state in states.items() if state == "RTS"]
+    return (f"Status {explain_status(broken.status)}. " +
+            (f"The {' and '.join(unaware)}'s QP is still in RTS: it knows nothing of the failure."
+             if unaware else "Both QPs are in ERR."))
+
+
 # ---------------------------------------------------------------- what a training job prints
 
 def _wc_opcode_name(opcode):
-    return next((n for n in dir(v.enums) if n.startswith("IBV_WC_") and getattr(v.enums, n) == opcode
-                 and "FLAG" not in n and n not in ("IBV_WC_SUCCESS",)), f"opcode {opcode}")
+    """ibvWcOpcodeStr's name (NCCL's src/misc/ibvwrap.cc): an error completion's opcode is not defined
+    (ibv_poll_cq(3)), and NCCL prints whatever the device left there."""
+    names = ("IBV_WC_SEND", "IBV_WC_RDMA_WRITE", "IBV_WC_RDMA_READ", "IBV_WC_COMP_SWAP", "IBV_WC_FETCH_ADD",
+             "IBV_WC_BIND_MW", "IBV_WC_RECV", "IBV_WC_RECV_RDMA_WITH_IMM")
+    return next((n for n in names if getattr(v.enums, n, None) == opcode), "UNKNOWN_OPCODE")
 
 
 def _gid_text(gid):
@@ -176,36 +312,95 @@ def _gid_text(gid):
     return f"::ffff:{address.ipv4_mapped}" if address.ipv4_mapped else str(address)
 
 
-def nccl_line(broken, peer="10.0.0.2<47513>", device=None):
-    """The WARN line NCCL's IB transport prints for this failed completion, in the format of
-    ncclIbLogCompletionWithError (NCCL's src/transport/net_ib/p2p.cc): status and opcode by name and
-    number, the vendor error, both GIDs on RoCE, the HCA. `peer` stands for the peer's bootstrap socket."""
+# NCCL's WARN for a failed completion, by version (NVIDIA/nccl's tags): up to 2.28.3 in src/transport/net_ib.cc,
+# numbers only, the (%s) its request's type; 2.28.7 and 2.28.9 named the status and opcode (with reqSize and
+# req_type); from 2.29.2 ncclIbLogCompletionWithError (src/transport/net_ib/p2p.cc) prints the form below.
+# Both print " localGid " GID " remoteGids" GID on RoCE (no space before the peer's GID), nothing on InfiniBand.
+NCCL_FORMS = ("up to 2.28.3", "2.29.2 and later")
+
+
+def nccl_lines(broken, peer="10.0.0.2<47513>", device=None, ethernet=True):
+    """{NCCL versions: the WARN line} NCCL's IB transport prints for this failed completion, in the two
+    formats most logs show (NCCL_FORMS). `peer` stands for the peer's bootstrap socket."""
     wc = broken.wc
     device = device or v.choose_route().device
-    local, remote = (_gid_text(g) for g in broken.gids)
-    return (f"NET/IB: Got completion from peer {peer} with status=IBV_WC_{status_name(wc.status)}({wc.status}) "
-            f"opcode={_wc_opcode_name(wc.opcode)}({wc.opcode}) vendor_err={wc.vendor_err}  localGid {local} "
-            f"remoteGids {remote} hca {device}")
+    gids = f" localGid {_gid_text(broken.gids[0])} remoteGids{_gid_text(broken.gids[1])}" if ethernet else ""
+    head = f"NET/IB: Got completion from peer {peer} with "
+    return {NCCL_FORMS[0]: f"{head}status={wc.status} opcode={wc.opcode} len={wc.byte_len} vendor err "
+                           f"{wc.vendor_err} (Send){gids} hca {device}",
+            NCCL_FORMS[1]: f"{head}status=IBV_WC_{status_name(wc.status)}({wc.status}) opcode="
+                           f"{_wc_opcode_name(wc.opcode)}({wc.opcode}) vendor_err={wc.vendor_err} {gids} hca {device}"}
 
 
-# NCCL's hints after that line (printIbWcStatusHint, src/transport/net_ib/common.h), the first line of
-# each: its switch has no break between cases, so LOC_PROT_ERR prints all three, WR_FLUSH_ERR two
+# NCCL's hints after that line, from 2.30.7 (printIbWcStatusHint, src/transport/net_ib/common.h): each an
+# INFO(NCCL_NET, ...) line, so printed only with NCCL_DEBUG=INFO and NET in NCCL_DEBUG_SUBSYS (whose default
+# is INIT,BOOTSTRAP,ENV). Its switch has no break between cases: LOC_PROT_ERR prints all three groups.
 HINTS = {
-    4: "In many cases this error occurs when ACS is enabled which would break GPU Direct RDMA protocol.",
-    5: "In many cases this error occurs when NIC on the same instance cannot talk to each other.",
-    12: "In many cases this error occurs when the NCCL_IB_TIMEOUT is set too short.",
+    4: ["HINT: In many cases this error occurs when ACS is enabled which would break GPU Direct RDMA protocol.",
+        "HINT: To confirm and fix the problem, you can set NCCL_NET_GDR_LEVEL=0 to disable ACS following vendor "
+        "documentation."],
+    5: ["HINT: In many cases this error occurs when NIC on the same instance cannot talk to each other."],
+    12: ["HINT: In many cases this error occurs when the NCCL_IB_TIMEOUT is set too short.",
+         "HINT: Default value is 20, which is ~30 seconds before error.",
+         "HINT: To confirm, try increasing the value of NCCL_IB_TIMEOUT and see if the error persists.",
+         "HINT: See https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html#nccl-ib-timeout for more "
+         "information."],
 }
 
 
 def nccl_hints(status):
-    """The HINT lines NCCL prints after a failed completion of `status` (none for most statuses)."""
+    """The HINT lines NCCL 2.30.7 and later prints after a failed completion of `status` (none for most)."""
     order = [4, 5, 12]
-    return [HINTS[s] for s in order[order.index(status):]] if status in order else []
+    return [line for s in order[order.index(status):] for line in HINTS[s]] if status in order else []
+
+
+def nccl_report(results, width=96):
+    """NCCL's WARN line for each failed completion in `results`, in both forms (NCCL_FORMS), then the hints
+    2.30.7 and later add, as text wrapped at `width` (NCCL writes each on one line, after its own prefix)."""
+    ethernet = v.choose_route().link_layer != v.enums.IBV_LINK_LAYER_INFINIBAND
+    out = []
+    for b in results:
+        out.append(f"{b.kind}:")
+        if b.wc is None:
+            out.append("  no completion to report: " + ("refused before any packet, so NCCL fails while it connects"
+                                                        if b.refused else "a hang, and NCCL prints nothing"))
+            continue
+        for version, line in nccl_lines(b, ethernet=ethernet).items():
+            out.append(textwrap.fill(f"{version}: {line}", width, initial_indent="  ", subsequent_indent="      "))
+        hints = nccl_hints(b.status)
+        if hints:
+            out.append("  then, from 2.30.7, with NCCL_DEBUG=INFO and NET in NCCL_DEBUG_SUBSYS:")
+            out += [textwrap.fill(h, width, initial_indent="    ", subsequent_indent="      ") for h in hints]
+    return "\n".join(out)
+
+
+def show(broken):
+    """One Broken as a row of the lesson's table (nothing recorded: see table())."""
+    return FailureTable([broken])
+
+
+def next_lesson(slug="when-it-breaks"):
+    """The lesson after `slug`, as the lessons name each other (series.title), or None after the last."""
+    from rdmalab.lessons import series
+    slugs = [s for s, _ in series.LESSONS]
+    after = slugs.index(slug) + 1
+    return series.title(slugs[after]) if after < len(slugs) else None
 
 
 def table(results):
-    """The lesson's table of failures: one row each, as HTML with a text fallback."""
+    """The lesson's table of failures: one row each, as HTML with a text fallback. What it shows is kept for the
+    last lesson's answer (record())."""
+    record(results)
     return FailureTable(results)
+
+
+def record(results):
+    """Keep each failure's status, QP states, time to show and the counters that moved (rdmalab.lessons.evidence,
+    key "when-it-breaks"), for the last lesson: {"failures": {kind: {...}}}."""
+    from rdmalab.lessons import evidence
+    return evidence.record("when-it-breaks", failures={
+        b.kind: {"status": b.status, "states": list(b.states or ()), "ms": b.seconds * 1e3, "moved": dict(b.moved),
+                 "refused": b.refused} for b in results})
 
 
 class FailureTable:
@@ -216,10 +411,11 @@ class FailureTable:
 
     def rows(self):
         for b in self.results:
-            what = (f"modify refused: {b.refused}" if b.refused else
-                    f"{b.status} {status_name(b.status)}" if b.status is not None else "none")
-            moved = ", ".join(f"{k} +{n}" for k, n in sorted(b.moved.items()) if k in ERROR_COUNTERS)
-            yield b.kind, what, " / ".join(b.states or ()), moved or "-", f"{b.seconds * 1e3:.0f} ms"
+            what = (f"refused: {b.refused}" if b.refused else f"none (hung: still none after {b.seconds:.0f} s)"
+                    if b.hung else f"{b.status} {status_name(b.status)}" if b.status is not None else "none")
+            moved = ", ".join(f"{k} +{n}" for k, n in sorted(b.moved.items()) if k in SHOWN_COUNTERS)
+            kind = ("; ".join(b.changed) or "nothing changed") if b.kind == "your change" else b.kind
+            yield kind, what, " / ".join(b.states or ()), moved or "-", "-" if b.refused else f"{b.seconds * 1e3:.0f} ms"
 
     def __str__(self):
         return "\n".join(" | ".join(row) for row in [self.HEAD, *self.rows()])
