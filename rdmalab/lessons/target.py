@@ -10,6 +10,7 @@
 
 The child runs `python -m rdmalab.lessons.target`, speaking JSON lines on stdin/stdout.
 """
+import contextlib
 import os
 import time
 
@@ -49,7 +50,7 @@ class RemoteBuffer:
         return self.helper.reply()["posted"]
 
     def tcp_listen(self):
-        """The target listens on a TCP port of 127.0.0.1 too (freeze.experiment): returns the port."""
+        """The target listens on a TCP port of 127.0.0.1 too (freeze.run): returns the port."""
         return self.helper.ask(op="tcp_listen")["port"]
 
     def tcp_accept(self):
@@ -63,6 +64,19 @@ class RemoteBuffer:
     def drained(self):
         """The bytes the target received on its socket."""
         return self.helper.reply(timeout=120)["received"]
+
+    @contextlib.contextmanager
+    def serving(self):
+        """The target's program as a TCP server (127.0.0.1): it answers each 8-byte request (an offset) with
+        the 8 bytes of its memory there, until the connection closes. Yields the connected socket (TCP_NODELAY);
+        `served` then says how many requests it answered."""
+        self.helper.send(op="tcp_serve")
+        sock = sockets.connect("127.0.0.1", self.helper.reply()["port"])
+        try:
+            yield sock
+        finally:
+            sock.close()
+            self.served = self.helper.reply(timeout=30)["served"]
 
     def wait_for_mail(self, timeout=10.0):
         """The target waits for mail, however it is announced: a receive completion (a WRITE_WITH_IMM, whose
@@ -154,6 +168,21 @@ def main():
         tcp["conn"] = sockets.accept(tcp.pop("server"))
         return {"ok": True}
 
+    def tcp_serve():
+        server, port = sockets.listen()
+        answer({"port": port})            # (answered early: the initiator connects, then sends requests)
+        conn, request, served = sockets.accept(server), memoryview(bytearray(8)), 0
+        server.close()
+        with conn:
+            while True:
+                try:
+                    sockets.recv_exactly(conn, request)
+                except ConnectionError:
+                    return {"served": served}
+                offset = min(int.from_bytes(request, "little"), SIZE - 8)
+                sockets.send_all(conn, mem[offset:offset + 8].tobytes())
+                served += 1
+
     def tcp_drain():
         conn, buf, received = tcp.pop("conn"), bytearray(1 << 20), 0
         with conn:
@@ -166,7 +195,7 @@ def main():
     try:
         answer({**mine, "pid": os.getpid(), "size": SIZE})
         serve({"connect": connect, "poll": poll, "send": send, "mailbox": mailbox,
-               "tcp_listen": tcp_listen, "tcp_accept": tcp_accept, "tcp_drain": tcp_drain,
+               "tcp_listen": tcp_listen, "tcp_accept": tcp_accept, "tcp_drain": tcp_drain, "tcp_serve": tcp_serve,
                "read": lambda length, offset: {"hex": mem[offset:offset + length].tobytes().hex()}})
     finally:
         res.close()

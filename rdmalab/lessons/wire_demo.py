@@ -9,7 +9,8 @@ waits on that pipe: the bytes of the WRITE land in its memory, and the READ take
 without it running any code (its NIC does the work). Only the SEND needs the target's program: it
 posts the receive late, once its NIC has answered the SEND "not ready" (an RNR NAK, counted in the
 NIC's port counters), so the sender has to try again.
-The initiator prints one JSON line: what completed, and how long each operation took.
+The initiator prints one JSON line: what completed, how long each operation took, and the target's address,
+rkey and QP number (its endpoint), to find in the packets.
 """
 import argparse
 import json
@@ -82,7 +83,8 @@ def initiator(write, read, rnr):
             peer.stdin.flush()
             res.connect(theirs, path_mtu=PATH_MTU)
             peer.stdout.readline()   # the target is in RTS too
-            out = {"hosts": [INITIATOR, TARGET]}
+            out = {"hosts": [INITIATOR, TARGET],   # and where the target said its memory is: what a RETH names
+                   "target": {key: theirs[key] for key in ("addr", "rkey", "qp_num")}}
 
             def post(opcode, length, remote=True):
                 sge = verbs.wr.SGE(res.mr.buf, length, res.mr.lkey)
