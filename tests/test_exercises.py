@@ -269,7 +269,8 @@ def test_queue_pairs_max_dest_rd_atomic_0_is_refused(ctx, pd):
 
 
 @pytest.fixture
-def mailbox(ctx, pd):
+def frozen_target(ctx, pd):
+    """Lesson 04's setting: a target process connected to our QP, and post() as the lesson defines it."""
     from rdmalab.lessons.target import RemoteBuffer
     from rdmalab.verbs import rc
     cq = v.cq.CQ(ctx, 16)
@@ -279,41 +280,109 @@ def mailbox(ctx, pd):
     mine = rc.endpoint(ctx, qp, local)
     rc.connect(ctx, qp, mine, target.endpoint, e.IBV_ACCESS_LOCAL_WRITE)
     target.connect(mine)
-    yield qp, cq, local, target
+
+    def post(opcode, length, remote_offset=0, local_offset=0, imm=0):
+        w = v.wr.SendWR(opcode=opcode, num_sge=1, sg=[v.wr.SGE(local.buf + local_offset, length, local.lkey)],
+                        send_flags=e.IBV_SEND_SIGNALED, imm_data=imm)
+        rkey, address = target.endpoint["rkey"], target.endpoint["addr"] + remote_offset
+        if opcode == e.IBV_WR_ATOMIC_FETCH_AND_ADD:
+            w.set_wr_atomic(rkey, address, 1, 0)
+        else:
+            w.set_wr_rdma(rkey, address)
+        qp.post_send(w)
+
+    yield (post, cq, local, target), qp
     target.close()
     for obj in (qp, local, cq):
         obj.close()
 
 
-def test_one_sided_mailbox(mailbox):
-    """Graded for what RC guarantees: WRITE_WITH_IMM, or WRITEs then a SEND; a flag written last by a WRITE of its
-    own works here (and on rxe and mlx5 in host memory) but is not guaranteed, and is named so."""
-    qp, cq, local, target = mailbox
-    message = b"ready"
-    args = (len(message), qp, cq, local, target, message)
-    W, IMM, SEND = e.IBV_WR_RDMA_WRITE, e.IBV_WR_RDMA_WRITE_WITH_IMM, e.IBV_WR_SEND
-    ex = exercises.REGISTRY["one-sided.mailbox"]
-    for right in [ex.reference(len(message)),
-                  [(W, 8, 5, 8), (SEND, 0, 8, None)],                     # the data, then a SEND of the length
-                  [(W, 8, 2, 8), (IMM, 10, 3, 10)],                       # the last piece carries the immediate
-                  [(W, 8, 5, 8), (IMM, 8, 0, 8)]]:                        # an empty WRITE_WITH_IMM after the data
-        f = feedback("one-sided.mailbox", right, *args)
-        assert f.passed, (right, f.message)
-    for wrong, says in [([(W, 8, 5, 8), (W, 0, 8, 0)], "nothing guarantees it"),          # works, not guaranteed
-                        ([(W, 0, 8, 0), (W, 8, 5, 8)], "sets the flag while message bytes are still to come"),
-                        ([(W, 0, 13, 0)], "sets the flag while message bytes are still to come"),
-                        ([(W, 8, 5, 8)], "nothing tells the reader"),
-                        ([(SEND, 0, 8, None), (W, 8, 5, 8)], "announces the mail before the steps after it"),
-                        ([(IMM, 8, 3, 8)], "no WRITE carries byte 11"),
-                        ([(W, 16, 5, 8), (SEND, 0, 8, None)], "local and remote offsets must match"),
-                        ([(W, 8, 5, 8), (W, 0, 8, 0), (SEND, 0, 8, None)], "Announce once"),
-                        ([(W, 8, 5, 8), (SEND, 8, 5, None)], "the reader takes the 8 bytes"),
-                        ([(8, 5, 8), (0, 8, 0)], "answer with a list of steps"),
-                        ("flag", "answer with a list")]:
-        f = feedback("one-sided.mailbox", wrong, *args)
-        assert f.status == "wrong" and says in f.message, (wrong, f.message)
-    guaranteed_hint = exercises.REGISTRY["one-sided.mailbox"].hints[0]
-    assert "WRITE_WITH_IMM" in guaranteed_hint and "SEND" in guaranteed_hint
+def frozen(steps):
+    """A learner's experiment, step by step: "stop", "continue", "write", "read", "add" (each posted), "poll",
+    "read_local" (the READ's and the atomic's bytes), "push" (non-blocking until it would block), "push_blocking",
+    "push_once", "push_counting_chunks"; it returns what the reference returns, from what it did."""
+    import os
+    import signal
+    from rdmalab.verbs import rc
+    ops = {"write": (e.IBV_WR_RDMA_WRITE, 64, 1024, 0), "read": (e.IBV_WR_RDMA_READ, 64, 1024, 64),
+           "add": (e.IBV_WR_ATOMIC_FETCH_AND_ADD, 8, 3072, 128)}
+
+    def experiment(pid, post, cq, local, sock):
+        found = {"statuses": [], "tcp_bytes": 0, "read_back": None, "old_counter": None}
+        for step in steps:
+            if step in ("stop", "continue"):
+                os.kill(pid, signal.SIGSTOP if step == "stop" else signal.SIGCONT)
+            elif step in ops:
+                post(*ops[step])
+            elif step == "poll":
+                found["statuses"].append(rc.wait_for_completion(cq).status)
+            elif step == "claim":
+                found["statuses"] = [0, 0, 0]
+            elif step == "read_local":
+                found["read_back"] = local.read(64, 64)
+                found["old_counter"] = int.from_bytes(local.read(8, 128), "little")
+            elif step.startswith("push"):
+                chunk = bytes(10 ** 6 if step == "push_counting_chunks" else 65536)
+                if step != "push_blocking":
+                    sock.setblocking(False)
+                try:
+                    while True:
+                        took = sock.send(chunk)
+                        found["tcp_bytes"] += len(chunk) if step == "push_counting_chunks" else took
+                        if step == "push_once":
+                            break
+                except BlockingIOError:
+                    pass
+        return found
+    return experiment
+
+
+RIGHT = ["stop", "write", "poll", "read", "poll", "add", "poll", "read_local", "push", "continue"]
+
+
+def test_one_sided_freeze_the_reference_passes_and_leaves_the_target_running(frozen_target):
+    from rdmalab.proc import procstat
+    args, qp = frozen_target
+    ex = exercises.REGISTRY["one-sided.freeze"]
+    assert feedback("one-sided.freeze", ex.reference(), *args).passed
+    assert feedback("one-sided.freeze", frozen(RIGHT), *args).passed
+    assert procstat.stat_fields(args[3].pid)[0] != "T" and lessons.state_of(qp) == "RTS"
+
+
+def test_one_sided_freeze_names_each_plausible_mistake(frozen_target):
+    """Each wrong experiment is named for what it got wrong, and leaves the target running and the QP usable
+    (the check continues the target whatever the function did, and polls what it left unpolled)."""
+    from rdmalab.proc import procstat
+    args, qp = frozen_target
+
+    def without(*left_out, then=RIGHT):
+        return [s for s in then if s not in left_out]
+
+    def skeleton(pid, post, cq, local, sock):
+        raise NotImplementedError
+    assert feedback("one-sided.freeze", skeleton, *args).status == "not yet"
+    cases = [
+        (without("stop"), "not stopped, when you posted the WRITE"),                       # never stopped
+        (["stop", "continue"] + without("stop", "continue") + ["continue"], "not stopped, when you posted"),
+        (["stop", "write", "poll", "continue"] + RIGHT[3:], "you continued it before this post"),
+        (["stop", "write", "read", "add", "claim", "read_local", "push", "continue"], "polled 0 completions"),
+        (["stop", "write", "poll", "read", "read_local", "poll", "add", "poll", "push", "continue"],
+         "before polling the READ's completion"),
+        (["stop", "read", "poll", "write", "poll", "add", "poll", "read_local", "push", "continue"],
+         "posted before the WRITE"),
+        (RIGHT[:5] + RIGHT[7:], "no FETCH_AND_ADD was posted"),
+        (RIGHT[:-2] + ["push_blocking", "continue"], "blocked for"),                         # hangs, but not here
+        (RIGHT[:-2] + ["push_once", "continue"], "you stopped sending after"),
+        (RIGHT[:-2] + ["push_counting_chunks", "continue"], "the kernel took"),
+        (["stop", "continue"] + RIGHT[1:-1] + ["continue"], "not stopped"),
+        (without("continue"), "still stopped when your function returned"),
+    ]
+    for steps, says in cases:
+        f = feedback("one-sided.freeze", frozen(steps), *args)
+        assert f.status == "wrong" and says in f.message, (steps, f.message)
+        assert procstat.stat_fields(args[3].pid)[0] != "T", steps      # never a stopped process left behind
+    assert lessons.state_of(qp) == "RTS" and qp is not None
+    assert feedback("one-sided.freeze", frozen(RIGHT), *args).passed   # and the lesson goes on
 
 
 # The AllReduce lesson's exercise: the learner's naive AllReduce and ring, as a notebook defines them (their

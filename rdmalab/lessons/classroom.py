@@ -4,7 +4,7 @@ Nothing is recorded unless the instructor sets RDMALAB_CLASS_DIR (workshop/jupyt
 for every learner's server). Then the lessons call
 
     record_answer("welcome", 2)                     # quiz.save_answer: the learner chose CHOICES[2]
-    record_exercise("one-sided.mailbox", "passed")  # exercises.attempt: "passed", "wrong" or "not yet"
+    record_exercise("one-sided.freeze", "passed")    # exercises.attempt: "passed", "wrong" or "not yet"
 
 and each learner's process writes only DIR/<their user name>.json, mode 0644, replaced atomically. The
 directory is the instructor's, mode 1733: learners may create files in it but not list it, and the

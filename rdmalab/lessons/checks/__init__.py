@@ -1,8 +1,7 @@
 """The lessons' exercises, one module per lesson, named after its slug (rdmalab.lessons.series), as are
-the exercises ("one-sided.mailbox"): each exercise a check (raising Wrong with a hint) and a reference
+the exercises ("one-sided.freeze"): each exercise a check (raising Wrong with a hint) and a reference
 solution, registered with rdmalab.lessons.exercises when its module is imported.
 tests/test_exercises.py holds each check to accepting its reference and rejecting typical wrong answers.
 """
 from rdmalab.lessons.checks import (allreduce, memory_registration, on_the_wire, one_sided, posting,  # noqa: F401
                                     queue_pairs, scaling_out, socket_path, welcome, when_it_breaks)
-from rdmalab.lessons.checks.one_sided import deliver  # noqa: F401  (lesson 04 calls it after its exercise)

@@ -1,109 +1,149 @@
-"""The one-sided operations lesson (one-sided): its exercise, a check (raising Wrong with a hint) and a
-reference solution.
+"""The one-sided operations lesson (one-sided): its exercise, the frozen target, with a check (raising Wrong with
+a hint) and a reference solution.
 
-The mailbox is graded for what the InfiniBand specification guarantees, not for what happens to work:
-RC executes a QP's WRITEs in order, but promises nothing about the order in which one WRITE's bytes, or
-two WRITEs' bytes, are placed in the target's memory (Vol. 1, 9.5; ibv_reg_mr(3) on relaxed ordering).
-What it does promise (o9-20): a WRITE_WITH_IMM's completion at the responder comes after its data is
-placed, and so does the completion of a SEND that follows earlier WRITEs on the same QP. A flag written
-last by a WRITE of its own works on soft0, on rxe and on a ConnectX in host memory, and is not
-guaranteed: such a plan is named for what it is, and not accepted.
+The learner writes the experiment: stop the target process (SIGSTOP), post a WRITE, a READ and a FETCH_AND_ADD to
+its memory and poll each completion, push a non-blocking TCP socket to the same process until the kernel would
+block, counting what it took, and continue the target (SIGCONT). The check runs the function on the lesson's
+target through rdmalab.lessons.freeze, which notes the target's state at every post and send, every completion
+polled and every local read, and always continues the target. It names, in the order a learner would fix them:
+a blocking socket (its send() hangs: freeze stops it after HANG_S), posts while the target runs (never stopped,
+or continued too early), a missing operation, completions never polled, results read before their completion,
+failed completions, what the function says it found against what happened (the READ's bytes, the counter's old
+value, the bytes the kernel took), a push stopped before the socket would block, and a target left stopped.
 """
-from rdmalab.lessons.exercises import Wrong, exercise, reference
+from rdmalab.lessons.exercises import NotYet, Wrong, exercise, reference
 
-WRITE, WRITE_WITH_IMM, SEND = "RDMA_WRITE", "RDMA_WRITE_WITH_IMM", "SEND"
-HINT = ("Let the message's own arrival be the notice: a WRITE_WITH_IMM of the message (its immediate, the "
-        "length, completes on the reader's CQ only after its bytes are placed), or the message's WRITEs and "
-        "then a SEND of the length (its completion follows every earlier WRITE of the QP).")
-
-
-def _opcodes():
-    from rdmalab.verbs import enums as e
-    return {int(e.IBV_WR_RDMA_WRITE): WRITE, int(e.IBV_WR_RDMA_WRITE_WITH_IMM): WRITE_WITH_IMM,
-            int(e.IBV_WR_SEND): SEND}
+HINT = ("Stop the target first (os.kill(pid, signal.SIGSTOP)); post each WR and poll its completion "
+        "(rc.wait_for_completion(cq)) before you read what it brought; then sock.setblocking(False) and send() "
+        "until it raises BlockingIOError, adding up what each send() returned; continue the target last (SIGCONT).")
+ORDER_HINT = ("os.kill(pid, signal.SIGSTOP) before the first post, and os.kill(pid, signal.SIGCONT) only after the "
+              "last send: the point is what reaches a process that cannot run.")
+KEYS = ("statuses", "read_back", "old_counter", "tcp_bytes")
 
 
-def _steps(plan):
-    """The plan as (kind, local offset, length, remote offset) steps, or Wrong naming the shape expected."""
-    names = _opcodes()
-    shape = ("answer with a list of steps in posting order, each (opcode, local offset, length, remote offset): "
-             "opcode e.IBV_WR_RDMA_WRITE, e.IBV_WR_RDMA_WRITE_WITH_IMM or e.IBV_WR_SEND (a SEND's remote offset is "
-             "None: the reader's posted receive decides where it lands).")
-    if not isinstance(plan, (list, tuple)) or not plan or not all(isinstance(w, (list, tuple)) and len(w) == 4 for w in plan):
-        raise Wrong(shape)
-    steps = []
-    for op, local, length, remote in plan:
-        if op not in names or not isinstance(local, int) or not isinstance(length, int) or length < 0 \
-                or not (remote is None if names.get(op) == SEND else isinstance(remote, int)):
-            raise Wrong(f"({op}, {local}, {length}, {remote}) is not a step: {shape}")
-        steps.append((names[op], local, length, remote))
-    if len(steps) > 8:
-        raise Wrong(f"{len(steps)} steps: a mailbox needs one or two; keep it to 8 at most.")
-    return steps
-
-
-@exercise("one-sided.mailbox", "A one-sided mailbox: deliver a message so that the reader is guaranteed to see it whole",
+@exercise("one-sided.freeze", "Stop the target, reach its memory by RDMA and its socket by TCP, continue it",
           hints=[HINT])
-def _check_mailbox(plan, length, qp, cq, local_mr, target, message):
-    steps = _steps(plan)
-    touches = lambda s, lo, hi: s[0] != SEND and s[2] > 0 and s[3] < hi and s[3] + s[2] > lo   # noqa: E731
-    text = (8, 8 + length)
-    if any(touches(s, *text) and s[1] != s[3] for s in steps):
-        raise Wrong("a step puts the wrong local bytes in the message: local and remote offsets must match "
-                    "(the message sits at offset 8 in both buffers).")
-    notices = [i for i, s in enumerate(steps) if s[0] in (WRITE_WITH_IMM, SEND)]
-    flags = [i for i, s in enumerate(steps) if touches(s, 0, 8)]
-    last = steps[-1]
-    if flags and notices:
-        raise Wrong(f"{plan[flags[0]]} sets the flag and {plan[notices[0]]} announces the mail too: a reader that "
-                    "polls the flag may wake on it before the message is placed. Announce once.", HINT)
-    if flags:
-        first = flags[0]
-        if first < len(steps) - 1 or touches(last, *text):
-            raise Wrong(f"{plan[first]} sets the flag while message bytes are still to come (in a later step, "
-                        "or in the same WRITE, whose bytes may be placed in any order): the reader may wake and "
-                        "read a message that is not all there.", HINT)
-        raise Wrong("a flag written last by a WRITE of its own works here, and on rxe and a ConnectX in host "
-                    "memory, but nothing guarantees it: RC orders the WRITEs' execution, not where their bytes "
-                    "land, and with relaxed ordering or in GPU memory the flag can be seen first (InfiniBand "
-                    "spec Vol. 1, 9.5; ibv_reg_mr(3)).", HINT)
-    if not notices:
-        raise Wrong("nothing tells the reader that mail has come: no flag, no WRITE_WITH_IMM, no SEND.", HINT)
-    notice = notices[0]
-    if notice != len(steps) - 1:
-        raise Wrong(f"{plan[notice]} announces the mail before the steps after it: the reader may wake at once "
-                    "and read a message that is not all there.", "announce once, in the last step.")
-    missing = [b for b in range(*text) if not any(s[3] <= b < s[3] + s[2] for s in steps if s[0] != SEND)]
-    if missing:
-        raise Wrong(f"no WRITE carries byte {missing[0]} of the mailbox (the message is bytes 8 to {7 + length}).")
-    if last[0] == SEND and (last[1], last[2]) != (0, 8):
-        raise Wrong(f"the SEND carries {last[2]} bytes from local offset {last[1]}: the reader takes the 8 bytes a "
-                    "SEND brings as the message's length, and your buffer holds it at offset 0.",
-                    "send (e.IBV_WR_SEND, 0, 8, None).")
-    got = deliver(plan, qp, cq, local_mr, target, message)
-    if got != message:
-        raise Wrong(f"the reader found {got!r}, not {message!r}.")
+def _check_freeze(fn, post, cq, local, target):
+    if not callable(fn):
+        raise Wrong("answer with your function, as the cell does: lambda: stop_and_reach.")
+    from rdmalab.lessons import freeze
+    _judge(freeze.run(fn, post, cq, local, target))
 
 
-@reference("one-sided.mailbox")
-def _mailbox(length):
+def _judge(result):
+    """Wrong (or NotYet) with what this run showed, in the order a learner would fix it."""
+    from rdmalab.errors import status_name
+    from rdmalab.lessons import freeze
     from rdmalab.verbs import enums as e
-    return [(e.IBV_WR_RDMA_WRITE_WITH_IMM, 8, length, 8)]   # the immediate (the length) arrives after the bytes
+    d, rec, error, answer = result.data, result.record, result.error, result.answer
+    names = {int(e.IBV_WR_RDMA_WRITE): "WRITE", int(e.IBV_WR_RDMA_READ): "READ",
+             int(e.IBV_WR_ATOMIC_FETCH_AND_ADD): "FETCH_AND_ADD"}
+    name = lambda post: names.get(post["opcode"], freeze._name(post["opcode"]))   # noqa: E731
+    if isinstance(error, NotImplementedError):
+        raise NotYet()
+    if rec.sends and rec.sends[-1]["outcome"] == "blocked":
+        raise Wrong(f"{error}. A stopped process never reads its socket, so a blocking send() waits for ever once "
+                    "the kernel's buffers are full (the lesson gave up on it).",
+                    "sock.setblocking(False) first; then send() raises BlockingIOError where it would block.")
+    if error is not None:
+        raise Wrong(f"your function raised {type(error).__name__}: {error}", HINT)
+    if not rec.posts and not rec.sends and answer is None:
+        raise NotYet("nothing posted, nothing sent: your function is still the skeleton.")
+    for i, post in enumerate(rec.posts):
+        if post["target"] != "stopped":
+            early = any(p["target"] == "stopped" for p in rec.posts[:i])
+            raise Wrong(f"the target was {post['target']}, not stopped, when you posted the {name(post)}"
+                        + (": you continued it before this post." if early else
+                           f" (the lesson waited {freeze.STOP_SETTLE_S} s for a SIGSTOP to take hold)."), ORDER_HINT)
+    posted = [name(p) for p in rec.posts]
+    for needed in ("WRITE", "READ", "FETCH_AND_ADD"):
+        if needed not in posted:
+            raise Wrong(f"no {needed} was posted (you posted: {', '.join(posted) or 'nothing'}).", HINT)
+    if len(rec.polled) < len(rec.posts):
+        raise Wrong(f"you posted {len(rec.posts)} work requests and polled {len(rec.polled)} completions: a WR is "
+                    "done, and its result yours to read, only when its completion is polled; until then you know "
+                    "nothing of it (on a NIC, post_send returns before anything is sent).",
+                    "poll after each post: rc.wait_for_completion(cq) returns the completion; check its status.")
+    for read in rec.reads:
+        for i, post in enumerate(rec.posts):
+            start, end = post["local_offset"], post["local_offset"] + post["length"]
+            if name(post) != "WRITE" and read["offset"] < end and read["offset"] + read["length"] > start \
+                    and read["polled_before"] <= i:
+                raise Wrong(f"you read local bytes {read['offset']}..{read['offset'] + read['length'] - 1} before "
+                            f"polling the {name(post)}'s completion: until it is polled nothing says its bytes "
+                            "have come (a NIC writes them by DMA after post_send has returned).",
+                            "poll the completion first, then read what the WR brought.")
+    for post, polled in zip(rec.posts, rec.polled):
+        if polled["status"] != 0:
+            raise Wrong(f"the {name(post)} completed with status {polled['status']} ({status_name(polled['status'])}).",
+                        HINT)
+    if not isinstance(answer, dict) or not set(KEYS) <= set(answer):
+        raise Wrong(f"return a dict with {', '.join(KEYS)}, as the skeleton says (you returned {answer!r:.80}).")
+    if list(answer["statuses"]) != [c["status"] for c in rec.polled]:
+        raise Wrong(f"your statuses {list(answer['statuses'])} are not the ones you polled "
+                    f"({[c['status'] for c in rec.polled]}): return each completion's wc.status.")
+    if answer["read_back"] != d["pattern"]:
+        early = posted.index("READ") < posted.index("WRITE")
+        raise Wrong("read_back is not the pattern you wrote: " + (
+            "the READ was posted before the WRITE, so it brought back what was there before." if early else
+            f"the READ brings the target's bytes 1024..1087 into your local 64..127 (you returned "
+            f"{bytes(answer['read_back'])[:16]!r}...)."), "local.read(64, 64) once the READ's completion is polled.")
+    adds = posted.count("FETCH_AND_ADD")
+    if not d["counter_before"] <= _int(answer["old_counter"]) < d["counter_before"] + adds:
+        raise Wrong(f"old_counter is {answer['old_counter']!r}; the counter held {d['counter_before']} before your "
+                    "FETCH_AND_ADD, which writes that old value into your local bytes 128..135.",
+                    'int.from_bytes(local.read(8, 128), "little") once its completion is polled.')
+    if not rec.sends:
+        raise Wrong("nothing was sent on the socket: push it until the kernel would block.", HINT)
+    running = [s for s in rec.sends if s["target"] != "stopped"]
+    if running:
+        raise Wrong(f"the target was {running[0]['target']} when you pushed the socket: the experiment is what the "
+                    "kernel takes for a process that cannot run.", ORDER_HINT)
+    if not d["tcp_stalled"]:
+        raise Wrong(f"you stopped sending after {answer['tcp_bytes']} bytes while the socket still took more: push "
+                    "until send() raises BlockingIOError (the kernel's buffers are full).", HINT)
+    if _int(answer["tcp_bytes"]) != d["tcp_bytes_before_stall"]:
+        raise Wrong(f"you counted {answer['tcp_bytes']} bytes; the kernel took {d['tcp_bytes_before_stall']} (the "
+                    "target received them once continued): add up what each send() returned, which may be less "
+                    "than you gave it.", HINT)
+    if d["left_stopped"]:
+        raise Wrong("the target was still stopped when your function returned (the lesson continued it): continue "
+                    "it yourself, os.kill(pid, signal.SIGCONT), once the socket would block.", ORDER_HINT)
+    if not d["target_found_pattern"] or d["counter_after"] != d["counter_before"] + adds:
+        raise Wrong(f"continued, the target did not find what you posted (pattern found: {d['target_found_pattern']}, "
+                    f"counter {d['counter_before']} -> {d['counter_after']}).", HINT)
 
 
-def deliver(plan, qp, cq, local_mr, target, message):
-    """Stage the flag (the length) and the message locally, post the plan's steps in order (a WRITE_WITH_IMM
-    carries the length as its immediate), and let the target read its mailbox. Returns what it found."""
-    from rdmalab.verbs import enums as e
-    from rdmalab.verbs import rc, wr
-    local_mr.write(len(message).to_bytes(8, "little") + message, 8 + len(message))
-    for i, (opcode, local, length, remote) in enumerate(plan):
-        last = i == len(plan) - 1
-        w = wr.SendWR(wr_id=i, opcode=opcode, num_sge=1, sg=[wr.SGE(local_mr.buf + local, length, local_mr.lkey)],
-                      send_flags=e.IBV_SEND_SIGNALED if last else 0,
-                      imm_data=len(message) if opcode == e.IBV_WR_RDMA_WRITE_WITH_IMM else 0)
-        if remote is not None:
-            w.set_wr_rdma(target.endpoint["rkey"], target.endpoint["addr"] + remote)
-        qp.post_send(w)
-    rc.wait_for_completion(cq)
-    return bytes.fromhex(target.wait_for_mail()["message"])
+def _int(value):
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None if value is None else -1
+
+
+@reference("one-sided.freeze")
+def _freeze():
+    return stop_and_reach
+
+
+def stop_and_reach(pid, post, cq, local, sock):
+    import os
+    import signal
+    from rdmalab.verbs import enums as e, rc
+    os.kill(pid, signal.SIGSTOP)                              # from here on the target runs no instruction
+    statuses = []
+    for opcode, length, remote_offset, local_offset in ((e.IBV_WR_RDMA_WRITE, 64, 1024, 0),   # the pattern in
+                                                        (e.IBV_WR_RDMA_READ, 64, 1024, 64),   # and back out
+                                                        (e.IBV_WR_ATOMIC_FETCH_AND_ADD, 8, 3072, 128)):
+        post(opcode, length, remote_offset, local_offset)
+        statuses.append(rc.wait_for_completion(cq).status)   # polled: only now is its result ours to read
+    sock.setblocking(False)
+    pushed = 0
+    try:
+        while True:
+            pushed += sock.send(bytes(65536))                 # what the kernel took into its buffers
+    except BlockingIOError:                                   # they are full: a blocking send() would wait here
+        pass
+    os.kill(pid, signal.SIGCONT)
+    return {"statuses": statuses, "read_back": local.read(64, 64),
+            "old_counter": int.from_bytes(local.read(8, 128), "little"), "tcp_bytes": pushed}
