@@ -32,7 +32,8 @@ from rdmalab.bench.catalogue import (  # noqa: F401
     BenchError,
     iterations_for,
 )
-from rdmalab.bench.results import Comparison, Results, caveats, waited_for_cpu  # noqa: F401
+from rdmalab.bench.results import (Comparison, Results, caveats, copies_by_design, device_kind,  # noqa: F401
+                                   waited_for_cpu)
 from rdmalab.proc import procstat
 from rdmalab.proc.children import Helper
 
@@ -104,16 +105,15 @@ def run(test, sizes=None, iters=None, provider=None, host="127.0.0.1", warmup=No
 
 
 def _cpu_copies(test, info, size, count, initiator, target):
-    """Bytes some CPU copied: TCP copies into and out of the kernel (its read/write byte counts); on
-    soft0's shared-memory link the initiator copies the payload, standing in for DMA; on its udp link
-    the two NIC processes copy it into packets and out of them (and the kernel moves the datagrams
-    besides); a hardware NIC's DMA copies none. None for Soft-RoCE (rxe): its hosts' kernels copy every
-    byte, charged to no process, so nothing here can count them."""
+    """Bytes some CPU copied, where something counts them: TCP's into and out of the kernel (its read/write
+    byte counts). None on an RDMA device, where nothing counts the bytes its copies move: soft0's shared-memory
+    link (the initiator's CPU copies, standing in for DMA) and its udp link (its NIC processes) keep no such
+    counter, rxe's kernels copy in the initiator's post_send (its system time) and in the target host's softirq,
+    and a hardware NIC's DMA copies none. results.copies_by_design says what each device's design copies, a
+    constant shown as such."""
     if test.transport == "tcp":
         return initiator["bytes_written"] + initiator["bytes_read"] + target["bytes_written"] + target["bytes_read"]
-    if info["provider"] == "soft":
-        return {"shm": size * count, "udp": 2 * size * count}[info["link"]]
-    return None if str(info["device"]).startswith("rxe") else 0
+    return None
 
 
 def alternating(tests, size=8, iters=1000, rounds=3, progress=None):

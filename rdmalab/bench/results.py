@@ -1,12 +1,47 @@
 """What a benchmark run gives: perftest's columns (text, HTML, JSON), RDMA against TCP with ratios,
 and a word of warning when the machine could not run both sides at once."""
 import json
+import os
 import textwrap
 
 from rdmalab.bench.catalogue import TESTS
 from rdmalab.proc.cpus import usable_cpus
 
 CONTENDED = 0.10         # a side that waited for a CPU this share of its run was not measured alone
+
+
+def device_kind(provider, device):
+    """What the device is, from the device: 'soft' (soft0, the emulated NIC: the soft provider), 'rxe' (Linux's
+    Soft-RoCE, whose sysfs entry names the netdev it runs over: /sys/class/infiniband/DEV/parent; or a device
+    named rxe*), 'hardware' for any other device, None for none (TCP)."""
+    device = str(device or "")
+    if provider == "soft" or device.startswith("soft"):
+        return "soft"
+    if device.startswith("rxe") or (device and os.path.exists(f"/sys/class/infiniband/{device}/parent")):
+        return "rxe"
+    return "hardware" if device and device != "tcp" else None
+
+
+# An RDMA WRITE's CPU copies per payload byte as each kind of device is built: constants, never measured
+# here (no counter on these devices counts bytes copied). Shown labelled "by design", never in a column of
+# measurements. (copies per byte, who copies)
+BY_DESIGN = {
+    ("soft", "shm"): (1, "the initiator's CPU, standing in for the NIC's DMA engine"),
+    ("soft", "udp"): (2, "the two NIC processes, into packets and out of them (the kernel moves the datagrams "
+                         "besides)"),
+    ("rxe", None): (2, "the kernels: the initiator's into packets, in its post_send system call (Linux 6.1's "
+                       "rxe_post_send runs the requester in the caller's process context: its system time), the "
+                       "target's into its memory in softirq, charged to whichever task it interrupts unless the "
+                       "kernel accounts IRQ time; on one host (loopback) both in the initiator's system call"),
+    ("hardware", None): (0, "none: the NICs' DMA engines"),
+}
+
+
+def copies_by_design(provider, device, link=None):
+    """(copies per byte, who copies) of an RDMA WRITE's payload on this device, by its design (BY_DESIGN);
+    None for TCP, whose copies are counted."""
+    kind = device_kind(provider, device)
+    return BY_DESIGN.get((kind, (link or "shm") if kind == "soft" else None))
 
 
 def waited_for_cpu(row):
@@ -109,7 +144,9 @@ class Results:
             for side in ("initiator", "target"):
                 cells = "  ".join(f"{fn(r[side]):>16}" for _, fn in COST_COLUMNS)
                 copied = r["bytes_copied_by_cpu"] if side == "initiator" else ""
-                copied = "the kernel's: not counted" if copied is None else copied
+                if copied is None:   # an RDMA device: nothing counts them; its design says how many
+                    design = copies_by_design(self.provider, self.device, self.link)
+                    copied = f"not counted (by design {design[0]} a byte)" if design else "not counted"
                 lines.append(f" {r['size']:<10d} {side:<10} {cells}  {copied}")
         lines.append(LINE)
         note = self.note() if with_note else ""
