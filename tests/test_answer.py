@@ -1,11 +1,12 @@
-"""The AllReduce lesson's closing view (rdmalab.lessons.answer), the quiz it judges, the NCCL protocol table,
-and the evidence and answers saved by slug (an old file's lesson numbers read as the lessons they meant)."""
+"""The last lesson (the-answer): the figures it gathers from every lesson that records, its exercise, and its
+closing view (rdmalab.lessons.answer); the quiz it judges, the NCCL protocol table, and the evidence and answers
+saved by slug (an old file's lesson numbers read as the lessons they meant)."""
 import importlib
 
 import pytest
 
 from rdmalab.allreduce.report import Report
-from rdmalab.lessons import answer, evidence, nccl
+from rdmalab.lessons import answer, evidence, exercises, nccl
 
 quiz = importlib.import_module("rdmalab.lessons.quiz")   # the module: `lessons.quiz` is the widget function
 
@@ -18,6 +19,18 @@ FULL = {
     "allreduce": dict(ranks=4, sizes=[65536, 1 << 20], ring_rdma_s=[1e-4, 1e-3], ring_tcp_s=[3e-4, 4e-3],
                mpi_s=[2e-4, 2e-3], busbw_rdma=[0.98, 1.57], busbw_tcp=[0.33, 0.39], provider="soft"),
 }
+EVERY = {**FULL,
+         "one-sided": {**FULL["one-sided"], "frozen_rdma_completed": 4, "frozen_rdma_posted": 4,
+                       "frozen_tcp_stalled": True, "frozen_tcp_bytes": 3 << 20, "frozen_target_found": True,
+                       "one_cpu_read_us": 3.4, "one_cpu_request_us": 21.0, "rdma_copies_per_byte": None,
+                       "device_kind": "soft"},
+         "allreduce": {**FULL["allreduce"], "device": "soft0", "disturbed": ""},
+         "on-the-wire": dict(write_length=10240, write_packets=10, reth_packets=1, reth_va=0x7f0000001000,
+                             reth_rkey=0x1234, lossy_size=256 << 10, loss=0.02, resent=40, clean_ms=20.0,
+                             lossy_ms=95.0, headers_share=0.0165),
+         "when-it-breaks": {"failures": {
+             "wrong PSN": dict(status=12, states=["ERR", "RTS"], ms=50.4, moved={"out_of_seq_request": 1}, refused=None),
+             "no REMOTE_WRITE": dict(status=10, states=["ERR", "ERR"], ms=0.3, moved={}, refused=None)}}}
 
 
 def report(times_us, sizes=(65536, 1 << 20), ranks=4):
@@ -33,7 +46,7 @@ def test_the_allreduce_lesson_records_exactly_the_agreed_keys_in_seconds_and_gbp
                     {"size": 1 << 20, "time_us": 2000.0, "busbw": 0.8}]}
     got = answer.allreduce_figures(ring, tcp, mpi, "soft")
     assert set(got) == {"ranks", "sizes", "ring_rdma_s", "ring_tcp_s", "mpi_s", "busbw_rdma", "busbw_tcp", "provider",
-                        "disturbed"}
+                        "device", "disturbed"}
     assert got["disturbed"] == ""   # (no spread or waits recorded: nothing says it was)
     assert got["ring_rdma_s"] == pytest.approx([1e-4, 1e-3]) and got["mpi_s"] == pytest.approx([2e-4, 2e-3])
     assert got["busbw_tcp"] == pytest.approx([65536 / 300e-6 / 1e9 * 1.5, (1 << 20) / 4e-3 / 1e9 * 1.5])
@@ -58,29 +71,73 @@ def test_busbw_is_nccl_tests_factor_whatever_the_algorithm():
 def test_the_view_answers_with_the_learners_own_numbers():
     view = answer.closing_view(device="soft0", kept=FULL, answers={"welcome": quiz.ANSWER})
     text = str(view)
-    assert not view.missing and "has not recorded" not in text
+    assert [m for m, _ in view.missing] == ["on-the-wire", "when-it-breaks"] and "Lesson 01 has not" not in text
     assert "2.0 syscalls" in text and "1000 RDMA WRITEs made 0 syscalls" in text
     assert f"{1.57 / 0.39:.1f}x" in text                              # the busbw ratio at the largest size
     assert "ring AllReduce busbw at 1 MiB" in text and "(right)" in text
     html = view._repr_html_()
-    assert "<table>" in html and "data:image/png;base64," in html and "your choice" in html
+    assert "<table>" in html and "data:image/png;base64," in html and "your choice in lesson 00" in html
 
 
-def test_the_evidence_that_holds_on_every_device_leads_the_view():
-    frozen = {**FULL, "one-sided": {**FULL["one-sided"], "frozen_rdma_completed": 4, "frozen_rdma_posted": 4,
-                                    "frozen_tcp_stalled": True, "frozen_tcp_bytes": 3 << 20, "frozen_target_found": True,
-                                    "one_cpu_read_us": 3.4, "one_cpu_request_us": 21.0,
-                                    "rdma_copies_per_byte": 1.0, "device_kind": "soft"}}
-    view = answer.closing_view(device="soft0", kept=frozen, answers={})
+def test_the_evidence_that_holds_on_every_device_leads_the_view_and_alone_argues():
+    view = answer.closing_view(kept=EVERY, answers={})
     first = view.rows[0]
     assert "stopped (SIGSTOP) target" in first[0] and first[1] == "stalled after 3.0 MiB" and first[2] == "4 of 4"
     assert view.rows[1][1:3] == (21.0, 3.4)
-    copies = next(r for r in view.rows if r[0] == "CPU copies per byte delivered")
-    assert copies[1] == 2.0 and "initiator's CPU" in copies[2]   # soft0 copies once, and says who
-    assert "4 of 4 RDMA operations on its memory completed while a TCP sender to it stalled" in str(view)
-    hardware = {**frozen, "one-sided": {**frozen["one-sided"], "rdma_copies_per_byte": 0.0, "device_kind": "hardware"}}
-    copies = next(r for r in answer.rows(hardware) if r[0] == "CPU copies per byte delivered")
-    assert copies[2].startswith("0: none")
+    holding = [r for r in view.rows if r[4]]
+    assert view.rows[:len(holding)] == holding, "what holds on every device comes first"
+    busbw = [r for r in view.rows if r[0].startswith("ring AllReduce busbw")]
+    assert busbw and all(not r[4] and "one host: soft0's shared memory against TCP loopback" in r[0] for r in busbw)
+    right = next(text for _, ok, text, _ in view.verdict if ok)
+    assert "4 of 4 RDMA operations on its memory completed; a TCP sender to it stalled" in right
+    assert "first-packet (08)" in right and "access-refused (09)" in right
+    assert "busbw" not in right and "ping-pong" not in right, "what holds on this machine only argues nothing"
+    assert "kept out of this verdict" in str(view)
+
+
+def test_a_ping_pong_is_never_shown_without_what_it_measures():
+    view = answer.closing_view(kept=EVERY, answers={})
+    latency = next(text for i, (_, _, text, _) in enumerate(view.verdict) if i == 0)
+    assert "1.5 us by RDMA WRITE and 25.0 us by TCP" in latency
+    assert "half round trips between two processes" in latency and "scheduler" in latency
+    assert "% of its" not in latency   # (nothing is worked out from it either)
+    row = next(r for r in view.rows if "ping-pong" in r[0])
+    assert "between two processes" in row[0] and not row[4]
+    assert "You measured RDMA WRITE" not in str(view)
+
+
+def test_copies_per_byte_are_counted_or_given_by_design_never_as_a_measurement():
+    view = answer.closing_view(kept=EVERY, answers={})
+    copies = next(r for r in view.rows if r[0].startswith("CPU copies per byte"))
+    assert copies[1] == 2.0 and copies[2] == "not counted: see by design, below"   # TCP's counted; RDMA's not
+    text = str(view)
+    assert "By design, not measured here" in text
+    mine = [line for line in view.design if line[3]]
+    assert len(mine) == 1 and mine[0][0] == "soft0, the emulated NIC (its shared-memory link): these numbers, from soft0"
+    assert [c for _, c, _, _ in view.design] == [1, 2, 0]
+    counted = {**EVERY, "one-sided": {**EVERY["one-sided"], "rdma_copies_per_byte": 1.0}}   # where something counted
+    assert next(r for r in answer.rows(counted) if r[0].startswith("CPU copies"))[2] == 1.0
+
+
+def test_who_pays_rxes_copies_as_linux_6_1_charges_them():
+    copies, who = answer.BY_DESIGN[("rxe", None)]
+    assert copies == 2 and "post_send" in who and "process context" in who and "system time" in who
+    assert "IRQ time" in who and "one host" in who
+    assert "charged to no process" not in who
+
+
+@pytest.mark.parametrize("device, kind", [("soft0", "soft"), ("rxe0", "rxe"), ("mlx5_0", "hardware"), (None, None)])
+def test_the_view_names_the_device_the_numbers_came_from(device, kind):
+    assert answer.kind_of(device) == kind
+    kept = {**EVERY, "allreduce": {**EVERY["allreduce"], "device": device, "provider": "soft" if kind == "soft"
+                                   else "pyverbs"}} if device else {}
+    view = answer.closing_view(kept=kept, answers={})
+    marked = [line for line in view.lines() if line.startswith("> ")]
+    if kind is None:
+        assert marked == []
+    else:
+        assert len(marked) == 1 and f"these numbers, from {device}" in marked[0]
+        assert marked[0].endswith(f"({answer.BY_DESIGN[(kind, 'shm' if kind == 'soft' else None)][1]})")
 
 
 def test_the_view_ends_by_challenging_its_answer():
@@ -111,12 +168,15 @@ def test_a_disturbed_run_is_said_so_and_draws_no_conclusion():
 def test_missing_lessons_are_named_and_nothing_fails():
     view = answer.closing_view(device=None, kept={}, answers={})
     text = str(view)
-    for lesson in ("01", "04", "06"):   # socket-path, one-sided and allreduce, by today's numbers
+    for lesson in ("01", "04", "06", "08", "09"):   # the lessons that record, by today's numbers
         assert f"Lesson {lesson} has not recorded its figures yet" in text
     assert "have not answered lesson 00" in text
     assert "06 AllReduce by hand" in view._repr_html_()
     partial = answer.closing_view(device="soft0", kept={"allreduce": FULL["allreduce"]}, answers={"welcome": 99})
-    assert [m for m, _ in partial.missing] == ["socket-path", "one-sided"] and "have not answered" in str(partial)
+    assert [m for m, _ in partial.missing] == ["socket-path", "one-sided", "on-the-wire", "when-it-breaks"]
+    assert "have not answered" in str(partial)
+    assert answer.gather({}).missing == partial.missing[:2] + [("allreduce", "06 AllReduce by hand")] + \
+        partial.missing[2:]
 
 
 @pytest.mark.parametrize("chosen", [i for i in range(len(quiz.CHOICES)) if i != quiz.ANSWER])
@@ -127,11 +187,76 @@ def test_a_distractor_is_judged_wrong_and_explained(chosen):
     assert len(mine) == 1 and not mine[0][1] and mine[0][2].startswith(quiz.WHY[chosen])
 
 
-@pytest.mark.parametrize("device, kind", [("soft0", "soft"), ("rxe0", "rxe"), ("mlx5_0", "hardware"), (None, None)])
-def test_the_view_says_who_copied_on_the_device_that_measured(device, kind):
-    assert answer.kind_of(device) == kind
-    marked = [line for line in answer.closing_view(device=device, kept={}, answers={}).lines() if line.startswith("> ")]
-    assert marked == ([f"> {answer.WHO_COPIES[kind]}"] if kind else [])
+# ---- the figures and the exercise ----
+
+def test_every_lesson_that_records_gives_its_figures_each_named_and_sorted():
+    figures = answer.gather(EVERY)
+    assert list(figures) == list(answer.NAMES) and not figures.missing
+    assert {f.lesson for f in figures.values()} == set(answer.RECORDING)
+    assert {n for n, f in figures.items() if not f.holds} == {"ping-pong", "ring-busbw"}
+    assert {n for n, f in figures.items() if f.bears_on != quiz.ANSWER} == {"ping-pong", "ring-busbw", "headers",
+                                                                          "go-back-n", "retries"}
+    assert "0x1234" in figures["first-packet"].text and "10 REM_ACCESS_ERR" in figures["access-refused"].text
+    assert "one host: soft0's shared memory against TCP loopback" in figures["ring-busbw"].text
+    html = figures._repr_html_()
+    assert html.count("<tr>") == 1 + len(answer.NAMES) and "what you measured" in html
+    rxe = answer.gather(EVERY, kind="rxe")["ring-busbw"]
+    assert not rxe.holds and "rxe's loopback" in rxe.text
+
+
+def feedback(answer_, figures):
+    return exercises.check("the-answer.claims", answer_, figures)
+
+
+def test_the_answers_exercise_accepts_its_reference_and_a_learners_own_choice_of_figures():
+    figures = answer.gather(EVERY)
+    reference = exercises.REGISTRY["the-answer.claims"].reference(figures)
+    assert feedback(reference, figures).passed and len({figures[n].lesson for n in reference["because"]}) == 3
+    mine = {"choice": quiz.ANSWER, "because": ["one-cpu-read", "tcp-copies", "access-refused"]}
+    assert feedback(mine, figures).passed
+    assert feedback(None, figures).status == "not yet"
+    source = exercises.solution_source("the-answer.claims")
+    assert source.startswith("def _my_answer(figures):") or source.startswith("def my_answer(figures):")
+
+
+@pytest.mark.parametrize("wrong, says", [
+    ({"choice": 2}, "a dict of two keys"),
+    ({"choice": "kernel bypass", "because": []}, "write the index of one of the 5 choices"),
+    ({"choice": 2, "because": "stopped-target"}, "a list of figures' names"),
+    ({"choice": 2, "because": ["the frozen target", "tcp-receiver", "first-packet"]}, "is not a figure's name"),
+    ({"choice": 2, "because": ["stopped-target", "stopped-target", "tcp-receiver"]}, "three different figures"),
+    ({"choice": 0, "because": ["stopped-target", "tcp-receiver", "first-packet"]}, quiz.WHY[0][:40]),
+    ({"choice": 2, "because": ["stopped-target", "tcp-receiver", "ping-pong"]}, "measures the scheduler's wake-ups"),
+    ({"choice": 2, "because": ["stopped-target", "tcp-receiver", "ring-busbw"]}, "soft0's shared memory against TCP"),
+    ({"choice": 2, "because": ["stopped-target", "tcp-receiver", "go-back-n"]}, "TCP retransmits too"),
+    ({"choice": 2, "because": ["stopped-target", "tcp-receiver", "headers"]}, "the same bytes for TCP and RDMA"),
+    ({"choice": 2, "because": ["stopped-target", "one-cpu-read", "write-target"]}, "all three come from lesson 04"),
+])
+def test_the_answers_exercise_names_each_wrong_claim_and_why(wrong, says):
+    f = feedback(wrong, answer.gather(EVERY))
+    assert f.status == "wrong" and says in f.message, f.message
+
+
+def test_a_figure_the_learners_lessons_did_not_record_cannot_be_cited():
+    figures = answer.gather(FULL)   # no lesson 08 or 09, no stopped target
+    f = feedback({"choice": 2, "because": ["tcp-receiver", "write-target", "first-packet"]}, figures)
+    assert f.status == "wrong" and "'first-packet': your lessons have not recorded it" in f.message
+
+
+def test_the_view_shows_what_the_learner_committed_to_before_it():
+    figures = answer.gather(EVERY)
+
+    def my_answer(figures):
+        return {"choice": 3, "because": ["go-back-n", "retries", "tcp-receiver"]}
+
+    text = str(answer.closing_view(kept=EVERY, answers={"welcome": 0}, committed=my_answer))
+    assert "In lesson 00 you chose: lower latency than TCP (not the answer)" in text
+    assert f"Before this view you answered: {quiz.CHOICES[3]} (not the answer), because of go-back-n, retries" in text
+    for broken in (lambda figures: None, lambda figures: 1 / 0, lambda figures: {"choice": 9}):
+        said = str(answer.closing_view(kept=EVERY, answers={}, committed=broken))
+        assert "Before this view" not in said and "You committed to no answer before this view" in said
+    assert "committed to no answer" not in str(answer.closing_view(kept=EVERY, answers={}))   # (not asked)
+    assert answer.committed_answer(my_answer, figures)["choice"] == 3
 
 
 def test_the_quiz_offers_plausible_distractors_beside_the_answer():
@@ -175,7 +300,8 @@ def test_what_the_first_edition_saved_under_lesson_numbers_reads_as_the_lessons_
     old = {"01": FULL["socket-path"], "04": FULL["one-sided"], "05": FULL["allreduce"]}
     (tmp_path / "evidence.json").write_text(json.dumps(old))
     assert evidence.recall() == FULL and evidence.recall("posting") == {}
-    assert not answer.closing_view(device="soft0", kept=None, answers={}).missing
+    assert [m for m, _ in answer.closing_view(device="soft0", kept=None, answers={}).missing] == \
+        ["on-the-wire", "when-it-breaks"]   # (the first edition had no such lessons)
     evidence.record("allreduce", ranks=2)          # a new run: its slug wins, and the file is rewritten by slug
     assert evidence.recall("allreduce")["ranks"] == 2 and evidence.recall("one-sided") == FULL["one-sided"]
     assert set(json.loads((tmp_path / "evidence.json").read_text())) == {"socket-path", "one-sided", "allreduce"}

@@ -4,8 +4,8 @@ nothing else of rdmalab imports lessons (but the `rdmalab class report` command,
     series.py      the lessons in order, each named by a slug ("one-sided"): what outlives a lesson is keyed
                    by slug, never by number; length.py: each lesson's time by the guide's estimate
     quiz.py        the opening question (welcome), its choices, the answer and why, the saved answers
-    answer.py      the allreduce lesson's closing view: the answer from the learner's own numbers
-                   (socket-path, one-sided, allreduce)
+    answer.py      the last lesson's (the-answer) figures and closing view: the answer from the learner's own
+                   numbers (socket-path, one-sided, allreduce, on-the-wire, when-it-breaks)
     nccl.py        NCCL in practice (allreduce): LL/LL128/Simple's bytes per flag, ring against tree steps
     fixtures.py    QP state diagrams, connected pairs (Pair, one_sided), queue-pairs' QPLab, posting's
                    poll_or_sleep and post_writes
@@ -17,13 +17,14 @@ nothing else of rdmalab imports lessons (but the `rdmalab class report` command,
                    what the status and the WR tell on a real device
     nic_view.py    the glass-box NIC: a QP pair's state, PSNs, queues as rings of slots, CQ, MRs and counters,
                    redrawn while cells run (soft0's own state; query_qp's on a real device)
-    evidence.py    what the learner measured, kept so that the allreduce lesson answers with their own numbers
+    evidence.py    what the learner measured, kept so that the last lesson answers with their own numbers
     classroom.py   the instructor's opt-in view: answers and exercises recorded in a class directory
     scaling.py     scaling-out: the model judged on unseen sizes, 4-rank times, the cluster charts and explorer
     target.py      one-sided's second process (RemoteBuffer); dashboard.py, plots.py: charts and widgets
     cm_peer.py     queue-pairs' second process for rdma_cm (CMPeer), and a CMID's QP numbers
     packets.py     on-the-wire: a capture of rxe (captures/) decoded as Wireshark shows it, a ladder diagram,
                    the bytes a message puts on the wire
+    failures.py    when-it-breaks: a pair broken each way, NCCL's line for it
 
 The names notebooks use are here too: `from rdmalab import lessons; lessons.quiz()`,
 `from rdmalab.lessons import Pair, QPLab`. (`lessons.quiz` is the function: for the module's other

@@ -1,56 +1,56 @@
-"""The series' answer, from the learner's own numbers: the AllReduce lesson's closing view.
+"""The series' answer, from the learner's own numbers: the last lesson's (the-answer) closing view.
 
     from rdmalab.lessons import answer
-    answer.record_allreduce(ring, tcp, mpi)            # the AllReduce lesson keeps its figures (evidence "allreduce")
-    answer.closing_view(device=ring.data["device"])    # a table, a chart, the lesson-00 choice judged
+    answer.record_allreduce(ring, tcp, mpi)       # the AllReduce lesson keeps its figures (evidence "allreduce")
+    figures = answer.gather()                     # the-answer: every figure the lessons kept, named, by lesson
+    answer.closing_view(committed=my_answer)      # a table, a chart, the lesson-00 choice and today's, judged
 
-The view reads what the socket-path, one-sided and allreduce lessons recorded (rdmalab.lessons.evidence,
-keyed by slug; the text names them by today's numbers, rdmalab.lessons.series): what the receiving
-side spent through TCP against an RDMA WRITE's target, the latency ratio, the ring's busbw over both
-transports. A lesson not run yet leaves its rows empty and says which lesson fills them; nothing fails.
-It also says who copied the bytes on the device that produced them: soft0, Soft-RoCE or a hardware NIC.
+The view reads what socket-path, one-sided, allreduce, on-the-wire and when-it-breaks recorded
+(rdmalab.lessons.evidence, keyed by slug; the text names them by today's numbers, rdmalab.lessons.series).
+Its verdict rests on what holds on every device: lesson 04's stopped target, the READ on one CPU, the
+receiver's syscalls, the copies per byte that something counted, the address and key in a WRITE's first
+packet, the target's NIC refusing an access. What depends on this machine (a ping-pong between two
+processes, which measures the scheduler's hand-offs too; two rings on one host, on soft0 its shared memory
+against TCP loopback) is shown, labelled so, and kept out of the verdict. Copies per byte that nothing
+counted are given by design (bench.BY_DESIGN), under the table of measurements, never in it. Devices are
+named as the run recorded them. A lesson not run yet leaves its figures out and says which lesson gives
+them; nothing fails.
 """
 import html
+from dataclasses import dataclass
 
+from rdmalab.bench.results import BY_DESIGN, device_kind
 from rdmalab.lessons import evidence
 from rdmalab.lessons.quiz import ANSWER, CHOICES, WHY, load_answers
 from rdmalab.lessons.series import number, title
 
-LESSONS = {slug: title(slug) for slug in ("socket-path", "one-sided", "allreduce")}   # those that record
-SOCKETS, ONE_SIDED, ALLREDUCE, SCALING, WELCOME = (number(s) for s in (
-    "socket-path", "one-sided", "allreduce", "scaling-out", "welcome"))
+RECORDING = ("socket-path", "one-sided", "allreduce", "on-the-wire", "when-it-breaks")   # the lessons that record
+LESSONS = {slug: title(slug) for slug in RECORDING}
+SOCKETS, ONE_SIDED, ALLREDUCE, SCALING, WIRE, BREAKS, WELCOME = (number(s) for s in (
+    "socket-path", "one-sided", "allreduce", "scaling-out", "on-the-wire", "when-it-breaks", "welcome"))
 
-# Who touches the payload of an RDMA WRITE, by device (the view marks the one these numbers came from).
-WHO_COPIES = {
-    "soft": "soft0 (emulated NIC): the initiator's CPU copies the bytes into the target's shared memory, standing "
-            "in for the NIC's DMA engine. The target's counters stay flat as on hardware, but the initiator "
-            "pays for the copy, so the ratios here set one CPU copy against TCP's two copies and its syscalls.",
-    "rxe": "Soft-RoCE (rdma_rxe): the NIC is kernel code on both hosts. Each post_send is a system call (rxe's "
-           "doorbell); the initiator's kernel copies the payload into packets, and the target's kernel copies "
-           "it into the registered memory in softirq context (a tasklet in Linux 6.1; kworker threads in later "
-           "kernels), not charged to the target process (softirq time lands on whatever task it interrupted, or "
-           "on ksoftirqd): the target process's counters stay flat while its host's CPU works. Good for "
-           "correctness, not speed.",
-    "hardware": "A hardware NIC (mlx5, ...): the NIC's DMA engine reads the initiator's memory and writes the "
-                "target's. No CPU touches the payload on either side; the initiator's CPU only writes a work "
-                "request and rings a doorbell, and polls a completion.",
-}
+DEVICE_LABEL = {"soft": "the emulated NIC, through shared memory", "rxe": "Linux's Soft-RoCE (rdma_rxe)",
+                "hardware": "a hardware NIC"}
+# Two rings on this machine: what their busbw ratio compares, by device
+ONE_HOST = {"soft": "both on one host: soft0's shared memory against TCP loopback",
+            "rxe": "both on one host: rxe's loopback against TCP's",
+            "hardware": "over the NIC against TCP, where the ranks ran",
+            None: "both on this machine"}
+# How each device's design moves a WRITE's payload (the marked line names the device the numbers came from)
+DESIGN = {"soft": "soft0, the emulated NIC (its shared-memory link)", "rxe": "Soft-RoCE (rdma_rxe)",
+          "hardware": "a hardware NIC (mlx5, ...)"}
 
 
 def kind_of(device=None, provider=None):
-    """'soft', 'rxe' or 'hardware' for a device name (soft0, rxe0, mlx5_0) or provider; None if unknown."""
-    device = device or ""
-    if device.startswith("soft") or provider == "soft":
-        return "soft"
-    if device.startswith("rxe"):
-        return "rxe"
-    return "hardware" if device and device != "tcp" else None
+    """'soft', 'rxe' or 'hardware', from the device (bench.device_kind); None if there is none."""
+    return device_kind(provider, device)
 
 
 def allreduce_figures(ring, tcp, mpi, provider):
     """Evidence "allreduce" from allreduce.measure's reports (ring over RDMA, ring over TCP) and mpi_allreduce's
-    rows: in-place times in seconds (the slowest rank's, as measure reports them) and busbw in GB/s; and what
-    disturbed the rings' runs at the largest size, in words ('' if nothing did: Report.disturbed)."""
+    rows: in-place times in seconds (the slowest rank's, as measure reports them) and busbw in GB/s; the device,
+    as the run named it; and what disturbed the rings' runs at the largest size, in words ('' if nothing did:
+    Report.disturbed)."""
     rows, trows = ring.data["rows"], tcp.data["rows"]
     if [r["size"] for r in rows] != [r["size"] for r in trows] or len(mpi["rows"]) != len(rows):
         raise ValueError("the RDMA, TCP and MPI runs must cover the same sizes")
@@ -60,7 +60,7 @@ def allreduce_figures(ring, tcp, mpi, provider):
             "ring_tcp_s": [r["in"]["time_us"] / 1e6 for r in trows],
             "mpi_s": [m["time_us"] / 1e6 for m in mpi["rows"]],
             "busbw_rdma": [r["in"]["busbw"] for r in rows], "busbw_tcp": [r["in"]["busbw"] for r in trows],
-            "provider": provider, "disturbed": disturbed}
+            "provider": provider, "device": ring.data.get("device"), "disturbed": disturbed}
 
 
 def record_allreduce(ring, tcp, mpi):
@@ -78,39 +78,173 @@ def _per(total, count):
     return None if total is None or not count else total / count
 
 
-COPIER = {"soft": "the initiator's CPU (soft0 stands in for DMA)", "rxe": "both kernels, in softirq: not counted",
-          "hardware": "none: the NICs' DMA"}
+# ---- the figures, named: what the-answer's exercise cites and the verdict rests on ----
+
+@dataclass
+class Figure:
+    """One figure the learner measured: its name, the lesson (slug) that measured it, what it says, whether it
+    would come out the same on any device (and if not, why not), and which choice of the question it bears on
+    (an index into CHOICES)."""
+    name: str
+    lesson: str
+    text: str
+    holds: bool
+    bears_on: int
+    why_not: str = ""
 
 
-def rows(kept):
-    """The table: (what, through TCP, by RDMA, lesson that measured it); None where not measured. The
-    freeze-the-target experiment leads: its answer does not depend on how the device is built."""
+NAMES = ("stopped-target", "one-cpu-read", "tcp-receiver", "write-target", "tcp-copies", "receiver-cpu",
+         "first-packet", "access-refused", "ping-pong", "ring-busbw", "headers", "go-back-n", "retries")
+PING_PONG = ("a ping-pong's two programs hand each message back and forth: each waits for the other to be "
+             "scheduled, so on this machine it measures the scheduler's wake-ups as much as the transport")
+
+
+def _ring_busbw_why_not(kind):
+    return (f"your two rings ran {ONE_HOST.get(kind, ONE_HOST[None])}: their ratio says how this machine's two "
+            f"paths copy, not what holds on an RDMA device (on another device it comes out otherwise)")
+
+
+class Figures(dict):
+    """{name: Figure} in the order of NAMES, for the figures the lessons recorded; `missing`: the lessons (slug,
+    title) that recorded nothing yet. Shows as a table: name, lesson, what you measured."""
+
+    def __init__(self, figures, missing):
+        super().__init__((f.name, f) for f in figures)
+        self.missing = missing
+
+    def lines(self):
+        out = [f"{f.name:<15} {number(f.lesson)}  {f.text}" for f in self.values()]
+        out += [f"(lesson {number(slug)} has recorded nothing yet: run {name} for its figures)"
+                for slug, name in self.missing]
+        return out
+
+    def __str__(self):
+        return "\n".join(self.lines())
+
+    __repr__ = __str__
+
+    def _repr_html_(self):
+        esc = html.escape
+        body = "".join(f"<tr><td style='text-align:left'><code>{esc(f.name)}</code></td><td>{number(f.lesson)}</td>"
+                       f"<td style='text-align:left'>{esc(f.text)}</td></tr>" for f in self.values())
+        absent = "".join(f"<p style='color:#9a6700'>Lesson {number(slug)} has recorded nothing yet: run "
+                         f"<i>{esc(name)}</i> for its figures.</p>" for slug, name in self.missing)
+        return ("<table><tr><th style='text-align:left'>name</th><th>lesson</th><th style='text-align:left'>what you "
+                f"measured</th></tr>{body}</table>{absent}")
+
+
+def gather(kept=None, kind=None):
+    """Every figure the lessons recorded (evidence.recall() by default), named (NAMES), as Figures."""
+    kept = evidence.recall() if kept is None else kept
     one, four, five = kept.get("socket-path", {}), kept.get("one-sided", {}), kept.get("allreduce", {})
+    wire, broke = kept.get("on-the-wire", {}), kept.get("when-it-breaks", {}).get("failures", {})
+    kind = kind or _kind(kept)
+    out = []
+    if "frozen_rdma_posted" in four:
+        text = (f"with the target process stopped (SIGSTOP), {four['frozen_rdma_completed']} of "
+                f"{four['frozen_rdma_posted']} RDMA operations on its memory completed")
+        if four.get("frozen_tcp_stalled"):
+            text += f"; a TCP sender to it stalled after {four['frozen_tcp_bytes'] / (1 << 20):.1f} MiB"
+        out.append(Figure("stopped-target", "one-sided", text, True, ANSWER))
+    if four.get("one_cpu_read_us") and four.get("one_cpu_request_us"):
+        out.append(Figure("one-cpu-read", "one-sided", f"on one CPU, reading 8 B of remote memory took "
+                          f"{four['one_cpu_read_us']:.1f} us by RDMA READ, {four['one_cpu_request_us']:.1f} us by a "
+                          "TCP request its server answers (full round trips)", True, ANSWER))
+    if one.get("tcp_syscalls_per_message") is not None:
+        out.append(Figure("tcp-receiver", "socket-path", f"a TCP receiver made {one['tcp_syscalls_per_message']:.1f} "
+                          f"syscalls and {one.get('tcp_switches_per_message', 0):.1f} context switches a message",
+                          True, ANSWER))
+    if four.get("writes"):
+        out.append(Figure("write-target", "one-sided", f"the target of {four['writes']} RDMA WRITEs made "
+                          f"{four.get('rdma_target_syscalls', 0)} syscalls and used "
+                          f"{four.get('rdma_target_cpu_ms', 0):.2f} ms of CPU", True, ANSWER))
+    if one.get("tcp_copies_per_byte") is not None:
+        out.append(Figure("tcp-copies", "socket-path", f"TCP copied every byte {one['tcp_copies_per_byte']:.1f} "
+                          "times (counted from its read and write byte counts)", True, ANSWER))
+    tshare = four.get("tcp_receiver_cpu_share", one.get("tcp_receiver_cpu_share"))
+    if four.get("rdma_target_cpu_share") is not None and tshare is not None:
+        out.append(Figure("receiver-cpu", "one-sided", f"streaming {_size(four.get('bw_size'))}, the receiving "
+                          f"process used {tshare:.0%} of the sender's CPU time over TCP, {four['rdma_target_cpu_share']:.0%} "
+                          "as the target of RDMA WRITEs", True, ANSWER))
+    if wire.get("reth_rkey") is not None:
+        out.append(Figure("first-packet", "on-the-wire", f"a WRITE of {wire['write_length']} B went as "
+                          f"{wire['write_packets']} packets; only the first carried a RETH: the target's address "
+                          f"0x{wire['reth_va']:x}, its rkey 0x{wire['reth_rkey']:x} and the length, all its NIC "
+                          "needs to place the bytes", True, ANSWER))
+    refused = broke.get("no REMOTE_WRITE", {})
+    if refused.get("status") is not None:
+        out.append(Figure("access-refused", "when-it-breaks", f"a WRITE into memory registered without "
+                          f"REMOTE_WRITE: the target's NIC refused it ({refused['status']} {_status(refused['status'])})",
+                          True, ANSWER))
+    if four.get("write_lat_us") and four.get("tcp_lat_us"):
+        out.append(Figure("ping-pong", "one-sided", f"a ping-pong of {_size(four.get('lat_size'))}: "
+                          f"{four['write_lat_us']:.1f} us by RDMA WRITE, {four['tcp_lat_us']:.1f} us by TCP (half "
+                          "round trips between two processes)", False, 0, PING_PONG))
+    if five.get("busbw_rdma") and five.get("busbw_tcp"):
+        r, t = five["busbw_rdma"][-1], five["busbw_tcp"][-1]
+        text = (f"the ring's busbw at {_size(five['sizes'][-1])}, {five['ranks']} ranks: {r:.2f} GB/s over RDMA, "
+                f"{t:.2f} over TCP, {ONE_HOST.get(kind, ONE_HOST[None])}")
+        if five.get("disturbed"):
+            text += f" (a disturbed run: {five['disturbed']})"
+        holds = kind == "hardware" and not five.get("disturbed")
+        out.append(Figure("ring-busbw", "allreduce", text, holds, ANSWER if holds else 1,
+                          "" if holds else _ring_busbw_why_not(kind)))
+    if wire.get("headers_share") is not None:
+        out.append(Figure("headers", "on-the-wire", f"a ring AllReduce puts 2(n-1)/n of the gradient on every "
+                          f"rank's link, plus {wire['headers_share']:.1%} of headers at MTU 4096, whatever the "
+                          "transport", True, 1))
+    if wire.get("resent") is not None:
+        out.append(Figure("go-back-n", "on-the-wire", f"with {wire.get('loss', 0.02):.0%} of packets lost, the NICs "
+                          f"resent {wire['resent']} of a {_size(wire.get('lossy_size'))} WRITE's packets (go-back-N); "
+                          f"it took {wire['lossy_ms']:.1f} ms instead of {wire['clean_ms']:.1f}", True, 3))
+    psn = broke.get("wrong PSN", {})
+    if psn.get("status") is not None:
+        out.append(Figure("retries", "when-it-breaks", f"with a wrong PSN the sender's NIC resent until its "
+                          f"retry count ran out: {psn['status']} {_status(psn['status'])} after {psn['ms']:.0f} ms",
+                          True, 3))
+    order = {name: i for i, name in enumerate(NAMES)}
+    return Figures(sorted(out, key=lambda f: order[f.name]), missing(kept))
+
+
+def _status(status):
+    from rdmalab.errors import status_name
+    return status_name(status)
+
+
+# ---- the table of measurements ----
+
+def rows(kept, kind=None):
+    """The table: (what, through TCP, by RDMA, lesson that measured it, holds on every device); None where not
+    measured. What holds on every device comes first, led by the stopped target; what depends on this machine
+    (a ping-pong, rings on one host) after, labelled so."""
+    one, four, five = kept.get("socket-path", {}), kept.get("one-sided", {}), kept.get("allreduce", {})
+    kind = kind or _kind(kept)
     writes = four.get("writes")
     frozen = "frozen_rdma_posted" in four
     copies = four.get("rdma_copies_per_byte")
-    kind = four.get("device_kind")
     out = [
         ("operations that completed against a stopped (SIGSTOP) target",
          f"stalled after {four['frozen_tcp_bytes'] / (1 << 20):.1f} MiB" if frozen and four.get("frozen_tcp_stalled")
-         else None, f"{four['frozen_rdma_completed']} of {four['frozen_rdma_posted']}" if frozen else None, ONE_SIDED),
+         else None, f"{four['frozen_rdma_completed']} of {four['frozen_rdma_posted']}" if frozen else None, ONE_SIDED,
+         True),
         ("one CPU: read 8 B of remote memory, us (full round trip)", four.get("one_cpu_request_us"),
-         four.get("one_cpu_read_us"), ONE_SIDED),
+         four.get("one_cpu_read_us"), ONE_SIDED, True),
         ("receiver's syscalls per message", one.get("tcp_syscalls_per_message"),
-         _per(four.get("rdma_target_syscalls"), writes), f"{SOCKETS} / {ONE_SIDED}"),
+         _per(four.get("rdma_target_syscalls"), writes), f"{SOCKETS} / {ONE_SIDED}", True),
         ("receiver's context switches per message", one.get("tcp_switches_per_message"),
-         _per(four.get("rdma_target_switches"), writes), f"{SOCKETS} / {ONE_SIDED}"),
-        ("CPU copies per byte delivered", one.get("tcp_copies_per_byte"),
-         (f"{copies:g}: {COPIER[kind]}" if copies is not None and kind in COPIER else COPIER.get(kind)),
-         f"{SOCKETS} / {ONE_SIDED}"),
+         _per(four.get("rdma_target_switches"), writes), f"{SOCKETS} / {ONE_SIDED}", True),
+        ("CPU copies per byte delivered (counted)", one.get("tcp_copies_per_byte"),
+         copies if copies is not None else ("not counted: see by design, below" if four else None),
+         f"{SOCKETS} / {ONE_SIDED}", True),
         (f"receiver CPU / sender CPU, streaming {_size(four.get('bw_size'))}",
          four.get("tcp_receiver_cpu_share", one.get("tcp_receiver_cpu_share")),
-         four.get("rdma_target_cpu_share"), f"{ONE_SIDED} (TCP: {SOCKETS} if {ONE_SIDED} is missing)"),
-        (f"latency at {_size(four.get('lat_size'))}, us (half round trip)", four.get("tcp_lat_us"),
-         four.get("write_lat_us"), ONE_SIDED),
+         four.get("rdma_target_cpu_share"), f"{ONE_SIDED} (TCP: {SOCKETS} if {ONE_SIDED} is missing)", True),
+        (f"ping-pong at {_size(four.get('lat_size'))}, us (half round trip between two processes: the scheduler's "
+         "hand-offs too)", four.get("tcp_lat_us"), four.get("write_lat_us"), ONE_SIDED, False),
     ]
     for size, t, r in zip(five.get("sizes", []), five.get("busbw_tcp", []), five.get("busbw_rdma", [])):
-        out.append((f"ring AllReduce busbw at {_size(size)}, GB/s ({five['ranks']} ranks)", t, r, ALLREDUCE))
+        out.append((f"ring AllReduce busbw at {_size(size)}, GB/s ({five['ranks']} ranks; "
+                    f"{ONE_HOST.get(kind, ONE_HOST[None])})", t, r, ALLREDUCE, kind == "hardware"))
     return out
 
 
@@ -119,71 +253,89 @@ def missing(kept):
     return [(k, name) for k, name in LESSONS.items() if not kept.get(k)]
 
 
-def verdict(kept, answers):
-    """What the lesson-00 choice was, judged against the evidence: a list of (choice, is_answer, text)."""
-    chosen = answers.get("welcome")
-    notes = _numbers(kept)
+def by_design(kind=None, device=None):
+    """What each kind of device's design copies per byte of a WRITE, none of it measured here: [(label,
+    copies per byte, who copies, is this device)]; this device's line names it as the run did."""
     out = []
-    for i, choice in enumerate(CHOICES):
-        out.append((choice, i == ANSWER, WHY[i] + (" " + notes[i] if notes.get(i) else ""), i == chosen))
+    for (k, link), (copies, who) in BY_DESIGN.items():
+        if k == "soft" and link != "shm":   # the lessons run soft0's shared-memory link
+            continue
+        name = str(device).split(" (")[0] if device else None   # ("soft0 (soft)", as a report names it)
+        label = DESIGN[k] + (f": these numbers, from {name}" if k == kind and name else
+                             ": these numbers" if k == kind else "")
+        out.append((label, copies, who, k == kind))
     return out
 
 
-def _numbers(kept):
-    """The learner's numbers that bear on each choice (indexes as quiz.CHOICES)."""
-    one, four, five = kept.get("socket-path", {}), kept.get("one-sided", {}), kept.get("allreduce", {})
+# ---- the verdict ----
+
+def verdict(kept, answers, kind=None):
+    """What each choice is, judged against the evidence: a list of (choice, is_answer, text, is the lesson-00
+    choice)."""
+    chosen = answers.get("welcome")
+    notes = _numbers(kept, kind or _kind(kept))
+    return [(choice, i == ANSWER, WHY[i] + (" " + notes[i] if notes.get(i) else ""), i == chosen)
+            for i, choice in enumerate(CHOICES)]
+
+
+def _numbers(kept, kind):
+    """The learner's numbers that bear on each choice (indexes as quiz.CHOICES): only figures that hold on every
+    device argue; the others are said to be what they are."""
+    four, five = kept.get("one-sided", {}), kept.get("allreduce", {})
+    figures = gather(kept, kind)
     notes = {}
+    lat, tlat = four.get("write_lat_us"), four.get("tcp_lat_us")
+    if lat and tlat:
+        notes[0] = (f"Your ping-pongs in {ONE_SIDED} took {lat:.1f} us by RDMA WRITE and {tlat:.1f} us by TCP at "
+                    f"{_size(four.get('lat_size'))}: half round trips between two processes, each message waiting "
+                    f"for the other program to run, so they measure this machine's scheduler as much as either "
+                    f"transport, and this verdict does not rest on them.")
     ratio = _ratio(five.get("busbw_rdma"), five.get("busbw_tcp"))
     if five.get("disturbed"):   # a disturbed run ranks nothing: say so rather than conclude
         notes[1] = (f"Your rings' run in {ALLREDUCE} was disturbed at {_size(five['sizes'][-1])} ({five['disturbed']}): "
                     f"it cannot say how RDMA and TCP compare. Run {ALLREDUCE}'s measurements again on a quiet machine.")
-        ratio = None
-    lat, tlat = four.get("write_lat_us"), four.get("tcp_lat_us")
-    if lat and tlat:
-        notes[0] = f"You measured RDMA WRITE {lat:.1f} us against TCP {tlat:.1f} us at {_size(four.get('lat_size'))}."
-        if five.get("ring_rdma_s"):
-            p, t = five["ranks"], five["ring_rdma_s"][-1]
-            share = 2 * (p - 1) * lat * 1e-6 / t
-            notes[0] += (f" Your ring's {2 * (p - 1)} latencies are {share:.1%} of its {t * 1e3:.2f} ms at "
-                         f"{_size(five['sizes'][-1])}: the rest is bytes.")
-    if ratio:
-        notes[1] = (f"Your two rings ran on one host, where no network link limits either of them, and RDMA's "
-                    f"busbw was {ratio:.1f}x TCP's at {_size(five['sizes'][-1])}: what differs is what a byte "
-                    f"costs the CPUs.")
-    bits = []
-    if "frozen_rdma_posted" in four:
-        bits.append(f"with the target process stopped, {four['frozen_rdma_completed']} of {four['frozen_rdma_posted']} "
-                    f"RDMA operations on its memory completed while a TCP sender to it stalled after "
-                    f"{four['frozen_tcp_bytes'] / (1 << 20):.1f} MiB ({ONE_SIDED})")
-    if one.get("tcp_syscalls_per_message") is not None:
-        bits.append(f"a TCP receiver made {one['tcp_syscalls_per_message']:.1f} syscalls and "
-                    f"{one.get('tcp_switches_per_message', 0):.1f} context switches per message ({SOCKETS})")
-    if four.get("writes"):
-        bits.append(f"the target of {four['writes']} RDMA WRITEs made {four.get('rdma_target_syscalls', 0)} syscalls "
-                    f"and used {four.get('rdma_target_cpu_ms', 0):.2f} ms of CPU ({ONE_SIDED})")
-    if ratio and ratio >= 1:
-        bits.append(f"the same ring moved {ratio:.1f}x the busbw over RDMA ({ALLREDUCE})")
-    elif ratio:   # the evidence says otherwise this time: say so, and why it can on this machine
-        bits.append(f"but in your run of {ALLREDUCE} the ring over RDMA moved only {ratio:.1f}x TCP's busbw at "
-                    f"{_size(five['sizes'][-1])}: on one host both rings are CPU copies, and a rank that waits "
-                    f"while another process holds its CPU loses milliseconds (lesson {SCALING} shows the spread). Run "
+    elif ratio and ratio < 1:   # the run says otherwise this time: say so, and why it can on this machine
+        notes[1] = (f"In your run of {ALLREDUCE} the ring over RDMA moved only {ratio:.1f}x TCP's busbw at "
+                    f"{_size(five['sizes'][-1])}, {ONE_HOST.get(kind, ONE_HOST[None])}; a rank that waits while "
+                    f"another process holds its CPU loses milliseconds (lesson {SCALING} shows the spread). Run "
                     f"{ALLREDUCE}'s ring cells again on a quiet machine, or `rdmalab allreduce --ranks 2 --size 1M` "
-                    f"for "
-                    f"each transport")
-    if bits:
-        notes[2] = "Your evidence: " + "; ".join(bits) + "."
-    if one.get("tcp_syscalls_per_message") is not None:
-        notes[3] = (f"Your reliable TCP stream still cost its receiver {one['tcp_syscalls_per_message']:.1f} "
-                    f"syscalls per message.")
+                    f"for each transport.")
+    elif ratio:
+        notes[1] = (f"Your two rings ran {ONE_HOST.get(kind, ONE_HOST[None])}, where no network link limits "
+                    f"either: RDMA's busbw was {ratio:.1f}x TCP's at {_size(five['sizes'][-1])}, which says what a "
+                    f"byte costs the CPUs on this machine" + (", not on a device: it is kept out of this verdict."
+                                                              if kind != "hardware" else "."))
+    if "headers" in figures:
+        notes[1] = (notes.get(1, "") + f" On a wire the bytes are the same for both: {figures['headers'].text} "
+                    f"({WIRE}).").strip()
+    holding = [f for f in figures.values() if f.holds and f.bears_on == ANSWER]
+    if holding:   # (lead, in full, with what needs no device to believe; name the rest: gather() shows them)
+        lead = [f for f in holding if f.name in ("stopped-target", "tcp-receiver", "write-target")]
+        said = "; ".join(f"{f.text} ({number(f.lesson)})" for f in lead)
+        named = ", ".join(f"{f.name} ({number(f.lesson)})" for f in holding if f not in lead)
+        notes[2] = ("Your evidence, all of which would come out the same on any device: "
+                    + "; and ".join(part for part in (said, named) if part) + ".")
+    reliable = [f for f in figures.values() if f.bears_on == 3]
+    if "tcp-receiver" in figures or reliable:
+        bits = [f"{f.text} ({number(f.lesson)})" for f in reliable]
+        if "tcp-receiver" in figures:
+            bits.insert(0, f"your reliable TCP stream still cost its receiver "
+                           f"{kept['socket-path']['tcp_syscalls_per_message']:.1f} syscalls a message ({SOCKETS})")
+        text = "; ".join(bits) + "."
+        notes[3] = text[0].upper() + text[1:]
     if four.get("writes"):
         notes[4] = (f"In {ONE_SIDED} the target made {four.get('rdma_target_syscalls', 0)} syscalls for "
-                    f"{four['writes']} "
-                    f"one-sided writes: no socket API can offer that.")
+                    f"{four['writes']} one-sided writes: no socket API can offer that.")
     return notes
 
 
 def _ratio(a, b):
     return a[-1] / b[-1] if a and b and b[-1] else None
+
+
+def _kind(kept):
+    five, four = kept.get("allreduce", {}), kept.get("one-sided", {})
+    return kind_of(five.get("device"), five.get("provider")) if five else four.get("device_kind")
 
 
 def _size(n):
@@ -201,9 +353,9 @@ def _fmt(x):
     return f"{x:.3g}" if isinstance(x, float) else html.escape(str(x))
 
 
-def chart(kept, kind=None):
+def chart(kept, kind=None, device=None):
     """Two panels, one idea each: what the receiver did per message (TCP against an RDMA target), and the ring's
-    busbw per size over both transports."""
+    busbw per size over both transports (labelled with what it compares on this machine)."""
     import matplotlib.pyplot as plt
     one, four, five = kept.get("socket-path", {}), kept.get("one-sided", {}), kept.get("allreduce", {})
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8), gridspec_kw={"width_ratios": [1, 1.4]})
@@ -222,7 +374,7 @@ def chart(kept, kind=None):
     left.set_ylim(0, top * 1.5)
     left.set_xticks(list(xs), labels, fontsize=10)
     left.set_ylabel("per message delivered", fontsize=10)
-    left.set_title("What the receiving process did", fontsize=11)
+    left.set_title("What the receiving process did (any device)", fontsize=11)
     left.legend(fontsize=9, loc="upper right")
     if five.get("sizes"):
         right.plot(five["sizes"], five["busbw_rdma"], "o-", color="#1a7f37", label="ring over RDMA (yours)")
@@ -235,9 +387,11 @@ def chart(kept, kind=None):
     else:
         right.text(0.5, 0.5, f"run lesson {ALLREDUCE}'s measurements", ha="center", transform=right.transAxes)
     right.set_ylabel("busbw [GB/s]", fontsize=10)
-    right.set_title(f"Ring AllReduce, {five.get('ranks', '?')} ranks" + (": a disturbed run, no conclusion"
-                                                                         if five.get("disturbed") else ""), fontsize=11)
-    fig.suptitle(f"Your measurements, on {DEVICE_LABEL.get(kind, 'this machine')}", fontsize=11)
+    where = "a disturbed run, no conclusion" if five.get("disturbed") else "this machine only" if kind != "hardware" \
+        else "over the NIC"
+    right.set_title(f"Ring AllReduce, {five.get('ranks', '?')} ranks: {where}", fontsize=11)
+    on = f"{device} ({DEVICE_LABEL[kind]})" if device and kind in DEVICE_LABEL else DEVICE_LABEL.get(kind, "this machine")
+    fig.suptitle(f"Your measurements, on {on}", fontsize=11)
     fig.tight_layout()
     return fig
 
@@ -255,29 +409,61 @@ CHALLENGES = [
 ]
 
 
-DEVICE_LABEL = {"soft": "soft0: emulated NIC, shared memory", "rxe": "Soft-RoCE (rxe)", "hardware": "a hardware NIC"}
+def committed_answer(fn, figures):
+    """What the learner committed to before the view: `fn(figures)` (their exercise's function) if it returns
+    {"choice": int, "because": [names]}, else None. Never raises: the exercise has said what was wrong."""
+    try:
+        said = fn(figures) if callable(fn) else fn
+    except Exception:   # (shown by the exercise's feedback already)
+        return None
+    if not isinstance(said, dict) or not isinstance(said.get("choice"), int) or not 0 <= said["choice"] < len(CHOICES):
+        return None
+    because = said.get("because")
+    return {"choice": said["choice"], "because": [b for b in because if isinstance(b, str)]
+            if isinstance(because, (list, tuple)) else []}
 
 
 class ClosingView:
-    """The answer with the learner's numbers: shows as HTML (table, chart, verdict) or as text."""
+    """The answer with the learner's numbers: shows as HTML (tables, chart, verdict) or as text."""
 
-    def __init__(self, kept, answers, kind):
-        self.kept, self.answers, self.kind = kept, answers, kind
-        self.rows, self.missing, self.verdict = rows(kept), missing(kept), verdict(kept, answers)
+    def __init__(self, kept, answers, kind, device=None, committed=None):
+        self.kept, self.answers, self.kind, self.device = kept, answers, kind, device
+        self.figures = gather(kept, kind)
+        self.asked = committed is not None   # (the last lesson asks for an answer before the view)
+        self.committed = committed_answer(committed, self.figures) if self.asked else None
+        self.rows, self.missing = rows(kept, kind), missing(kept)
+        self.verdict, self.design = verdict(kept, answers, kind), by_design(kind, device)
+
+    def _choices(self):
+        """(what the learner chose in lesson 00, and before this view), as sentences."""
+        chosen, out = self.answers.get("welcome"), []
+        if chosen is None or not 0 <= chosen < len(CHOICES):
+            out.append(f"You have not answered lesson {WELCOME}'s question (its first cell saves your choice).")
+        else:
+            out.append(f"In lesson {WELCOME} you chose: {CHOICES[chosen]} "
+                       f"({'right' if chosen == ANSWER else 'not the answer'}).")
+        if self.asked and not self.committed:
+            out.append("You committed to no answer before this view: the exercise above asks for one, and the "
+                       "verdict below is easier to weigh against an answer of your own.")
+        if self.committed:
+            now = self.committed["choice"]
+            out.append(f"Before this view you answered: {CHOICES[now]} ({'right' if now == ANSWER else 'not the answer'})"
+                       + (f", because of {', '.join(self.committed['because'])}." if self.committed["because"] else "."))
+        return out
 
     def lines(self):
         out = [f"Which property of RDMA matters most for AllReduce? {CHOICES[ANSWER]}."]
         for lesson, name in self.missing:
             out.append(f"Lesson {number(lesson)} has not recorded its figures yet: run {name} to fill its rows.")
-        out += [f"{what}: TCP {_text(t)}, RDMA {_text(r)} [{where}]" for what, t, r, where in self.rows]
-        chosen = self.answers.get("welcome")
-        if chosen is None or not 0 <= chosen < len(CHOICES):
-            out.append(f"You have not answered lesson {WELCOME}'s question (its first cell saves your choice).")
-        else:
-            right = chosen == ANSWER
-            out.append(f"In lesson {WELCOME} you chose: {CHOICES[chosen]} ({'right' if right else 'not the answer'}).")
+        for holds, heading in ((True, "Measured, and the same on any device:"),
+                               (False, "Measured, and true of this machine only (kept out of the verdict):")):
+            out.append(heading)
+            out += [f"  {what}: TCP {_text(t)}, RDMA {_text(r)} [{where}]" for what, t, r, where, h in self.rows
+                    if h == holds]
+        out.append("By design, not measured here: an RDMA WRITE's CPU copies per byte")
+        out += [("> " if mine else "  ") + f"{label}: {copies} ({who})" for label, copies, who, mine in self.design]
+        out += self._choices()
         out += [f"{'*' if ok else '-'} {choice}: {text}" for choice, ok, text, _ in self.verdict]
-        out += [("> " if k == self.kind else "  ") + WHO_COPIES[k] for k in WHO_COPIES]
         out += ["Challenge the answer:"] + [f"  {name}: {text}" for name, text in CHALLENGES]
         return out
 
@@ -292,26 +478,25 @@ class ClosingView:
         for lesson, name in self.missing:
             parts.append(f"<p style='color:#9a6700'>Lesson {number(lesson)} has not recorded its figures yet: run "
                          f"<i>{esc(name)}</i> to fill its rows.</p>")
-        body = "".join(f"<tr><td style='text-align:left'>{esc(what)}</td><td>{_fmt(t)}</td><td>{_fmt(r)}</td>"
-                       f"<td>{esc(where)}</td></tr>" for what, t, r, where in self.rows)
+        body = ""
+        for holds, heading in ((True, "the same on any device"),
+                               (False, "true of this machine only: kept out of the verdict")):
+            body += f"<tr><th colspan='4' style='text-align:left'><i>{esc(heading)}</i></th></tr>"
+            body += "".join(f"<tr><td style='text-align:left'>{esc(what)}</td><td>{_fmt(t)}</td><td>{_fmt(r)}</td>"
+                            f"<td>{esc(where)}</td></tr>" for what, t, r, where, h in self.rows if h == holds)
         parts.append("<table><tr><th style='text-align:left'>your measurement</th><th>through TCP</th>"
                      f"<th>by RDMA</th><th>lesson</th></tr>{body}</table>")
+        design = "".join(f"<li>{'<b>' if mine else ''}{esc(label)}{'</b>' if mine else ''}: {copies} "
+                         f"({esc(who)})</li>" for label, copies, who, mine in self.design)
+        parts.append(f"<p><b>By design, not measured here:</b> an RDMA WRITE's CPU copies per byte</p><ul>{design}</ul>")
         from rdmalab.lessons.plots import png_base64
-        parts.append(f"<img src='data:image/png;base64,{png_base64(chart(self.kept, self.kind))}' style='max-width:100%'/>")
-        chosen = self.answers.get("welcome")
-        if chosen is None or not 0 <= chosen < len(CHOICES):
-            parts.append(f"<p>You have not answered lesson {WELCOME}'s question (its first cell saves your "
-                         "choice).</p>")
-        else:
-            parts.append(f"<p>In lesson {WELCOME} you chose <b>{esc(CHOICES[chosen])}</b>: "
-                         f"{'right.' if chosen == ANSWER else 'not the answer. Here is why, with your numbers.'}</p>")
+        parts.append(f"<img src='data:image/png;base64,{png_base64(chart(self.kept, self.kind, self.device))}' "
+                     "style='max-width:100%'/>")
+        parts += [f"<p>{esc(line)}</p>" for line in self._choices()]
         items = "".join(f"<li style='{'font-weight:bold' if mine else ''}'>{'&#10004;' if ok else '&#10008;'} "
-                        f"<i>{esc(choice)}</i>{' (your choice)' if mine else ''}: {esc(text)}</li>"
-                        for choice, ok, text, mine in self.verdict)
+                        f"<i>{esc(choice)}</i>{' (your choice in lesson ' + WELCOME + ')' if mine else ''}: "
+                        f"{esc(text)}</li>" for choice, ok, text, mine in self.verdict)
         parts.append(f"<ul>{items}</ul>")
-        who = "".join(f"<li>{'<b>these numbers</b>: ' if k == self.kind else ''}{esc(WHO_COPIES[k])}</li>"
-                      for k in WHO_COPIES)
-        parts.append(f"<p><b>Who copied the bytes of an RDMA WRITE?</b></p><ul>{who}</ul>")
         challenge = "".join(f"<li><b>{esc(name)}</b>: {esc(text)}</li>" for name, text in CHALLENGES)
         parts.append("<p><b>Challenge the answer.</b> Each of these keeps part of RDMA's recipe and drops another: "
                      f"what would its numbers say about which property it really is?</p><ul>{challenge}</ul>")
@@ -322,9 +507,13 @@ def _text(x):
     return "-" if x is None else (f"{x:.3g}" if isinstance(x, float) else str(x))
 
 
-def closing_view(device=None, kept=None, answers=None):
-    """The closing view: `kept` defaults to everything recorded, `answers` to the saved quiz answers,
-    `device` (e.g. ring.data["device"]) says which device's story to mark."""
+def closing_view(device=None, kept=None, answers=None, committed=None):
+    """The closing view: `kept` defaults to everything recorded, `answers` to the saved quiz answers, `device` to
+    the one the AllReduce lesson ran on (its name, as the run recorded it); `committed`: the learner's answer
+    before the view (the-answer's exercise function, or what it returned)."""
     kept = evidence.recall() if kept is None else kept
     answers = load_answers() if answers is None else answers
-    return ClosingView(kept, answers, kind_of(device, kept.get("allreduce", {}).get("provider")))
+    five = kept.get("allreduce", {})
+    device = device or five.get("device")
+    kind = kind_of(device, five.get("provider")) if device or five else kept.get("one-sided", {}).get("device_kind")
+    return ClosingView(kept, answers, kind, device, committed)

@@ -1,9 +1,16 @@
-"""What the learner measured, kept between lessons, so that the AllReduce lesson answers the series'
+"""What the learner measured, kept between lessons, so that the last lesson (the-answer) answers the series'
 question with their own numbers rather than with prose.
 
     from rdmalab.lessons import evidence
-    evidence.record("socket-path", tcp_syscalls_per_message=2.0, ...)   # socket-path, one-sided and allreduce record
+    evidence.record("socket-path", tcp_syscalls_per_message=2.0, ...)
     evidence.recall()          # {"socket-path": {...}, "one-sided": {...}, ...}: what has been recorded so far
+
+Who records what (rdmalab.lessons.answer.gather names each figure the last lesson cites):
+    socket-path      the notebook: a TCP receiver's syscalls, switches, copies per byte, CPU share, latency
+    one-sided        dashboard.record_one_sided: the RDMA WRITE target's costs, the stopped target, the one-CPU READ
+    allreduce        answer.record_allreduce: the rings' times and busbw over both transports, MPI's, the device
+    on-the-wire      packets.record: a WRITE's packets and its RETH, go-back-N under loss, a ring's header share
+    when-it-breaks   failures.record (failures.table calls it): each failure's status, QP states, time, counters
 
 Lessons are keyed by slug (rdmalab.lessons.series), so renumbering them misreads nothing; figures saved
 by the first edition under numbers ("01", "04", "05") are read as the lessons they came from.

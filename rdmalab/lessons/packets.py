@@ -11,6 +11,7 @@ shown as Wireshark shows them, and the bytes a message puts on an Ethernet link.
     write_request(...) the first packet of an RDMA WRITE: what it carries to the target's NIC
     exchange(...)      run a WRITE, a READ and a SEND between two hosts on soft0's wire link, captured
                        (rdmalab capture, the program rdmalab.lessons.wire_demo), optionally losing packets
+    record(...)        keep what the lesson saw (evidence "on-the-wire"), for the last lesson's answer
 """
 import html
 import json
@@ -284,6 +285,20 @@ def resent(packets, sender):
     return {psn: n for psn, n in sent.items() if n > 1}
 
 
+def record(write, clean, lossy, resent_psns, lossy_size, loss, headers_share):
+    """Keep the on-the-wire lesson's figures for the last lesson (rdmalab.lessons.evidence, key "on-the-wire"):
+    the captured WRITE (`write`: its packets, Captured) and what its first packet's RETH named; the clean and the
+    lossy exchange (Exchange) of a `lossy_size` WRITE with `loss` of packets lost, and the PSNs resent
+    (resent()); and the share of headers in a ring AllReduce's bytes at MTU 4096 (`headers_share`)."""
+    from rdmalab.lessons import evidence
+    reth = write[0].packet.reth
+    return evidence.record("on-the-wire", write_length=reth.dmalen, write_packets=len(write),
+                           reth_packets=sum(c.packet.reth is not None for c in write), reth_va=reth.va,
+                           reth_rkey=reth.r_key, lossy_size=lossy_size, loss=loss, resent=len(resent_psns),
+                           clean_ms=clean.report["write_us"] / 1000, lossy_ms=lossy.report["write_us"] / 1000,
+                           headers_share=headers_share)
+
+
 __all__ = ["RXE_CAPTURE", "Captured", "capture", "table", "fields", "ladder", "psn_plot", "on_the_wire", "exchange",
-           "resent",
+           "resent", "record",
            "ROCEV2_PORT"]
