@@ -39,8 +39,8 @@ RUNS = [pytest.param(p, marks=pytest.mark.host_only) if slug_of(p) in CLUSTER_LE
 @pytest.fixture(scope="module")
 def learner_dir(tmp_path_factory):
     """Where the lessons keep the learner's answers and figures: one folder for the module's run, so
-    that the AllReduce lesson finds what the socket-path and one-sided lessons recorded, and never the real
-    learner's ~/.cache/rdmalab."""
+    that the last lesson finds what the lessons before it recorded, and never the real learner's
+    ~/.cache/rdmalab."""
     return str(tmp_path_factory.mktemp("learner"))
 
 

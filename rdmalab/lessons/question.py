@@ -1,6 +1,6 @@
 """The series' question: its choices, which one is the answer, and why each is or is not (indexes as
-CHOICES). The welcome lesson asks it (quiz.py), the AllReduce lesson answers it with the learner's own
-numbers (answer.py), the instructor's view shows who chose what (classroom.py)."""
+CHOICES). The welcome lesson asks it (quiz.py), the last lesson (the-answer) answers it with the learner's
+own numbers (answer.py), the instructor's view shows who chose what (classroom.py)."""
 
 QUESTION = "Which property of RDMA matters most for AllReduce in a training cluster?"
 CHOICES = [
@@ -10,7 +10,7 @@ CHOICES = [
     "reliable delivery, implemented in the NIC",
     "a socket-compatible API, so existing programs run unchanged",
 ]
-ANSWER = 2   # revealed with evidence in the AllReduce lesson
+ANSWER = 2   # revealed with evidence in the last lesson (the-answer)
 # Why each choice is, or is not, THE answer (indexes as CHOICES).
 WHY = [
     "Latency matters for small messages (the alpha term, 2(p-1) of them per ring AllReduce), but the "

@@ -1,12 +1,12 @@
-"""The series' opening question (the welcome lesson), answered with evidence in the AllReduce lesson.
+"""The series' opening question (the welcome lesson), answered with evidence in the last lesson (the-answer).
 
     from rdmalab import lessons
     lessons.quiz()                                    # the question as a widget; the choice is saved
-    lessons.CHOICES[lessons.load_answers()["welcome"]]   # what was chosen, read back in the AllReduce lesson
+    lessons.CHOICES[lessons.load_answers()["welcome"]]   # what was chosen, read back in the last lesson
 
 Every choice is something RDMA really offers or is really sold on; only one of them is what makes
 AllReduce fast. WHY says, for each, what is true about it and why it is or is not THE answer;
-the AllReduce lesson's closing view (rdmalab.lessons.answer) adds the learner's own numbers to it.
+the last lesson's closing view (rdmalab.lessons.answer) adds the learner's own numbers to it.
 Answers are keyed by the lesson's slug (rdmalab.lessons.series); the first edition's "00" reads as "welcome".
 """
 import json
@@ -23,14 +23,14 @@ ANSWERS_FILE = os.path.join(LEARNER_DIR, "answers.json")
 
 
 def quiz(key="welcome"):
-    """The series' opening question as a widget; the choice is saved so the AllReduce lesson can recall it."""
+    """The series' opening question as a widget; the choice is saved so the last lesson can recall it."""
     choice = w.RadioButtons(options=CHOICES, value=None, layout=w.Layout(width="auto"))
     note = w.HTML()
 
     def saved(change):
         if change["new"] is not None:
             save_answer(key, CHOICES.index(change["new"]))
-            note.value = f"<i>Saved. Lesson {number('allreduce')} answers this with your own measurements.</i>"
+            note.value = f"<i>Saved. Lesson {number('the-answer')} answers this with your own measurements.</i>"
 
     choice.observe(saved, "value")
     return w.VBox([w.HTML(f"<b>{QUESTION}</b>"), choice, note])

@@ -24,6 +24,7 @@ LESSONS = [   # (slug, title), in the series' order: the index is the lesson's n
     ("scaling-out", "Scaling out"),
     ("on-the-wire", "On the wire"),
     ("when-it-breaks", "When it breaks"),
+    ("the-answer", "The answer"),
 ]
 FIRST_EDITION = {"00": "welcome", "01": "socket-path", "02": "memory-registration", "03": "queue-pairs",
                  "04": "one-sided", "05": "allreduce", "06": "scaling-out"}

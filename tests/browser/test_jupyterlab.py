@@ -1,15 +1,16 @@
-"""A real JupyterLab in a real browser: every lesson, 00 to 07, opened and run cell by cell, as `make lab`
+"""A real JupyterLab in a real browser: every lesson, 00 to 10, opened and run cell by cell, as `make lab`
 serves them.
 
 Starts JupyterLab through `make lab`'s launcher, rdmalab.lab (so a broken `make lab` fails here), on
 127.0.0.1 with a token, drives Debian's Chromium (/usr/bin/chromium, no browser download) through
 Playwright, runs copies of the lessons with QUICK = True, in order and with one learner's HOME (so that
-the AllReduce lesson finds what welcome, socket-path and one-sided kept): every cell runs without an
+the last lesson finds what welcome and the lessons that record kept): every cell runs without an
 error, lesson 00's question saves the answer clicked and its exercise's "Show solution" button shows the
 solution, 01-03 show their charts, 02, 03 and 05 the glass-box view of a QP pair, redrawn as their cells
-run, the one-sided lesson's dashboard renders its chart, the posting lesson's exercise reveals its solution, the AllReduce lesson (ipyparallel ranks) ends with the closing
-view of the learner's own figures, the scaling lesson with its charts and its explorer's widgets, the
-failures lesson with its table of failures and its exercise.
+run, the one-sided lesson's dashboard renders its chart, the posting lesson's exercise reveals its solution,
+the AllReduce lesson (ipyparallel ranks) shows its busbw table, the scaling lesson its charts and its
+explorer's widgets, the failures lesson its table of failures and its exercise, and the last lesson the
+learner's figures from every lesson, its exercise, and the closing view of them.
 Lessons are named by slug (rdmalab.lessons.series), so renumbering them changes nothing here.
 Screenshots go to .ci/artifacts/lesson-NN.png (RDMALAB_SCREENSHOT names the one-sided lesson's). Skips, saying
 why, where there is no Chromium; RDMALAB_BROWSER_TEST=1 (CI) makes that a failure.
@@ -197,7 +198,7 @@ def test_the_welcome_lesson_runs_and_its_question_saves_the_learners_answer(lab)
     with lesson_page(lab, name_of("welcome"), shot) as page:
         wait_until_every_cell_ran(page)
         page.get_by_text("kernel and CPU bypass", exact=False).first.click()
-        page.wait_for_selector(f"text=Saved. Lesson {series.number('allreduce')} answers this", timeout=30_000)
+        page.wait_for_selector(f"text=Saved. Lesson {series.number('the-answer')} answers this", timeout=30_000)
         # the exercise, left as its skeleton: "not yet", and its button reveals the reference solution
         page.get_by_text("no answer yet", exact=False).first.wait_for(timeout=30_000)
         page.locator(".widget-button", has_text="Show solution").first.click()
@@ -256,22 +257,18 @@ def test_the_posting_lesson_runs_and_its_exercise_reveals_its_solution(lab):
         page.screenshot(path=shot)
 
 
-def test_the_allreduce_lesson_runs_its_ranks_and_closes_with_the_learners_own_figures(lab):
-    """Runs after welcome, socket-path and one-sided (this file's order) in the same HOME: the closing view
-    finds their figures."""
+def test_the_allreduce_lesson_runs_its_ranks_and_shows_its_busbw_table(lab):
     shot = screenshot_path(name_of("allreduce"))
     with lesson_page(lab, name_of("allreduce"), shot) as page:
         wait_until_every_cell_ran(page, timeout_ms=600_000)
-        view = page.locator(".jp-RenderedHTMLCommon", has_text="your measurement").last
-        view.wait_for(timeout=30_000)
-        assert view.locator("table tr").count() >= 3, "the closing view's table holds the learner's figures"
-        assert view.locator("img").count() >= 1, "and its chart"
-        assert "In lesson 00 you chose" in view.inner_text(), "lesson 00's answer came back"
-        assert "has not recorded its figures" not in view.inner_text(), view.inner_text()[:500]
-        assert "stopped (SIGSTOP) target" in view.inner_text(), "the frozen target leads the evidence"
+        table = page.locator(".jp-RenderedHTMLCommon table", has_text="ring over TCP").last
+        table.wait_for(state="attached", timeout=30_000)
+        assert table.locator("tr").count() >= 3, "the busbw of both rings, the learner's and MPI's, by size"
+        assert page.locator(".jp-RenderedHTMLCommon", has_text="your measurement").count() == 0, \
+            "the closing view is the last lesson's, after the packets and the failures"
         assert shows_progress(page)
         assert not (bad := nothing_wraps(page)), "\n".join(bad)
-        view.locator("img").first.scroll_into_view_if_needed()
+        table.scroll_into_view_if_needed()
         page.screenshot(path=shot)
 
 
@@ -318,6 +315,36 @@ def test_the_failures_lesson_shows_each_failure_and_its_exercise_reveals_its_sol
         page.get_by_text('"A": "wrong address"', exact=False).first.wait_for(timeout=30_000)
         assert not (bad := nothing_wraps(page)), "\n".join(bad)
         table.scroll_into_view_if_needed()
+        page.screenshot(path=shot)
+
+
+def test_the_last_lesson_gathers_every_lessons_figures_and_closes_with_the_answer(lab):
+    """Runs after every other lesson (this file's order) in the same HOME: the figures of 01, 04, 06, 08 and 09
+    are all there, the exercise (left as its skeleton) says "not yet" and reveals its solution, and the closing
+    view of the learner's own figures follows, led by the frozen target, with what is by design beside it."""
+    shot = screenshot_path(name_of("the-answer"))
+    with lesson_page(lab, name_of("the-answer"), shot) as page:
+        wait_until_every_cell_ran(page)
+        figures = page.locator(".jp-RenderedHTMLCommon table", has_text="what you measured").first
+        figures.wait_for(state="attached", timeout=30_000)
+        text = " ".join(figures.text_content().split())
+        for name in ("stopped-target", "tcp-receiver", "ring-busbw", "first-packet", "access-refused"):
+            assert name in text, text[:800]   # one from each lesson that records: 04, 01, 06, 08, 09
+        assert page.get_by_text("has recorded nothing yet", exact=False).count() == 0
+        page.get_by_text("no answer yet", exact=False).first.wait_for(timeout=30_000)
+        page.locator(".widget-button", has_text="Show solution").first.click()
+        page.get_by_text('"stopped-target"', exact=False).first.wait_for(timeout=30_000)
+        view = page.locator(".jp-RenderedHTMLCommon", has_text="your measurement").last
+        view.wait_for(timeout=30_000)
+        said = view.inner_text()
+        assert view.locator("table tr").count() >= 3, "the closing view's table holds the learner's figures"
+        assert view.locator("img").count() >= 1, "and its chart"
+        assert "In lesson 00 you chose" in said, "lesson 00's answer came back"
+        assert "has not recorded its figures" not in said, said[:500]
+        assert "stopped (SIGSTOP) target" in said, "the frozen target leads the evidence"
+        assert "By design, not measured here" in said and "kept out of the verdict" in said
+        assert not (bad := nothing_wraps(page)), "\n".join(bad)
+        view.locator("img").first.scroll_into_view_if_needed()
         page.screenshot(path=shot)
 
 
