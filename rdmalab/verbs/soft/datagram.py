@@ -26,6 +26,7 @@ from . import requester, responder, shm
 from .addr import IPV4_MAPPED
 from .hardware import GIDS, active_mtu
 from .operations import UD_OPERATIONS, WITH_IMM
+from .psn import PSN_MODULUS
 from .constants import (IBV_QPS_ERR, IBV_QPS_RTR, IBV_QPS_RTS, IBV_QPT_UD, IBV_SEND_SOLICITED, IBV_WC_GRH,
                     IBV_WC_LOC_QP_OP_ERR, IBV_WC_RECV, IBV_WC_SUCCESS, IBV_WC_WITH_IMM)
 from .layout import Q_ALIVE, Q_PD, Q_QKEY, Q_RQ_CONSUMED, Q_RQ_POSTED, Q_STATE, Q_TYPE
@@ -49,7 +50,7 @@ class DatagramQueue(requester.UnansweredQueue):
             return requester.fail(self, wqe, payload)
         if len(payload) <= 128 << active_mtu():   # a longer one would take packets UD has not: lost
             self.deliver(wqe, payload)
-        self.psn = (self.psn + 1) % responder.PSN_MOD
+        self.psn = (self.psn + 1) % PSN_MODULUS
         return requester.complete(self, wqe, IBV_WC_SUCCESS, len(payload))
 
     def deliver(self, wqe, payload):

@@ -35,6 +35,7 @@ from .layout import (Q_ACCESS, Q_ALIVE, Q_EXPECTED_PSN, Q_MAX_DEST_RD_ATOMIC, Q_
                      Q_PATH_MTU, Q_RNR_WAITING, Q_RQ_MAX_SGE, Q_RQ_SIZE, Q_STATE, Q_TYPE, Q_NUM, Q_SRQ)
 from .operations import ATOMICS, SEND_OPS
 from .pd import PD
+from .psn import MASK24, packets, positions, psn_add
 from .pyverbs_error import PyverbsRDMAError, PyverbsUserError
 from .pyverbs_generation import returns
 from .srq import SRQ
@@ -367,7 +368,7 @@ class QP(Resource):
             if mask & bit:
                 value = getattr(a, field)
                 if field in TWENTY_FOUR_BITS:
-                    value &= 0xFFFFFF
+                    value &= MASK24
                 if where == "header":
                     self._words[name] = value
                 elif where == "send":
@@ -675,12 +676,11 @@ def walk(qp, wr):
                                                       f"is sent", False)], local
         stages.append(("requester checks", f"{len(wr._sges)} SGE(s), {length} bytes, each inside an MR of the "
                                            f"QP's PD", True))
-    count = responder.packets(length if wr.opcode != IBV_WR_RDMA_READ else 0, send.mtu)
+    count = packets(length if wr.opcode != IBV_WR_RDMA_READ else 0, send.mtu)
     kind = {IBV_WR_RDMA_WRITE: "RDMA_WRITE", IBV_WR_SEND: "SEND"}.get(wr.opcode)
     if kind:
-        names = ([f"{kind}_ONLY"] if count == 1 else
-                 [f"{kind}_FIRST"] + [f"{kind}_MIDDLE"] * (count - 2) + [f"{kind}_LAST"])
-        what = ", ".join(f"{n} (PSN {(send.psn + i) % responder.PSN_MOD:#x})" for i, n in enumerate(names[:4]))
+        names = [f"{kind}_{position}" for position in positions(count)]
+        what = ", ".join(f"{n} (PSN {psn_add(send.psn, i):#x})" for i, n in enumerate(names[:4]))
         what += f", ... {count} packets" if count > 4 else ""
         extra = " The first carries the RETH: remote address, rkey, length." if kind == "RDMA_WRITE" else ""
     else:
@@ -726,7 +726,7 @@ def walk(qp, wr):
                                     + ("writes the bytes" if wr.opcode == IBV_WR_RDMA_WRITE else "reads the bytes"),
                        True))
     answer = (f"{count} RDMA_READ_RESPONSE packet(s) carry the bytes back" if wr.opcode == IBV_WR_RDMA_READ
-              else f"an ACK for PSN {(send.psn + count - 1) % responder.PSN_MOD:#x}")
+              else f"an ACK for PSN {psn_add(send.psn, count - 1):#x}")
     if landing is not None:
         return stages + [("answer", f"{answer}, but they may not land in your SGE ({landing}): LOC_PROT_ERR",
                           False)], IBV_WC_LOC_PROT_ERR

@@ -51,7 +51,8 @@ from .layout import (C_ARMED, M_ADDR, M_LENGTH, M_PD, M_VALID, P_ANSWER, P_COUNT
 from .mr import REGISTERED
 from .operations import (ATOMICS, CARRIES_DATA, CONSUMES_RECEIVE, LOCAL_OPERATIONS, NEEDS_ACCESS, UC_OPERATIONS,
                          WC_OPCODE, WITH_IMM)
-from .responder import ACK, COMPLETION, NO_ANSWER, PSN_MOD, RNR_NAK, invalidate, packets, respond
+from .psn import PSN_MODULUS, ack_timeout, packets
+from .responder import ACK, COMPLETION, NO_ANSWER, RNR_NAK, invalidate, respond
 
 # a receive slot's R_NUM_SGE and first SGE (addr, length, lkey), in one read (the words between skipped)
 RECEIVE_SGE = struct.Struct(f"={R_NUM_SGE * 8}xQ{(R_SGES - R_NUM_SGE - 1) * 8}x3Q")
@@ -203,7 +204,7 @@ class SendQueue:
         """Complete a message the peer's NIC carried out for us (carry_parked), with the answer it got."""
         if answer != ACK:
             return fail(self, head.wqe, answer)   # a NAK: the responder is in ERR already
-        self.psn = (self.psn + self.header[P_COUNT]) % PSN_MOD
+        self.psn = (self.psn + self.header[P_COUNT]) % PSN_MODULUS
         return complete(self, head.wqe, IBV_WC_SUCCESS, self.header[P_LENGTH])
 
     def segment(self):
@@ -264,7 +265,7 @@ class UnansweredQueue(SendQueue):
                 respond(peer, wqe, payload, length, self.psn, count)   # (whatever it answers, nobody hears)
             except ValueError:   # the peer was a QP of this process, closed since
                 pass
-        self.psn = (self.psn + count) % PSN_MOD
+        self.psn = (self.psn + count) % PSN_MODULUS
         return complete(self, wqe, IBV_WC_SUCCESS, length)
 
 
@@ -344,7 +345,7 @@ class Shortcut:
                 return False
         except ValueError:   # a QP or MR of this process, closed since
             return False
-        sq.psn = peer[Q_EXPECTED_PSN] = (sq.psn + count) % PSN_MOD   # (the peer expected sq.psn: see above)
+        sq.psn = peer[Q_EXPECTED_PSN] = (sq.psn + count) % PSN_MODULUS   # (the peer expected sq.psn: see above)
         if wr.send_flags & IBV_SEND_SIGNALED or sq.sig_all:
             complete(sq, wr, IBV_WC_SUCCESS, length)
         return True
@@ -419,7 +420,7 @@ def attempt(sq, wqe, pending):
     except ValueError:   # the peer was a QP of this process, closed since: nobody answers now
         sq.connected_to, answer, data = None, NO_ANSWER, None
     if answer == ACK:
-        sq.psn = (sq.psn + count) % PSN_MOD
+        sq.psn = (sq.psn + count) % PSN_MODULUS
         if data is not None and not _scatter(sq, wqe, data):   # a READ's or atomic's answer, into our memory
             return fail(sq, wqe, IBV_WC_LOC_PROT_ERR)
         if wqe.send_flags & IBV_SEND_SIGNALED or sq.sig_all:
@@ -541,7 +542,7 @@ def _wait_for_receive(sq, wqe, pending, timer_ms):
 
 
 def _wait_for_ack(sq, wqe, pending):
-    """No answer: retransmit after the ACK timeout (4.096 us * 2**timeout; 0 = never), retry_cnt times;
+    """No answer: retransmit after the ACK timeout (psn.ack_timeout: 4.096 us * 2**timeout; 0 = never), retry_cnt times;
     once the last resend's timeout runs out too, SendQueue.progress fails it with RETRY_EXC_ERR (as rxe:
     retry_cnt 2 sends it 3 times, over 3 timeouts). As in rxe, retry_cnt 7 retries forever (the spec
     reserves that meaning for rnr_retry only)."""
@@ -549,7 +550,7 @@ def _wait_for_ack(sq, wqe, pending):
     if not first:
         counters.count("completer_retry_err")   # this was a resend, and it went unanswered too
     retries_left = sq.retry_cnt if first or sq.retry_cnt == 7 else pending.retries_left - 1
-    wait = float("inf") if sq.timeout == 0 else 4.096e-6 * (1 << sq.timeout)
+    wait = ack_timeout(sq.timeout)
     rnr_left = None if pending is None else pending.rnr_left
     return time.monotonic() + wait, rnr_left, retries_left, True
 

@@ -36,6 +36,7 @@ from .constants import (
     IBV_WR_RDMA_READ as READ, IBV_WR_RDMA_WRITE as WRITE, IBV_WR_RDMA_WRITE_WITH_IMM as WRITE_WITH_IMM,
     IBV_WR_SEND as SEND, IBV_WR_SEND_WITH_INV as SEND_WITH_INV)
 from .operations import ATOMICS, CONSUMES_RECEIVE, NEEDS_ACCESS
+from .psn import PSN_MODULUS
 from .layout import (M_ACCESS, M_MW_TYPE, M_ADDR, M_LENGTH, M_MR, M_PD, M_QP, M_VALID, Q_ACCESS, Q_ALIVE, Q_EXPECTED_PSN, Q_GENERATION,
                      Q_MAX_DEST_RD_ATOMIC, Q_MIN_RNR_TIMER, Q_PD, Q_RECV_CQ, Q_RQ_CONSUMED, Q_RQ_MAX_SGE, Q_RQ_POLLED, Q_RQ_POSTED,
                      Q_RQ_SIZE, Q_STATE, Q_TYPE, R_BYTE_LEN, R_FLAGS, R_IMM, R_NUM_SGE, R_OPCODE, R_SGES, R_SRC_QP,
@@ -45,7 +46,6 @@ ACK, NO_ANSWER, RNR_NAK = IBV_WC_SUCCESS, -1, -2   # besides NAKs, which carry t
 # A SEND_WITH_INV's receive: rxe passes the kernel's IB_WC_WITH_INVALIDATE (1 << 2) to user space as it is,
 # where libibverbs reads that bit as IBV_WC_IP_CSUM_OK (IBV_WC_WITH_INV is 1 << 3): soft0 reports what rxe does
 WITH_INVALIDATE = 1 << 2
-PSN_MOD = 1 << 24
 # min_rnr_timer encodings (IB spec table 45), in milliseconds
 RNR_TIMER_MS = [655.36, 0.01, 0.02, 0.03, 0.04, 0.06, 0.08, 0.12, 0.16, 0.24, 0.32, 0.48, 0.64, 0.96,
                 1.28, 1.92, 2.56, 3.84, 5.12, 7.68, 10.24, 15.36, 20.48, 30.72, 40.96, 61.44, 81.92,
@@ -89,12 +89,6 @@ def enter(header, state):
     header[Q_GENERATION] += 1
     if flushing:
         cqmod.announce(header[Q_RECV_CQ], solicited=True)
-
-
-def packets(length, mtu):
-    """Packets a message of `length` bytes takes at this path MTU (a zero-length one takes one):
-    both ends advance their PSN by this."""
-    return (length + mtu - 1) // mtu or 1
 
 
 # ---------------------------------------------------------------- finding the target's QP and memory
@@ -372,7 +366,7 @@ class ReceiveQueue:
 
 def respond(peer, wqe, payload, length, psn, count, mtu=None):
     """Carry out the request `wqe` (opcode, remote_addr, rkey, imm_data, send_flags, compare_add, swap)
-    at `peer`, arriving as `count` packets from sequence number `psn` on (packets(): the requester
+    at `peer`, arriving as `count` packets from sequence number `psn` on (psn.packets(): the requester
     segments it at its path MTU, `mtu` bytes; None: its packets are not checked against the responder's).
     `payload` holds the data of a WRITE or SEND (`length` bytes). Returns (answer, data): ACK with a READ's
     bytes or an atomic's old value (else None), NO_ANSWER, RNR_NAK with the timer in ms, or a NAK's status."""
@@ -381,10 +375,10 @@ def respond(peer, wqe, payload, length, psn, count, mtu=None):
     if (state != IBV_QPS_RTR and state != IBV_QPS_RTS) or not h[Q_ALIVE]:
         return NO_ANSWER, None   # a QP not ready to receive drops the packet
     if h[Q_EXPECTED_PSN] != psn:
-        behind = (h[Q_EXPECTED_PSN] - psn) % PSN_MOD
+        behind = (h[Q_EXPECTED_PSN] - psn) % PSN_MODULUS
         if h[Q_TYPE] == IBV_QPT_UC:
             h[Q_EXPECTED_PSN] = psn   # UC never retries: a new message is taken from whatever PSN it starts at
-        elif behind < PSN_MOD // 2:   # already taken: duplicates (rxe counts each such packet)
+        elif behind < PSN_MODULUS // 2:   # already taken: duplicates (rxe counts each such packet)
             counters.count("duplicate_request", min(behind, count))
             if behind < count:
                 # it began behind: its first packets are duplicates, and the one at the expected PSN is a
@@ -407,7 +401,7 @@ def respond(peer, wqe, payload, length, psn, count, mtu=None):
             return _into_receive(peer, h, wqe, payload, length, count)
     reach = 8 if opcode in ATOMICS else length
     if not reach:
-        h[Q_EXPECTED_PSN] = (psn + count) % PSN_MOD
+        h[Q_EXPECTED_PSN] = (psn + count) % PSN_MODULUS
         return ACK, (b"" if opcode == READ else None)   # a zero-length WRITE or READ names no memory: no key is checked
     seg = _attached_mrs.get(wqe._rkey) or mrmod.SEGMENTS.get(wqe._rkey) or mr_segment(wqe._rkey)
     offset = remote_region(seg, wqe._remote_addr, reach, h, need)
@@ -425,7 +419,7 @@ def respond(peer, wqe, payload, length, psn, count, mtu=None):
         return _refuse(h, IBV_WC_REM_INV_REQ_ERR)   # an atomic needs an aligned word
     else:
         data = atomic(seg, offset, opcode, wqe._compare_add, wqe._swap).to_bytes(8, "little")
-    h[Q_EXPECTED_PSN] = (psn + count) % PSN_MOD
+    h[Q_EXPECTED_PSN] = (psn + count) % PSN_MODULUS
     return ACK, data
 
 
@@ -499,7 +493,7 @@ def received(peer, wqe, consumed, length, count):
     wc_opcode, flags = receive_completion(opcode)
     peer.rq.complete(consumed, IBV_WC_SUCCESS, wc_opcode, length, wqe.imm_data if opcode != SEND else 0, flags)
     h = peer.header
-    h[Q_EXPECTED_PSN] = (h[Q_EXPECTED_PSN] + count) % PSN_MOD
+    h[Q_EXPECTED_PSN] = (h[Q_EXPECTED_PSN] + count) % PSN_MODULUS
     peer.announce(wqe.send_flags & IBV_SEND_SOLICITED)
 
 

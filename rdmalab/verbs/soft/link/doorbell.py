@@ -30,7 +30,8 @@ from ..constants import (IBV_QPS_ERR, IBV_QPS_RTS, IBV_SEND_INLINE, IBV_SEND_SOL
 from ..layout import Q_RECV_CQ, Q_RQ_POLLED, Q_RQ_POSTED, Q_STATE, Q_TYPE
 from ..pyverbs_error import PyverbsRDMAError
 from ..operations import ANSWERS_DATA, ATOMICS, LOCAL_OPERATIONS, NEEDS_ACCESS, UC_OPERATIONS, WITH_IMM
-from ..responder import PSN_MOD, enter, packets
+from ..psn import PSN_MODULUS, packets
+from ..responder import enter
 from rdmalab.proc import waiting
 from rdmalab.proc.procstat import pid_alive
 from . import address_of, host as this_host
@@ -269,7 +270,7 @@ class WireSendQueue:
         if not status:   # the PSNs the NIC will give it: query() reports the next one, as rxe does
             length = len(inline) if inline is not None else sum(sge[1] for sge in wr._sges)
             count = packets(8 if wr.opcode in ATOMICS else length, self.mtu)
-            self.psn = (self.psn + count) % PSN_MOD
+            self.psn = (self.psn + count) % PSN_MODULUS
         if self.nic.lost:
             return self.nic_lost([(wr.wr_id, status)])
         self.seq += 1

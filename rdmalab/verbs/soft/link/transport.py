@@ -42,12 +42,12 @@ from ..constants import (
     IBV_WR_SEND_WITH_INV as SEND_WITH_INV)
 from ..layout import Q_EXPECTED_PSN, Q_MIN_RNR_TIMER, Q_STATE
 from ..operations import ATOMICS, CARRIES_DATA, MESSAGE, OPERATIONS, WC_OPCODE, WITH_IMM
-from ..responder import ACK, NO_ANSWER, RNR_NAK, RNR_TIMER_MS, packets
+from ..psn import MASK24, POSITIONS, ack_timeout, packets, psn_add, psn_diff
+from ..responder import ACK, NO_ANSWER, RNR_NAK, RNR_TIMER_MS
 from ..wire import AETH, RETH, AtomicAckETH, AtomicETH, ImmDt, Op, Packet
 from ..wire.packet import encode_fast
 from ..wire.headers import (ACK as AETH_ACK, CREDITS_INVALID, IETH, NAK as AETH_NAK, NAK_INVALID_REQUEST, NAK_PSN_SEQUENCE_ERROR,
                             NAK_REMOTE_ACCESS_ERROR, NAK_REMOTE_OPERATIONAL_ERROR, RNR_NAK as AETH_RNR_NAK)
-from ..wire.segment import psn_add, psn_diff
 
 WINDOW = 128          # packets a requester may have unacknowledged
 ACK_EVERY = 32        # inside a long message, ask for an ACK this often (rxe: RXE_MAX_UNACKED_PSNS)
@@ -159,7 +159,7 @@ class Requester:
                 if not self.send_packet(nic, wqe, psn_diff(self.next, wqe.first)):
                     return
                 if self.deadline is None and self.timeout:
-                    self.deadline = now + 4.096e-6 * (1 << self.timeout)
+                    self.deadline = now + ack_timeout(self.timeout)
         return
 
     def send_packet(self, nic, wqe, index):
@@ -298,7 +298,7 @@ class Requester:
     def progress(self, now):
         """An answer moved things on: the retry count starts again, and so does the ACK timer."""
         self.retries_left = self.retry_cnt
-        self.deadline = now + 4.096e-6 * (1 << self.timeout) if self.timeout and self.outstanding() else None
+        self.deadline = now + ack_timeout(self.timeout) if self.timeout and self.outstanding() else None
 
     def outstanding(self):
         return any(not w.done and not w.status for w in self.wqes)
@@ -318,7 +318,7 @@ class Requester:
             psn = psn_add(wqe.first, wqe.got)
         self.next = psn
         self.since_ack_req = 0
-        self.deadline = now + 4.096e-6 * (1 << self.timeout) if self.timeout else None
+        self.deadline = now + ack_timeout(self.timeout) if self.timeout else None
 
     def rnr(self, psn, timer, now):
         wqe = self.find(psn)
@@ -423,9 +423,6 @@ class Request:
     def __init__(self, opcode, remote_addr=0, rkey=0, imm_data=0, send_flags=0, compare_add=0, swap=0):
         self.opcode, self._remote_addr, self._rkey, self.imm_data = opcode, remote_addr, rkey, imm_data
         self.send_flags, self._compare_add, self._swap = send_flags, compare_add, swap
-
-
-POSITIONS = ("FIRST", "MIDDLE", "LAST", "ONLY")   # of a packet in its message: 0, 1, 2, 3
 
 
 def _packet_opcodes(operation):
@@ -584,7 +581,7 @@ class Responder:
         answer, data = verbs_responder.respond(peer, request, None, length, pkt.psn, count)
         if answer != ACK:
             return self.answer(answer, pkt.psn, pkt.psn, True, h, nic)
-        self.msn = (self.msn + 1) & 0xFFFFFF
+        self.msn = (self.msn + 1) & MASK24
         data = bytes(data)
         self.replies.append((pkt.psn, count, pkt.opcode, data))
         self.send_reply(pkt.psn, count, pkt.opcode, data, 0, nic)
@@ -604,7 +601,7 @@ class Responder:
     def answer(self, answer, first, psn, ack_req, h, nic):
         """What soft0's responder answered, on the wire."""
         if answer == ACK:
-            self.msn = (self.msn + 1) & 0xFFFFFF
+            self.msn = (self.msn + 1) & MASK24
             if ack_req:
                 self.ack(nic, psn)
         elif answer == RNR_NAK:

@@ -7,7 +7,7 @@ Read it next to a Wireshark capture, top to bottom as Wireshark shows a packet:
     opcodes.py   which opcode carries which headers, named as Wireshark names them
     packet.py    a whole packet: encode from opcode + fields + payload, decode into a Packet
     icrc.py      the end-to-end CRC that closes every packet
-    segment.py   a message cut into packets at the path MTU; PSN arithmetic modulo 2**24
+    segment.py   a message cut into packets at the path MTU (its PSN arithmetic: ../psn.py)
     pcap.py      pcap files that tshark and Wireshark open
 
 Anything malformed raises WireError (a ValueError), never another exception.

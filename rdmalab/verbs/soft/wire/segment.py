@@ -10,23 +10,15 @@ the responses it asks for, since each READ response packet carries its own PSN.
     >>> packet_count(10240, 1024)
     10
 
-PSNs wrap at 2**24. Whether one PSN is "before" another is decided as rxe does (psn_compare in
-rxe_hdr.h): the difference, taken as a signed 24-bit number. So the half of the PSN space after a
-PSN is "ahead" of it, the half before it "behind": 10 is ahead of 2**24 - 5.
+PSNs wrap at 2**24; psn_add, psn_diff and psn_compare (which decides, as rxe does, whether one PSN
+is before another) are soft0's, in rdmalab/verbs/soft/psn.py, with the packets' count and positions.
 """
-from .headers import MASK24, WireError
+from ..psn import packets, positions, psn_add, psn_compare, psn_diff  # noqa: F401 (the codec's PSN arithmetic)
+from .headers import WireError
 from .opcodes import Op
 
 MTUS = (256, 512, 1024, 2048, 4096)   # the InfiniBand path MTUs (IBV_MTU_256 = 1 ... IBV_MTU_4096 = 5)
-PSN_MODULUS = 1 << 24
-
-# operation -> transport prefix -> (FIRST, MIDDLE, LAST, ONLY, LAST with imm/inv, ONLY with imm/inv)
-_KINDS = {
-    "SEND": ("SEND_FIRST", "SEND_MIDDLE", "SEND_LAST", "SEND_ONLY"),
-    "RDMA_WRITE": ("RDMA_WRITE_FIRST", "RDMA_WRITE_MIDDLE", "RDMA_WRITE_LAST", "RDMA_WRITE_ONLY"),
-    "RDMA_READ_RESPONSE": ("RDMA_READ_RESPONSE_FIRST", "RDMA_READ_RESPONSE_MIDDLE",
-                           "RDMA_READ_RESPONSE_LAST", "RDMA_READ_RESPONSE_ONLY"),
-}
+_KINDS = ("SEND", "RDMA_WRITE", "RDMA_READ_RESPONSE")   # the messages cut into packets
 
 
 def check_mtu(mtu):
@@ -40,7 +32,7 @@ def packet_count(length, mtu):
     check_mtu(mtu)
     if length < 0:
         raise WireError(f"a message cannot have {length} bytes")
-    return max(1, -(-length // mtu))
+    return packets(length, mtu)
 
 
 def segments(length, mtu):
@@ -59,26 +51,9 @@ def message_opcodes(kind, length, mtu, transport="RC", imm=False, inv=False):
         raise WireError(f"{kind} cannot carry {'both immediate data and invalidate' if imm and inv else 'that'}")
     if transport != "RC" and (kind == "RDMA_READ_RESPONSE" or inv):
         raise WireError(f"{transport} has no READs or SEND with invalidate: those are RC only")
-    first, middle, last, only = _KINDS[kind]
     n = packet_count(length, mtu)
     if transport == "UD" and (kind != "SEND" or n > 1):
         raise WireError(f"UD carries only SENDs of one packet: {length} bytes at MTU {mtu} is {n} packets")
-    suffix = "_WITH_IMMEDIATE" if imm else "_WITH_INVALIDATE" if inv else ""
-    names = [only + suffix] if n == 1 else [first] + [middle] * (n - 2) + [last + suffix]
-    return [Op[f"{transport}_{name}"] for name in names]
+    suffix = "_WITH_IMMEDIATE" if imm else "_WITH_INVALIDATE" if inv else ""   # (in the last packet only)
+    return [Op[f"{transport}_{kind}_{p}{suffix if p in ('LAST', 'ONLY') else ''}"] for p in positions(n)]
 
-
-def psn_add(psn, n):
-    return (psn + n) & MASK24
-
-
-def psn_diff(a, b):
-    """a - b as a signed 24-bit number: > 0 when a is ahead of b, < 0 when behind, in -2**23 .. 2**23-1."""
-    d = (a - b) & MASK24
-    return d - PSN_MODULUS if d & 0x800000 else d
-
-
-def psn_compare(a, b):
-    """-1, 0 or 1: is a behind, the same as, or ahead of b (rxe's psn_compare, reduced to its sign)."""
-    d = psn_diff(a, b)
-    return (d > 0) - (d < 0)
