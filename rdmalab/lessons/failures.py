@@ -355,23 +355,27 @@ def nccl_hints(status):
 
 
 def nccl_report(results, width=96):
-    """NCCL's WARN line for each failed completion in `results`, in both forms (NCCL_FORMS), then the hints
-    2.30.7 and later add, as text wrapped at `width` (NCCL writes each on one line, after its own prefix)."""
+    """NCCL's WARN line for each failed completion in `results` as most logs show it (up to 2.28.3), the first
+    one also as 2.29.2 and later print it, then the hints 2.30.7 and later add, once for each status: text
+    wrapped at `width` (NCCL writes each line whole, after its own prefix)."""
     ethernet = v.choose_route().link_layer != v.enums.IBV_LINK_LAYER_INFINIBAND
-    out = []
+    old, new = NCCL_FORMS
+    out, later, hinted = [f"{old}:"], [], set()
     for b in results:
-        out.append(f"{b.kind}:")
         if b.wc is None:
-            out.append("  no completion to report: " + ("refused before any packet, so NCCL fails while it connects"
-                                                        if b.refused else "a hang, and NCCL prints nothing"))
+            out.append(f"  {b.kind}: no completion to report: " + (
+                "refused before any packet, so NCCL fails while it connects" if b.refused else "a hang"))
             continue
-        for version, line in nccl_lines(b, ethernet=ethernet).items():
-            out.append(textwrap.fill(f"{version}: {line}", width, initial_indent="  ", subsequent_indent="      "))
-        hints = nccl_hints(b.status)
-        if hints:
-            out.append("  then, from 2.30.7, with NCCL_DEBUG=INFO and NET in NCCL_DEBUG_SUBSYS:")
-            out += [textwrap.fill(h, width, initial_indent="    ", subsequent_indent="      ") for h in hints]
-    return "\n".join(out)
+        lines = nccl_lines(b, ethernet=ethernet)
+        out.append(textwrap.fill(f"{b.kind}: {lines[old]}", width, initial_indent="  ", subsequent_indent="      "))
+        if not later:
+            later = [f"{new}, the same {b.kind}:",
+                     textwrap.fill(lines[new], width, initial_indent="  ", subsequent_indent="      ")]
+        if nccl_hints(b.status) and b.status not in hinted:
+            hinted.add(b.status)
+            later.append(f"from 2.30.7, with NCCL_DEBUG=INFO and NET in NCCL_DEBUG_SUBSYS, after status {b.status}:")
+            later += [textwrap.fill(h, width, initial_indent="  ", subsequent_indent="      ") for h in nccl_hints(b.status)]
+    return "\n".join(out + later)
 
 
 def show(broken):
