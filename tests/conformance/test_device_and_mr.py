@@ -1,4 +1,6 @@
 """Device, port, GID table and memory registration, as rxe reports them."""
+from errno import EINVAL, ENODATA
+
 import pytest
 
 from rdmalab import verbs as v
@@ -25,7 +27,7 @@ def test_port_is_active_with_a_usable_mtu(ctx):
 
 
 def test_port_two_does_not_exist(ctx):
-    assert rdma_error(lambda: ctx.query_port(2)) == 22
+    assert rdma_error(lambda: ctx.query_port(2)) == EINVAL
 
 
 def test_routable_gid_is_ipv4_mapped_roce_v2(ctx, gid_index):
@@ -47,11 +49,11 @@ def test_rkey_is_zero_without_remote_access_and_equals_lkey_with_it(pd):
 
 @pytest.mark.parametrize("access", [e.IBV_ACCESS_REMOTE_WRITE, e.IBV_ACCESS_REMOTE_ATOMIC])
 def test_remote_write_or_atomic_without_local_write_is_refused(pd, access):
-    assert rdma_error(lambda: v.mr.MR(pd, 4096, access)) == 22
+    assert rdma_error(lambda: v.mr.MR(pd, 4096, access)) == EINVAL
 
 
 def test_zero_length_registration_is_refused(pd):
-    assert rdma_error(lambda: v.mr.MR(pd, 0, e.IBV_ACCESS_LOCAL_WRITE)) == 22
+    assert rdma_error(lambda: v.mr.MR(pd, 0, e.IBV_ACCESS_LOCAL_WRITE)) == EINVAL
 
 
 def test_mr_write_read_round_trip_and_fresh_buffer_is_zero(pd):
@@ -69,7 +71,7 @@ def test_negative_read_offset_is_a_user_error(pd):
 
 @pytest.mark.parametrize("cqe", [0, 32768])
 def test_cq_size_outside_device_limits_is_refused(ctx, cqe):
-    assert rdma_error(lambda: v.cq.CQ(ctx, cqe)) == 22
+    assert rdma_error(lambda: v.cq.CQ(ctx, cqe)) == EINVAL
 
 
 def test_gid_table_extended_queries_and_device_ex_as_rxe_reports_them(ctx):
@@ -87,5 +89,5 @@ def test_gid_table_extended_queries_and_device_ex_as_rxe_reports_them(ctx):
     for entry in entries:
         assert entry.port_num == 1 and entry.gid_str() == str(ctx.query_gid(1, entry.gid_index))
         assert ctx.query_gid_ex(1, entry.gid_index).gid_str() == entry.gid_str()
-    assert rdma_error(lambda: ctx.query_gid_ex(1, len(entries))) == 61
+    assert rdma_error(lambda: ctx.query_gid_ex(1, len(entries))) == ENODATA
     assert rdma_error(lambda: ctx.query_gid_table(0)) == -22

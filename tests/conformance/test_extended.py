@@ -9,6 +9,7 @@ post_send().
 import ctypes
 import socket
 import time
+from errno import EINVAL, ENOENT, ENOSPC, EOPNOTSUPP
 
 import pytest
 
@@ -20,7 +21,6 @@ RC_OPS = (e.IBV_QP_EX_WITH_RDMA_WRITE | e.IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | e
           | e.IBV_QP_EX_WITH_SEND_WITH_IMM | e.IBV_QP_EX_WITH_RDMA_READ | e.IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP
           | e.IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD)
 STANDARD_WC_FLAGS = 127   # IBV_WC_STANDARD_FLAGS: byte_len, imm, qp_num, src_qp, slid, sl, dlid_path_bits
-ENOENT, ENOSPC, EINVAL, EOPNOTSUPP = 2, 28, 22, 95
 
 
 def qp_ex(ctx, pd, cq, ops=RC_OPS, qp_type=e.IBV_QPT_RC, cap=None, sq_sig_all=0):

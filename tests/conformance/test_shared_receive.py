@@ -1,13 +1,13 @@
 """Shared receive queues (issue 14): two QPs taking receives from one SRQ, RNR when it is empty, its
 limits and its limit event. Every expectation is what rxe0 (Linux 6.1) does, probed in the guest."""
 import time
+from errno import EINVAL, ENOMEM, EOPNOTSUPP
 
 import pytest
 
 from rdmalab import verbs as v
 from .conftest import ALL_ACCESS, RETRY_FOREVER, e, poll, rdma_error, recv_wr, send_wr, to_init, to_rtr, to_rts
 
-EINVAL, ENOMEM, EOPNOTSUPP = 22, 12, 95
 
 
 def make_srq(pd, max_wr=16, max_sge=1, srq_limit=0):

@@ -8,6 +8,7 @@ does, probed in the guest; some are not what the spec says:
   libibverbs reads as IP_CSUM_OK) and the invalidated key in imm_data.
 """
 import time
+from errno import EINVAL
 
 import pytest
 
@@ -265,14 +266,14 @@ def test_an_mr_with_a_window_bound_is_not_deregistered(pair):
     mr = v.mr.MR(p.pd, 4096, WINDOW_ACCESS)
     mw = v.mr.MW(p.pd, e.IBV_MW_TYPE_2)
     bind_type2(p, mw, mr=mr)
-    assert rdma_error(mr.close) == 22
+    assert rdma_error(mr.close) == EINVAL
     mw.close()
     assert rdma_error(mr.close) is None
 
 
 @pytest.mark.parametrize("mw_type", [0, 3])
 def test_only_types_1_and_2_exist(pd, mw_type):
-    assert rdma_error(lambda: v.mr.MW(pd, mw_type)) == 22
+    assert rdma_error(lambda: v.mr.MW(pd, mw_type)) == EINVAL
 
 
 @pytest.mark.parametrize("case", ["bound already", "window of another PD", "length 0", "outside the MR",

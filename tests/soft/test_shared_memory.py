@@ -5,6 +5,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+from errno import ENOMEM
 
 import pytest
 
@@ -112,7 +113,7 @@ def test_a_full_shared_memory_directory_is_enomem_at_registration_and_leaves_not
         monkeypatch.setattr(os, "posix_fallocate", full)
         with pytest.raises(v.pyverbs_error.PyverbsRDMAError) as caught:
             v.mr.MR(pd, 128 << 20, e.IBV_ACCESS_LOCAL_WRITE)
-        assert caught.value.error_code == 12
+        assert caught.value.error_code == ENOMEM
         assert "128 MiB do not fit in" in str(caught.value) and "--shm-size" in str(caught.value)
         assert set(shm.leftovers(os.getpid())) == before
 

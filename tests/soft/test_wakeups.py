@@ -2,6 +2,7 @@
 (a receive). A real NIC cannot wake a CPU polling memory: on a device rdmalab.proc.waiting naps instead."""
 import threading
 import time
+from errno import EINTR
 
 import pytest
 
@@ -110,6 +111,6 @@ def test_get_cq_event_ends_with_eintr_on_a_signal_even_when_waits_nap(loopback, 
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
-    assert raised.value.error_code == 4
+    assert raised.value.error_code == EINTR
     armed.close()
     channel.close()

@@ -14,6 +14,7 @@ import os
 import shutil
 import signal
 import time
+from errno import ENOMEM
 
 import pytest
 
@@ -177,7 +178,7 @@ def test_a_learner_who_fills_their_room_gets_enomem_and_the_others_go_on(room):
 
     filled, before, fine, after, freed = asyncio.run(scenario())
     assert filled["error"] is not None, "the hog never ran out of room"
-    assert filled["error"]["errno"] == 12, filled
+    assert filled["error"]["errno"] == ENOMEM, filled
     text = filled["error"]["text"]
     assert "do not fit in" in text and "register less" in text and "RDMALAB_SHM_DIR" in text, text
     assert 0 < filled["held_mib"] <= 256

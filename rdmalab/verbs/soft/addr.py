@@ -4,6 +4,8 @@ As in pyverbs, a GlobalRoute is given a GID object (GlobalRoute(dgid=GID("..."))
 is set as text, and an AHAttr copies the route it is given (when is_global): changing the GlobalRoute
 afterwards does not change the AHAttr, whose GRH fields are its own flat ones (ah_attr.dgid, ...).
 """
+from errno import EINVAL, ENODATA
+
 from .base import PyverbsObject, typed
 from .gid import GID, _gid_words
 from .pyverbs_error import PyverbsUserError
@@ -100,7 +102,6 @@ def ah_attr_lines(ah, indent, grh_indent=None, port_twice=False):
 from .base import Resource  # noqa: E402
 from .pyverbs_error import PyverbsRDMAError  # noqa: E402
 
-EINVAL, ENODATA = 22, 61
 IPV4_MAPPED = "0000:0000:0000:0000:0000:ffff:"   # how a GID holds an IPv4 address (RoCE v2)
 
 

@@ -6,6 +6,7 @@ after close() crashes real pyverbs (a NULL pointer); here it raises PyverbsUserE
 import enum
 import operator
 import weakref
+from errno import EOPNOTSUPP
 
 from .pyverbs_error import PyverbsRDMAError, PyverbsUserError  # noqa: F401 (pyverbs.base has both)
 
@@ -137,7 +138,6 @@ class Resource(Fixed):
 
 # ---------------------------------------------------------------- pyverbs.base's functions
 
-EOPNOTSUPP = 95
 
 
 def PyverbsRDMAErrno(msg):

@@ -15,6 +15,7 @@ to the CQ's completion channel, where get_cq_event() is waiting for it.
 import random
 import time
 from collections import deque
+from errno import EBADF, EINTR, EINVAL
 
 from rdmalab.proc.procstat import pid_alive
 
@@ -30,7 +31,6 @@ from . import pyverbs_generation
 from .pyverbs_generation import returned
 from .utils import field_lines, flags_to_str
 
-EINTR, EBADF, EINVAL = 4, 9, 22
 NOT_ARMED, NEXT_COMPLETION, SOLICITED_ONLY = 0, 1, 2
 
 LOCAL_SEGMENTS = {}   # segment name -> Segment of this process's CQs and channels

@@ -14,13 +14,14 @@ CqInitAttrEx's wc_flags can be read (rxe's provider leaves the others' readers N
 raises PyverbsUserError naming the flag). rxe reports the standard fields only: asking for a
 timestamp, VLAN, flow tag or tag-matching info is EOPNOTSUPP at creation.
 """
+from errno import ENOENT, EOPNOTSUPP
+
 from .cq import CQ, CqInitAttrEx
 from .constants import (IBV_CQ_INIT_ATTR_MASK_FLAGS as MASK_FLAGS, IBV_CQ_INIT_ATTR_MASK_PD as MASK_PD,
                     IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN as IGNORE_OVERRUN)
 from .libibverbs_enums import ibv_create_cq_wc_flags as FLAGS
 from .pyverbs_error import PyverbsRDMAError, PyverbsUserError
 
-ENOENT, EOPNOTSUPP = 2, 95
 SUPPORTED_WC_FLAGS = (FLAGS.IBV_WC_EX_WITH_BYTE_LEN | FLAGS.IBV_WC_EX_WITH_IMM | FLAGS.IBV_WC_EX_WITH_QP_NUM
                       | FLAGS.IBV_WC_EX_WITH_SRC_QP | FLAGS.IBV_WC_EX_WITH_SLID | FLAGS.IBV_WC_EX_WITH_SL
                       | FLAGS.IBV_WC_EX_WITH_DLID_PATH_BITS)   # rxe's RXE_SUP_WC_FLAGS

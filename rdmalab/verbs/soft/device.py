@@ -6,6 +6,7 @@ address and GID 1 an IPv4-mapped RoCE v2 address (the one that routes). Its limi
 import collections
 import os
 import weakref
+from errno import EINTR, EINVAL, ENODATA, ENOENT
 
 from . import shm
 from .gid import GID
@@ -17,7 +18,6 @@ from .hardware import (DEVICE_ATTR, DEVICE_NAME, GID_TABLE_LEN, GIDS, NODE_GUID,
                        SOFT_ROCE_PREFIX, active_mtu, device_names,
                        rxe_active_mtu)   # (pyverbs' device module; soft0's modules read hardware)
 
-EINTR, EINVAL, ENOENT, ENODATA = 4, 22, 2, 61
 
 
 class Device:

@@ -11,6 +11,7 @@ must be in the mask and those that may; anything else, or an illegal jump, raise
 with errno 22 and changes nothing.
 """
 import random
+from errno import EINVAL, ENODATA, ENOMEM, EPERM
 
 from . import datagram, requester, responder, shm
 from .addr import AHAttr, GlobalRoute, ah_attr_lines
@@ -43,7 +44,6 @@ from .utils import (access_flags_to_str, field_lines, flags_to_str, mig_state_to
                     qp_type_to_str)
 from .wr import RecvWR, SendWR, c_uint32, fill_from
 
-EPERM, EINVAL, ENOMEM, ENODATA, EOPNOTSUPP = 1, 22, 12, 61, 95
 
 # (current, next) -> (attributes that must be in the mask, attributes that may be)
 _TO_INIT_OPTIONAL = PKEY_INDEX | PORT | ACCESS_FLAGS

@@ -21,6 +21,7 @@ pointer; wr_start twice: a spinlock taken twice), soft0 raises PyverbsUserError 
 """
 import ctypes
 import socket
+from errno import EINVAL, ENOSPC
 
 from .constants import (
     IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD,
@@ -31,10 +32,9 @@ from .base import readonly
 from .layout import Q_STATE
 from .operations import ATOMICS, OPERATIONS
 from .pyverbs_error import PyverbsRDMAError, PyverbsUserError
-from .qp import EINVAL, ERR, QP, RTS
+from .qp import ERR, QP, RTS
 from .wr import SGE, SendWR
 
-ENOSPC = 28
 
 
 class DataBuffer:

@@ -15,6 +15,7 @@ than the limit posted; the limit is then 0 (disarmed) again.
 import errno
 import fcntl
 import random
+from errno import EINVAL, ENOMEM
 
 from . import shm
 from .base import Fixed, Record, Resource, not_supported, readonly, typed
@@ -28,7 +29,6 @@ from .pyverbs_error import PyverbsRDMAError, PyverbsUserError
 from .pyverbs_generation import returns
 from .wr import RecvWR, fill_from
 
-EINVAL, ENOMEM = 22, 12
 LOCAL = {}       # number -> Ring of this process's SRQs
 _attached = {}   # number -> Ring of another process's SRQ
 

@@ -572,10 +572,10 @@ def main(argv=None):
 
 
 def _explain(error, host):
-    if error.errno == 98:
+    if error.errno == errno.EADDRINUSE:
         return (f"UDP port {PORT} on {host} is taken (another user's soft0 NIC, or a Soft-RoCE device): "
                 f"choose another host address with RDMALAB_SOFT_HOST (any 127.0.0.x)")
-    if error.errno == 99:
+    if error.errno == errno.EADDRNOTAVAIL:
         return (f"{host} is not an address of this host (or network namespace): RDMALAB_SOFT_HOST takes an "
                 f"address the machine has, such as 127.0.0.2")
     return f"{error} (host {host})"
