@@ -1,6 +1,7 @@
 """rdmalab's errors, and what a failed verb or a bad completion most likely means.
 
-Real pyverbs reports errno numbers and completion status codes; these turn them into the next step.
+Real pyverbs reports errno numbers and completion status codes; these turn them into the next step, and
+name libibverbs' numbers (statuses, QP states, WR opcodes) for every module of the lab, soft0's too.
 Nothing here imports a provider, so it works even when choosing one fails.
 """
 import errno
@@ -19,12 +20,17 @@ class RequestError(RdmalabError, ValueError):
 class ProviderError(RdmalabError):
     """The provider asked for cannot run here; the message says what to do."""
 
-# every ibv_wc_status, as libibverbs numbers them
+# libibverbs' numbers named, without its prefix, the same on every provider (verbs.h): every ibv_wc_status
+# (IBV_WC_...), ibv_qp_state (IBV_QPS_...) and ibv_wr_opcode (IBV_WR_...)
 WC_STATUS_NAMES = dict(enumerate((
     "SUCCESS", "LOC_LEN_ERR", "LOC_QP_OP_ERR", "LOC_EEC_OP_ERR", "LOC_PROT_ERR", "WR_FLUSH_ERR", "MW_BIND_ERR",
     "BAD_RESP_ERR", "LOC_ACCESS_ERR", "REM_INV_REQ_ERR", "REM_ACCESS_ERR", "REM_OP_ERR", "RETRY_EXC_ERR",
     "RNR_RETRY_EXC_ERR", "LOC_RDD_VIOL_ERR", "REM_INV_RD_REQ_ERR", "REM_ABORT_ERR", "INV_EECN_ERR",
     "INV_EEC_STATE_ERR", "FATAL_ERR", "RESP_TIMEOUT_ERR", "GENERAL_ERR", "TM_ERR", "TM_RNDV_INCOMPLETE")))
+QP_STATE_NAMES = dict(enumerate(("RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR", "UNKNOWN")))
+WR_OPCODE_NAMES = {**dict(enumerate((
+    "RDMA_WRITE", "RDMA_WRITE_WITH_IMM", "SEND", "SEND_WITH_IMM", "RDMA_READ", "ATOMIC_CMP_AND_SWP",
+    "ATOMIC_FETCH_AND_ADD", "LOCAL_INV", "BIND_MW", "SEND_WITH_INV", "TSO", "DRIVER1"))), 14: "FLUSH", 15: "ATOMIC_WRITE"}
 
 STATUS_HINTS = {
     1: "a receive buffer is smaller than the message sent into it, or an SGE is longer than its MR",

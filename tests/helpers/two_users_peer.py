@@ -36,17 +36,13 @@ import traceback
 import numpy as np
 
 from rdmalab import verbs as v
+from rdmalab.errors import WC_STATUS_NAMES
 from rdmalab.verbs import rc
 from rdmalab.verbs.soft import shm
 
 e = v.enums
 SIZE = 1 << 16
 REMOTE = e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ | e.IBV_ACCESS_REMOTE_ATOMIC
-STATUS = {getattr(e, name): name[len("IBV_WC_"):] for name in (
-    "IBV_WC_SUCCESS", "IBV_WC_LOC_LEN_ERR", "IBV_WC_LOC_QP_OP_ERR", "IBV_WC_LOC_PROT_ERR",
-    "IBV_WC_WR_FLUSH_ERR", "IBV_WC_BAD_RESP_ERR", "IBV_WC_LOC_ACCESS_ERR", "IBV_WC_REM_INV_REQ_ERR",
-    "IBV_WC_REM_ACCESS_ERR", "IBV_WC_REM_OP_ERR", "IBV_WC_RETRY_EXC_ERR", "IBV_WC_RNR_RETRY_EXC_ERR",
-    "IBV_WC_FATAL_ERR", "IBV_WC_GENERAL_ERR")}
 OPS = {"WRITE": e.IBV_WR_RDMA_WRITE, "READ": e.IBV_WR_RDMA_READ, "FETCH_ADD": e.IBV_WR_ATOMIC_FETCH_AND_ADD,
        "SEND": e.IBV_WR_SEND}
 
@@ -114,7 +110,7 @@ class Peer:
             w.set_wr_rdma(rkey, addr)
         qp.post_send(w)
         try:
-            return STATUS.get(rc.wait_for_completion(cq, wait).status, "unknown")
+            return WC_STATUS_NAMES.get(rc.wait_for_completion(cq, wait).status, "unknown")
         except TimeoutError:
             return None
 

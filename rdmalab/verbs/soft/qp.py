@@ -13,6 +13,8 @@ with errno 22 and changes nothing.
 import random
 from errno import EINVAL, ENODATA, ENOMEM, EPERM
 
+from rdmalab.errors import QP_STATE_NAMES, WR_OPCODE_NAMES
+
 from . import datagram, requester, responder, shm
 from .addr import AHAttr, GlobalRoute, ah_attr_lines
 from .base import PyverbsObject, Record, Resource, not_supported, readonly, typed
@@ -31,7 +33,7 @@ from .constants import (
     IBV_ACCESS_ZERO_BASED, IBV_MW_TYPE_1, IBV_WR_BIND_MW,
     IBV_QP_INIT_ATTR_CREATE_FLAGS, IBV_QP_INIT_ATTR_PD,
     IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)
-from .libibverbs_enums import ibv_mig_state, ibv_mtu, ibv_qp_state, ibv_qp_type, ibv_wr_opcode
+from .libibverbs_enums import ibv_mig_state, ibv_mtu, ibv_qp_state, ibv_qp_type
 from .layout import (Q_ACCESS, Q_ALIVE, Q_EXPECTED_PSN, Q_MAX_DEST_RD_ATOMIC, Q_MIN_RNR_TIMER, Q_PD, Q_QKEY, Q_RECV_CQ,
                      Q_PATH_MTU, Q_RNR_WAITING, Q_RQ_MAX_SGE, Q_RQ_SIZE, Q_STATE, Q_TYPE, Q_NUM, Q_SRQ)
 from .operations import ATOMICS, SEND_OPS
@@ -605,8 +607,6 @@ returns(QPInitAttrEx, qp_type=ibv_qp_type)
 returns(QPAttr, qp_state=ibv_qp_state, cur_qp_state=ibv_qp_state, path_mtu=ibv_mtu, path_mig_state=ibv_mig_state)
 returns(QP, qp_state=ibv_qp_state, qp_type=ibv_qp_type)
 
-WR_NAMES = {op.value: op.name[len("IBV_WR_"):] for op in ibv_wr_opcode}
-STATE_NAME = {RESET: "RESET", INIT: "INIT", RTR: "RTR", RTS: "RTS", ERR: "ERR"}
 
 
 def look(qp):
@@ -620,7 +620,7 @@ def look(qp):
     waiting = []
     if hasattr(send, "outstanding"):   # the udp link: the NIC process has them
         waiting += [(wr_id, "", "with the NIC process") for _, wr_id, _ in list(send.outstanding)]
-        waiting += [(wr.wr_id, WR_NAMES.get(wr.opcode, "?"), "posted before RTS") for wr in list(send.held)]
+        waiting += [(wr.wr_id, WR_OPCODE_NAMES.get(wr.opcode, "?"), "posted before RTS") for wr in list(send.held)]
     else:
         before_rts = qp._words[Q_STATE] in (RESET, INIT, RTR)
         for n, p in enumerate(list(send.pending)):
@@ -628,7 +628,7 @@ def look(qp):
                      else "queued behind the WR before it" if n or not p.deadline
                      else f"waiting for an ACK ({p.retries_left} resends left)" if p.acking
                      else "waiting out an RNR NAK")
-            waiting.append((p.wqe.wr_id, WR_NAMES.get(p.wqe.opcode, "?"), stage))
+            waiting.append((p.wqe.wr_id, WR_OPCODE_NAMES.get(p.wqe.opcode, "?"), stage))
     return {"expected_psn": int(qp._words[Q_EXPECTED_PSN]), "sq_psn": send.psn, "send_slots": qp._cap.max_send_wr,
             "send_waiting": waiting, "recv_slots": rq.size, "recv_posted": rq.posted_ids(),
             "recv_completed": int(rq.waiting()),
@@ -650,12 +650,12 @@ def walk(qp, wr):
     from .layout import Q_MAX_DEST_RD_ATOMIC, Q_RQ_CONSUMED, Q_RQ_POSTED
     from .mr import REGISTERED
     from .operations import NEEDS_ACCESS
-    op, send, stages = WR_NAMES.get(wr.opcode, str(wr.opcode)), qp._send, []
+    op, send, stages = WR_OPCODE_NAMES.get(wr.opcode, str(wr.opcode)), qp._send, []
     if qp.qp_type != IBV_QPT_RC or wr.opcode not in (IBV_WR_RDMA_WRITE, IBV_WR_RDMA_READ, IBV_WR_SEND):
         raise ValueError("the step mode walks an RDMA WRITE, an RDMA READ or a SEND on an RC QP")
     state = qp._words[Q_STATE]
     if state != RTS:
-        return [("post_send", f"refused at once (errno 22): the QP is in {STATE_NAME.get(int(state), state)}, and a QP "
+        return [("post_send", f"refused at once (errno 22): the QP is in {QP_STATE_NAMES.get(int(state), state)}, and a QP "
                               f"posts sends only in RTS", False)], "EINVAL"
     stages.append(("post_send", f"the WR takes a slot of the send queue ({len(send.pending) + 1} of "
                                 f"{qp._cap.max_send_wr}); the NIC reads it (the doorbell)", True))
@@ -695,7 +695,7 @@ def walk(qp, wr):
                                        f"back; {retries}", False)], unanswered
     h = peer.header
     if h[Q_STATE] not in (RTR, RTS):
-        return stages + [("responder", f"QP {send.dest_qp_num:#x} is in {STATE_NAME.get(int(h[Q_STATE]), h[Q_STATE])}: it drops "
+        return stages + [("responder", f"QP {send.dest_qp_num:#x} is in {QP_STATE_NAMES.get(int(h[Q_STATE]), h[Q_STATE])}: it drops "
                                        f"the packets; {retries}", False)], unanswered
     if h[Q_EXPECTED_PSN] != send.psn:
         return stages + [("responder", f"QP {send.dest_qp_num:#x} expects PSN {int(h[Q_EXPECTED_PSN]):#x}, not "
