@@ -12,7 +12,8 @@ import platform
 import resource
 import subprocess
 
-from rdmalab import verbs
+from rdmalab import settings, verbs
+from rdmalab.verbs import emulated
 from rdmalab.verbs.provider import real_pyverbs_status
 from rdmalab.verbs.route import ipv4_of
 
@@ -121,15 +122,13 @@ def next_steps(report):
 
 def soft_link():
     """soft0's link: shared memory, or the udp link with its host, and the host NIC's port counters if it runs."""
-    from rdmalab.verbs.soft import link
     try:
-        name, host = link.name(), link.host()
+        name, host = settings.soft_link(), settings.soft_host()
     except ValueError as error:
         return {"link": None, "error": str(error)}
     if name != "udp":
         return {"link": name}
-    from rdmalab.verbs.soft.link.doorbell import nic_counters
-    return {"link": name, "host": host, "counters": nic_counters(host)}
+    return {"link": name, "host": host, "counters": emulated.nic_counters(host)}
 
 
 def collect():
@@ -139,10 +138,9 @@ def collect():
               "pyverbs": pyverbs_version(), "provider": verbs.PROVIDER, "reason": verbs.REASON,
               "real_rdma": real_pyverbs_status()[1] if verbs.PROVIDER == "soft" else verbs.REASON,
               "memlock": memlock()}
-    if verbs.PROVIDER == "soft":   # the emulated NIC's "host memory": how much it may register
-        from rdmalab.verbs.soft import shm   # (only for soft0: importing rdmalab must not load the emulator)
-        fs = os.statvfs(shm.directory())
-        report["soft_memory"] = {"directory": shm.directory(), "free_bytes": fs.f_bavail * fs.f_frsize}
+    soft_memory = emulated.memory()   # the emulated NIC's "host memory": how much it may register
+    if soft_memory is not None:
+        report["soft_memory"] = soft_memory
         report["soft_link"] = soft_link()
     report["devices"], report["device_error"] = describe_devices(verbs)
     try:

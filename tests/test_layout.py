@@ -1,6 +1,7 @@
 """The layout docs/architecture.md describes: no import circle in rdmalab/ (every import counted, those
-inside functions too) but the two re-exports that mirror pyverbs' modules, and no part of the lab loads
-the emulated NIC unless it uses it."""
+inside functions too) but the two re-exports that mirror pyverbs' modules, no part of the lab loads
+the emulated NIC unless it uses it, and none reaches it but through the provider switch or
+rdmalab.verbs.emulated."""
 import ast
 import os
 import subprocess
@@ -99,3 +100,44 @@ def test_importing_the_lessons_picks_no_provider():
     reads its link as it loads, so importing the lessons must not load it (nor choose a provider)."""
     loaded = loaded_by("import rdmalab.lessons, rdmalab.lessons.failures, rdmalab.lessons.nic_view")
     assert "rdmalab.verbs.soft.hardware" not in loaded and "'pyverbs" not in loaded, loaded
+
+
+# Who imports soft0 (rdmalab.verbs.soft) besides its own modules: the provider switch (provider.py, by name
+# through importlib), the one door for the rest of the lab (verbs.emulated), what runs a program's `import
+# pyverbs` on soft0 (run.py, rdmacore.py), and `rdmalab capture`, a command of soft0's udp link (through
+# emulated it would make a circle: capture stops its child through proc.children, which reaps through emulated).
+SOFT_IMPORTERS = {"rdmalab.verbs.emulated": None, "rdmalab.verbs.run": {"rdmalab.verbs.soft.pyverbs_generation"},
+                  "rdmalab.verbs.rdmacore": {"rdmalab.verbs.soft.device"}, "rdmalab.cli": {"rdmalab.verbs.soft.link.capture"}}
+# The lessons' imports of soft0 that issue 36 leaves to their rewrite: these may shrink, never grow.
+LESSONS_NOT_YET = {
+    "rdmalab.lessons.checks.on_the_wire": {"rdmalab.verbs.soft.wire"},
+    "rdmalab.lessons.explain": {"rdmalab.verbs.soft.layout", "rdmalab.verbs.soft.mr", "rdmalab.verbs.soft.operations",
+                                "rdmalab.verbs.soft.responder"},
+    "rdmalab.lessons.failures": {"rdmalab.verbs.soft.counters", "rdmalab.verbs.soft.hardware",
+                                 "rdmalab.verbs.soft.link.doorbell"},
+    "rdmalab.lessons.nic_view": {"rdmalab.verbs.soft.qp"},
+    "rdmalab.lessons.packets": {"rdmalab.verbs.soft.wire", "rdmalab.verbs.soft.wire.encap",
+                                "rdmalab.verbs.soft.wire.headers"},
+    "rdmalab.lessons.wire_demo": {"rdmalab.verbs.soft.link.doorbell"},
+}
+
+
+def test_only_the_provider_switch_and_verbs_emulated_import_soft0():
+    wrong = {}
+    for module, targets in imports(modules()).items():
+        if module == "rdmalab.verbs.soft" or module.startswith("rdmalab.verbs.soft."):
+            continue
+        soft = {t for t in targets if t == "rdmalab.verbs.soft" or t.startswith("rdmalab.verbs.soft.")}
+        allowed = SOFT_IMPORTERS.get(module, LESSONS_NOT_YET.get(module, set()))
+        if allowed is not None and soft - allowed:
+            wrong[module] = sorted(soft - allowed)
+    assert wrong == {}, f"import these through rdmalab.verbs.emulated: {wrong}"
+
+
+def test_importing_rc_bench_allreduce_or_their_plumbing_chooses_no_provider():
+    """rdmalab.verbs.rc reads the provider's modules when called, so that these import it at their top."""
+    loaded = loaded_by("import rdmalab.verbs.rc, rdmalab.bench, rdmalab.bench.sides, rdmalab.allreduce, "
+                       "rdmalab.allreduce.cluster, rdmalab.allreduce.transports, rdmalab.allreduce.ranks, "
+                       "rdmalab.doctor, rdmalab.cli, rdmalab.proc.children, rdmalab.proc.watchdog, "
+                       "rdmalab.verbs.emulated, rdmalab.verbs.provider as p; assert not p._chosen, p._chosen")
+    assert "rdmalab.verbs.soft" not in loaded and "'pyverbs" not in loaded, loaded

@@ -34,6 +34,7 @@ from rdmalab.allreduce.transports import TRANSPORTS
 from rdmalab.proc import children, waiting, watchdog
 from rdmalab.proc.cpus import usable_cpus
 from rdmalab.proc.procstat import pid_alive
+from rdmalab.verbs import emulated
 from rdmalab.errors import RdmalabError, RequestError
 
 ENGINE_ENV = {"OPENBLAS_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
@@ -108,11 +109,10 @@ class Cluster:
             self.view = self.client[:]
             self.view.block = True
             self.view.apply_sync(engine.set_env, env)
-            from rdmalab.verbs.soft import link
-            if self.launcher == "local" and link.name() == "udp":
-                # on soft0's wire link each local rank is a host of its own, with a NIC of its own, as a node is
-                for i, host in enumerate(link.hosts_from(link.host(), self.ranks)):
-                    self.client[i].apply_sync(engine.set_env, {"RDMALAB_SOFT_HOST": host})
+            # on soft0's wire link each local rank is a host of its own, with a NIC of its own, as a node is
+            hosts = emulated.rank_hosts(self.ranks) if self.launcher == "local" else None   # (None: soft0's shm link)
+            for i, host in enumerate(hosts or ()):
+                self.client[i].apply_sync(engine.set_env, {"RDMALAB_SOFT_HOST": host})
             self.pids = self.view.apply_sync(os.getpid)
             self.hosts = self.view.apply_sync(socket.gethostname)
             self.view.scatter("rank", list(range(self.ranks)), flatten=True)
@@ -148,8 +148,7 @@ class Cluster:
             # whatever survived the stop: a stuck engine, a controller's scheduler still shutting down
             killed = watchdog.kill(self._ipp.cluster_id)
             if self.launcher == "local":   # the shared memory of a rank that was killed
-                from rdmalab.verbs.soft import shm   # (a cluster on a real NIC never loads the emulator)
-                shm.reap_when_gone(self.pids + killed, timeout=5)
+                emulated.reap_when_gone(self.pids + killed, timeout=5)
             if self._watchdog is not None:   # closed properly: it may go
                 children.stop(self._watchdog)
             self._ipp = self.client = self.view = self._watchdog = None

@@ -23,6 +23,8 @@ import numpy as np
 from rdmalab import settings, sockets
 from rdmalab.errors import RdmalabError
 from rdmalab.proc import waiting
+from rdmalab import verbs as v
+from rdmalab.verbs import rc
 
 TRANSPORTS = ("rdma", "tcp")   # RdmaTransport, TcpTransport
 REGIONS = ("data", "stage")
@@ -53,8 +55,6 @@ class RdmaTransport:
     SIGNAL_EVERY = 16     # one flag in this many is signaled
 
     def __init__(self, rank, size, region_bytes):
-        from rdmalab import verbs as v
-        from rdmalab.verbs import rc
         self.v, self.rank, self.size = v, rank, size
         peers = [peer for peer in range(size) if peer != rank]
         # one QP per peer, all on one CQ; MRs (local and remote write): the regions, the flags, and the

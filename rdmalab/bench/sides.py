@@ -9,6 +9,8 @@ from rdmalab import sockets
 from rdmalab.errors import check
 from rdmalab.bench.catalogue import CQ_MOD, TESTS, TX_DEPTH
 from rdmalab.proc import procstat, waiting
+from rdmalab import verbs as v
+from rdmalab.verbs import emulated, rc
 
 SIGNAL_EVERY = 64      # latency loops: one signaled WR in 64 keeps the send queue drained
 RECEIVE_DEPTH = 128    # receives kept posted in send_lat
@@ -82,8 +84,6 @@ class RdmaSide:
     """Both roles of the RDMA tests. The MR holds an outbox (first half) and an inbox (second half)."""
 
     def __init__(self, role, test, max_size, host, events=False):
-        from rdmalab import verbs as v
-        from rdmalab.verbs import rc
         self.v, self.rc, self.role, self.test = v, rc, role, test
         e = v.enums
         self.half = max(max_size, 64)
@@ -99,15 +99,8 @@ class RdmaSide:
         self.counter = 0                                # the value the next ping-pong message carries
         self.receives_posted, self.recv_wr = False, None
 
-    def endpoint(self):
-        return {**self.local, "provider": self.v.PROVIDER, "device": self.route.device, "link": self._link()}
-
-    def _link(self):
-        """soft0's link ('shm' or 'udp'), None on a real device."""
-        if self.v.PROVIDER != "soft":
-            return None
-        from rdmalab.verbs.soft import link
-        return link.name()
+    def endpoint(self):   # link: soft0's ('shm' or 'udp'), None on a real device
+        return {**self.local, "provider": self.v.PROVIDER, "device": self.route.device, "link": emulated.link()}
 
     def connect(self, peer):
         self.peer = peer

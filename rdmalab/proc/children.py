@@ -67,8 +67,8 @@ def end(proc, patience=5):
 
 def _reap_segments():
     """Remove the soft0 segments of processes that are gone (a helper killed before it could close)."""
-    from rdmalab.verbs.soft import shm   # (here, not above: helpers need not use soft0, and it need not load)
-    shm.reap_orphans()
+    from rdmalab.verbs import emulated   # (here, not above: helpers need not use soft0, and it need not load)
+    emulated.reap_orphans()
 
 
 def end_with_parent():

@@ -88,9 +88,9 @@ def main(args):
     cluster_id, = args
     if sys.stdin.readline():
         return 0
-    from rdmalab.verbs.soft import shm
+    from rdmalab.verbs import emulated   # (soft0's segments: the one import of verbs, here and in children)
     # half a second of quiet: a process the owner was starting when it died may take that to appear
-    shm.reap_when_gone(kill(cluster_id, settle=0.5))
+    emulated.reap_when_gone(kill(cluster_id, settle=0.5))
     return 0
 
 

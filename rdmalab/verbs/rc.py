@@ -4,13 +4,14 @@ Each side publishes its endpoint, `(qp_num, psn, gid, lid)` plus whatever memory
 `(rkey, addr)`, over any side channel; then connect() walks its QP RESET -> INIT -> RTR -> RTS
 with ibv_rc_pingpong's values (below) on the route rdmalab.verbs.route_of() picks: the first active
 port, its routable GID, its active MTU. Resources opens and closes everything one side needs.
+Importing it chooses no provider: each function reads the provider's modules (verbs.enums, verbs.addr, ...)
+when it is called.
 """
 import random
 
 from rdmalab import verbs
 from rdmalab.proc import waiting
-from rdmalab.verbs import addr, route_of
-from rdmalab.verbs import enums as e
+from rdmalab.verbs.route import route_of
 
 # The connection's constants: ibv_rc_pingpong's values (rdma-core's tests/base.py uses them too).
 MIN_RNR_TIMER = 12      # RTR: a SEND that finds no receive posted is told to come back in 0.64 ms
@@ -37,22 +38,23 @@ def endpoint(ctx, qp, mr=None, psn=None):
 def address_vector(route, remote):
     """How to reach the peer: on RoCE (an Ethernet port) by its GID, in a routed header (is_global=1); on an
     InfiniBand subnet by its LID (the subnet manager assigns it). NCCL chooses the same way."""
-    if route.link_layer == e.IBV_LINK_LAYER_INFINIBAND:
+    addr = verbs.addr
+    if route.link_layer == verbs.enums.IBV_LINK_LAYER_INFINIBAND:
         return addr.AHAttr(port_num=route.port, is_global=0, dlid=remote.get("lid", 0))
     return addr.AHAttr(port_num=route.port, is_global=1, gr=addr.GlobalRoute(
         dgid=addr.GID(remote["gid"]), sgid_index=route.gid_index, hop_limit=HOP_LIMIT))
 
 
-def connect(ctx, qp, local, remote, access=e.IBV_ACCESS_REMOTE_WRITE, rnr_retry=RNR_RETRY, retry_cnt=RETRY_CNT,
-            path_mtu=None):
+def connect(ctx, qp, local, remote, access=None, rnr_retry=RNR_RETRY, retry_cnt=RETRY_CNT, path_mtu=None):
     """Bring `qp` to RTS, connected to `remote` (its endpoint dict); `local` is this QP's own endpoint.
+    access: what the peer may do through `qp` (default IBV_ACCESS_REMOTE_WRITE);
     rnr_retry: how often a SEND that finds no posted receive is retried (7: forever, 0: fail at once);
     retry_cnt: how often a request nobody acknowledges is resent before RETRY_EXC_ERR;
     path_mtu: the largest packet payload (an IBV_MTU_* value; default the port's active MTU: both sides
     must use the same)."""
     route = route_of(ctx, "this device")
     a = verbs.qp.QPAttr(port_num=route.port, path_mtu=route.path_mtu if path_mtu is None else path_mtu)
-    a.pkey_index, a.qp_access_flags = 0, access
+    a.pkey_index, a.qp_access_flags = 0, verbs.enums.IBV_ACCESS_REMOTE_WRITE if access is None else access
     a.ah_attr = address_vector(route, remote)
     a.dest_qp_num, a.rq_psn, a.max_dest_rd_atomic = remote["qp_num"], remote["psn"], MAX_DEST_RD_ATOMIC
     a.min_rnr_timer = MIN_RNR_TIMER
@@ -85,6 +87,7 @@ class Resources:
 
     def __init__(self, mr_sizes=(4096,), access=None, qps=1, max_send_wr=16, max_recv_wr=16, cq_depth=64,
                  two_cqs=False, events=False, sq_sig_all=1, ctx=None, pd=None, max_inline_data=0):
+        e = verbs.enums
         self.own_ctx, self.own_pd = ctx is None, pd is None
         self.access = (e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE) if access is None else access
         self.route = self.ctx = self.pd = self.channel = self.cq = self.send_cq = self.recv_cq = None

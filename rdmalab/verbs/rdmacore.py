@@ -274,8 +274,8 @@ def run_unittest(argv, install_soft):
             signal.alarm(0)
             signal.signal(signal.SIGALRM, previous)
         if options.provider == "soft":   # the tests' processes end in os._exit (multiprocessing) or are
-            from rdmalab.verbs.soft import shm   # killed: what they held is reaped now, not at the next start
-            shm.reap_orphans()
+            from rdmalab.verbs import emulated   # killed: what they held is reaped now, not at the next start
+            emulated.reap_orphans()
     for test, reason in result.errors:   # setUpClass/module fixtures fail outside any test
         if test.id() not in result.results:
             result.results[test.id()] = {"outcome": "error", "reason": reason.strip().splitlines()[-1], "seconds": 0}
