@@ -15,7 +15,13 @@ ranks it starts, which inherit them.
                                          the program's first import of an enum module decides
     device()        RDMALAB_DEVICE       the RDMA device to use (unset: the first with an active port); on
                                          soft0 a Soft-RoCE name (rxe0, ...) is one soft0 answers to as well
-The others (RDMALAB_SPIN_US, RDMALAB_ENGINE_TIMEOUT, ...) are read with number() where they are used.
+    provider()      RDMALAB_PROVIDER     auto, soft or pyverbs, as set: rdmalab.verbs.provider checks it, as it
+                                         checks a command's --provider (a ProviderError names the choices)
+    shm_dir()       RDMALAB_SHM_DIR      where soft0 keeps registered memory (unset: soft.shm.directory() chooses)
+    soft_capture()  RDMALAB_SOFT_CAPTURE the pcap file soft0's udp NICs write (a file per host; set by `rdmalab
+                                         capture`), and soft_seed() RDMALAB_SOFT_SEED, their faults' seed
+The others (RDMALAB_SPIN_US, RDMALAB_ENGINE_TIMEOUT, RDMALAB_SOFT_LOSS, ...) are read with number() where they
+are used; the lessons' two (RDMALAB_LEARNER_DIR, RDMALAB_CLASS_DIR) in rdmalab.lessons.evidence and classroom.
 """
 import ipaddress
 import math
@@ -89,3 +95,25 @@ def device():
         raise SystemExit(f"rdmalab: RDMALAB_DEVICE={text!r} is not an RDMA device's name (e.g. mlx5_0, rxe0, soft0): "
                          f"set one, or unset it to use the first device with an active port")
     return text or None
+
+
+def provider():
+    return os.environ.get("RDMALAB_PROVIDER", "")
+
+
+def shm_dir():
+    chosen = os.environ.get("RDMALAB_SHM_DIR")
+    if chosen and not (os.path.isdir(chosen) and os.access(chosen, os.W_OK | os.X_OK)):
+        raise SystemExit(f"rdmalab: RDMALAB_SHM_DIR={chosen!r} is not a directory this user can write, "
+                         f"where the emulated NIC would keep registered memory: create it (the same for "
+                         f"every process of the lab), or unset it for /dev/shm")
+    return chosen or None
+
+
+def soft_capture(environ=os.environ):
+    """A NIC process reads the settings of the program that started it (`environ`)."""
+    return environ.get("RDMALAB_SOFT_CAPTURE") or None
+
+
+def soft_seed(environ=os.environ):
+    return environ.get("RDMALAB_SOFT_SEED", "0")

@@ -1,7 +1,7 @@
 """Which provider this machine can run, chosen once, on first use (rdmalab.verbs' lazy attributes)."""
 import importlib
-import os
 
+from rdmalab import settings
 from rdmalab.errors import ProviderError
 
 MODULES = ("device", "pd", "mr", "cq", "qp", "wr", "addr", "srq", "pyverbs_error")
@@ -37,7 +37,7 @@ def real_pyverbs_status():
 
 def select(choice=None):
     """Returns (provider, reason) for RDMALAB_PROVIDER (or `choice`)."""
-    choice = (choice or os.environ.get("RDMALAB_PROVIDER") or "auto").strip().lower()
+    choice = (choice or settings.provider() or "auto").strip().lower()
     if choice not in CHOICES:
         raise ProviderError(f"RDMALAB_PROVIDER={choice!r} is not one of {', '.join(CHOICES)}")
     if choice == "soft":

@@ -25,6 +25,7 @@ import weakref
 
 import numpy as np
 
+from rdmalab import settings
 from rdmalab.proc import waiting
 from rdmalab.proc.procstat import pid_alive
 from .layout import W_BELL, W_MAGIC, W_OWNER_PID, W_SLEEPERS
@@ -43,12 +44,8 @@ def directory():
     """Where segments live: RDMALAB_SHM_DIR if set, else /dev/shm when it is writable and holds at least
     ENOUGH_SHM, else the temp directory. Every process on the host must choose the same: the choice
     depends on the size of /dev/shm, never on what is free in it."""
-    chosen = os.environ.get("RDMALAB_SHM_DIR")
+    chosen = settings.shm_dir()
     if chosen:
-        if not (os.path.isdir(chosen) and os.access(chosen, os.W_OK | os.X_OK)):
-            raise SystemExit(f"rdmalab: RDMALAB_SHM_DIR={chosen!r} is not a directory this user can write, "
-                             f"where the emulated NIC would keep registered memory: create it (the same for "
-                             f"every process of the lab), or unset it for /dev/shm")
         return chosen
     if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
         fs = os.statvfs("/dev/shm")

@@ -84,7 +84,7 @@ class Faults:
         self.loss = _rate(environ, "RDMALAB_SOFT_LOSS")
         self.dup = _rate(environ, "RDMALAB_SOFT_DUP")
         self.reorder = _rate(environ, "RDMALAB_SOFT_REORDER")
-        self.rng = random.Random(environ.get("RDMALAB_SOFT_SEED", "0"))
+        self.rng = random.Random(settings.soft_seed(environ))
         self.held = None   # a packet kept back, to go out after the next one
 
     def any(self):
@@ -217,7 +217,7 @@ class NIC:
         self.outgoing = []   # (datagram, destination address) put on the wire in this pass of the loop
         self.doorbell.setblocking(False)
         self.udp.setblocking(False)
-        capture = environ.get("RDMALAB_SOFT_CAPTURE")
+        capture = settings.soft_capture(environ)
         self.pcap = PcapWriter(capture_path(capture, host)) if capture else None
 
     def count(self, name, n=1):
