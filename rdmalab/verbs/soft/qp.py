@@ -36,7 +36,7 @@ from .constants import (
 from .libibverbs_enums import ibv_mig_state, ibv_mtu, ibv_qp_state, ibv_qp_type
 from .layout import (Q_ACCESS, Q_ALIVE, Q_EXPECTED_PSN, Q_MAX_DEST_RD_ATOMIC, Q_MIN_RNR_TIMER, Q_PD, Q_QKEY, Q_RECV_CQ,
                      Q_PATH_MTU, Q_RNR_WAITING, Q_RQ_MAX_SGE, Q_RQ_SIZE, Q_STATE, Q_TYPE, Q_NUM, Q_SRQ)
-from .operations import ATOMICS, SEND_OPS
+from .operations import ATOMICS, CARRIES_DATA, MESSAGE, SEND_OPS
 from .pd import PD
 from .psn import MASK24, packets, positions, psn_add
 from .pyverbs_error import PyverbsRDMAError, PyverbsUserError
@@ -677,7 +677,7 @@ def walk(qp, wr):
         stages.append(("requester checks", f"{len(wr._sges)} SGE(s), {length} bytes, each inside an MR of the "
                                            f"QP's PD", True))
     count = packets(length if wr.opcode != IBV_WR_RDMA_READ else 0, send.mtu)
-    kind = {IBV_WR_RDMA_WRITE: "RDMA_WRITE", IBV_WR_SEND: "SEND"}.get(wr.opcode)
+    kind = MESSAGE[wr.opcode] if wr.opcode in CARRIES_DATA else None   # RDMA_WRITE or SEND: data in packets
     if kind:
         names = [f"{kind}_{position}" for position in positions(count)]
         what = ", ".join(f"{n} (PSN {psn_add(send.psn, i):#x})" for i, n in enumerate(names[:4]))
