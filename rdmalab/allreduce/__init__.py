@@ -10,8 +10,8 @@ transports (put/signal/wait over RDMA or TCP), cluster (the host side: Cluster s
 ipyparallel engines and gathers their results), ranks (what runs inside each engine), report
 (nccl-tests' columns, MPI_Allreduce beside them), mpi (run under mpiexec), model (alpha-beta-gamma).
 
-The rule of the package: rdmalab.allreduce imports rdmalab.verbs, rdmalab.proc, rdmalab.sockets and
-rdmalab.errors only, never rdmalab.bench or rdmalab.lessons (docs/architecture.md). Inside it imports go
+The rule of the package: rdmalab.allreduce imports rdmalab.verbs, rdmalab.proc, rdmalab.sockets,
+rdmalab.errors and rdmalab.settings only, never rdmalab.bench or rdmalab.lessons (docs/architecture.md). Inside it imports go
 one way: report -> cluster -> ranks -> algorithms, transports; nothing imports back. A request is
 validated once, by the entry point the caller used (run, measure, Cluster.allreduce, Cluster.check,
 Communicator.allreduce), before it reaches any rank.

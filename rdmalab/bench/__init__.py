@@ -18,6 +18,9 @@ Tests (perftest's names, plus the TCP baseline from rdmalab.sockets):
     tcp_lat    TCP ping-pong, half round trip             tcp_bw    TCP stream
     tcp_rr     TCP request/response (8 B asks, the server answers from its memory), full round trip:
                read_lat's work, done through the server's CPU
+
+The rule of the package: rdmalab.bench imports rdmalab.verbs, rdmalab.proc, rdmalab.sockets and
+rdmalab.errors only, never rdmalab.allreduce or rdmalab.lessons (docs/architecture.md).
 """
 from rdmalab.bench import stats
 from rdmalab.bench.catalogue import (  # noqa: F401

@@ -1,2 +1,3 @@
 """Process plumbing every part of the lab uses: helper processes, cluster watchdogs, what a process
-spent (/proc), how it waits, and how many CPUs it may use. It imports nothing else of rdmalab."""
+spent (/proc), how it waits, and how many CPUs it may use. It imports rdmalab.errors and rdmalab.settings
+only, but for reaping soft0's shared memory after a helper or a cluster dies (rdmalab.verbs.emulated)."""

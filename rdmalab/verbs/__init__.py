@@ -7,9 +7,10 @@ device: an HCA or Soft-RoCE), or `auto` (the default): pyverbs when it imports a
 active port exists, else soft. `PROVIDER` says which was taken and `REASON` why.
 
 Importing this package probes nothing: the provider is chosen the first time one of its modules (or
-PROVIDER, REASON) is used. The rule of the package: rdmalab.verbs imports rdmalab.errors and
-rdmalab.proc only; everything else of the lab reaches a NIC through it. route.py picks the port, GID
-and MTU that work; rc.py connects RC queue pairs; run.py runs an unmodified pyverbs program on soft0.
+PROVIDER, REASON) is used. The rule of the package: rdmalab.verbs imports rdmalab.errors, rdmalab.proc
+and rdmalab.settings only; everything else of the lab reaches a NIC through it, and soft0's own state
+through emulated.py (nothing else outside soft/ imports it but the provider switch). route.py picks the
+port, GID and MTU that work; rc.py connects RC queue pairs; run.py runs an unmodified pyverbs program on soft0.
 """
 from rdmalab.errors import ProviderError
 from rdmalab.verbs.provider import CHOICES, ENUM_MODULES, MODULES, PROVIDED, chosen, select  # noqa: F401

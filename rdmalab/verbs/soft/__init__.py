@@ -12,5 +12,8 @@ That is its default link; on its udp link (RDMALAB_SOFT_LINK=udp, docs/wire.md) 
 host carries every request as RoCEv2 packets, with loss and retransmission.
 Checks, completion statuses, errno values and QP states follow real Soft-RoCE (rxe), which the
 conformance suite (tests/conformance) checks on both.
+
+The rule of the package: it imports rdmalab.errors, rdmalab.proc and rdmalab.settings only, and the rest of
+the lab reaches it through rdmalab.verbs (its provider switch, and emulated.py for what only soft0 tells).
 """
 __version__ = "rdmalab-soft"
