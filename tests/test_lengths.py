@@ -1,6 +1,8 @@
-"""Every lesson fits 25 minutes by the instructor guide's estimate (rdmalab.lessons.length), and the
-lessons' list in rdmalab.lessons.series names the notebooks as they are numbered."""
+"""Every lesson fits 30 minutes by the instructor guide's estimate (rdmalab.lessons.length): its prose, its code,
+reading what a full run shows (counted from one), its exercise and one retry, and its run; and the lessons'
+list in rdmalab.lessons.series names the notebooks as they are numbered."""
 import glob
+import json
 import os
 
 import pytest
@@ -14,30 +16,58 @@ NOTEBOOKS = sorted(os.path.basename(p) for p in glob.glob(os.path.join(ROOT, "no
 def test_the_series_lists_the_notebooks_in_their_order():
     assert [series.notebook(slug) for slug, _ in series.LESSONS] == NOTEBOOKS
     assert series.slug_of("notebooks/04-one-sided.ipynb") == "one-sided" and series.number("allreduce") == "06"
+    assert series.number("the-answer") == f"{len(series.LESSONS) - 1:02d}", "the answer comes last"
     with pytest.raises(KeyError, match="the lessons are welcome, socket-path"):
         series.number("05")
 
 
 @pytest.mark.parametrize("name, e", length.lengths(os.path.join(ROOT, "notebooks")), ids=NOTEBOOKS)
-def test_each_lesson_fits_25_minutes_with_its_measured_run_time(name, e):
+def test_each_lesson_fits_30_minutes_with_its_measured_run_and_outputs(name, e):
     assert e["run"] > 0, f"notebooks/README.md: {name}'s run time"
-    assert e["exercises"] == length.EXERCISE_MIN, f"{name}: one checked exercise per lesson"
+    assert e["outputs"] > 0, f"notebooks/README.md: {name}'s outputs (python -m rdmalab.lessons.length --measure)"
+    assert e["exercises"] == length.EXERCISE_MIN + length.RETRY_MIN, f"{name}: one checked exercise per lesson"
     assert e["total"] <= length.LIMIT_MIN, (f"{name} takes {e['total']:.1f} minutes by the guide's estimate "
-                                            f"({e}): tighten its prose or its run outside QUICK")
+                                            f"({e}): split it, or tighten its prose or its outputs")
 
 
 def test_the_estimate_counts_what_the_guide_says(tmp_path):
-    import json
     cells = [{"cell_type": "markdown", "source": ["word " * 240]},                     # 2 minutes of reading
              {"cell_type": "code", "source": ["# a comment\n", "\n", "x = 1\n", "exercises.attempt(x)\n"]}]
     (tmp_path / "00-x.ipynb").write_text(json.dumps({"cells": cells}))
     e = length.estimate(tmp_path / "00-x.ipynb")
-    assert e == {"reading": 2.0, "code": (20 + 2 * 5) / 60, "exercises": 6, "total": 8.5}
-    (tmp_path / "README.md").write_text("| lesson | content | run | time |\n| --- | --- | --- | --- |\n"
-                                        "| 00-x | a lesson | 90 s | 10 min |\n")
+    assert e == {"reading": 2.0, "code": (20 + 2 * 5) / 60, "outputs": 0, "exercises": 6 + 3, "total": 11.5}
+    seen = {"rows": 10, "charts": 2, "lines": 20, "widgets": 4}                       # 60 + 60 + 60 + 60 s
+    assert length.estimate(tmp_path / "00-x.ipynb", seen)["outputs"] == 4.0
+    (tmp_path / "README.md").write_text("| lesson | content | run | outputs | time |\n| --- | --- | --- | --- | --- |\n"
+                                        "| 00-x | a lesson | 90 s | 10 rows, 2 charts, 20 lines, 4 widgets | 10 min |\n")
     assert length.run_times(tmp_path / "README.md") == {"x": 90.0}
+    assert length.output_counts(tmp_path / "README.md") == {"x": seen}
     [(name, e)] = length.lengths(str(tmp_path))
-    assert name == "00-x.ipynb" and e["run"] == 1.5 and e["total"] == 10.0
-    (tmp_path / "README.md").write_text("| lesson | content | run | time |\n| 00-x | a lesson | fast | 10 min |\n")
+    assert name == "00-x.ipynb" and e["run"] == 1.5 and e["total"] == 11.5 + 4 + 1.5
+    length.record({"x": (30.4, {"rows": 1, "charts": 1, "lines": 1, "widgets": 1})}, str(tmp_path))
+    assert "| 00-x | a lesson | 30 s | 1 row, 1 chart, 1 line, 1 widget | 13 min |" in (tmp_path / "README.md").read_text()
+    (tmp_path / "README.md").write_text("| lesson | content | run | outputs | time |\n"
+                                        "| 00-x | a lesson | fast | 1 row | 10 min |\n")
     with pytest.raises(ValueError, match="write the measured seconds"):
         length.run_times(tmp_path / "README.md")
+    with pytest.raises(ValueError, match="write what a full run shows"):
+        length.output_counts(tmp_path / "README.md")
+
+
+def test_outputs_are_counted_as_a_learner_reads_them():
+    page = "<p>a takeaway</p><table><tr><th>size</th></tr><tr><td>1</td></tr><tr><td>2</td></tr></table>"
+    image = {"image/png": "...", "text/plain": "<Figure>"}
+    dashboard = {"application/vnd.jupyter.widget-view+json": {"model_id": "box"}, "text/plain": "VBox()"}
+    button = {"application/vnd.jupyter.widget-view+json": {"model_id": "button"}, "text/plain": "Button()"}
+    state = {"box": {"model_name": "VBoxModel", "state": {"children": ["IPY_MODEL_chart", "IPY_MODEL_button"]}},
+             "chart": {"model_name": "ImageModel", "state": {}}, "button": {"model_name": "ButtonModel", "state": {}}}
+    nb = {"metadata": {"widgets": {"application/vnd.jupyter.widget-state+json": {"state": state}}},
+          "cells": [{"cell_type": "code", "outputs": [
+              {"output_type": "stream", "text": ["one\n", "two\n", "\n", "x" * 250 + "\n"]},   # 2 + 3 lines
+              {"output_type": "display_data", "data": {"text/html": page, "text/plain": "..."}},  # 2 rows, 1 line
+              {"output_type": "execute_result", "data": image},
+              {"output_type": "display_data", "data": dashboard},                               # its image: a chart
+              {"output_type": "display_data", "data": button},
+              {"output_type": "execute_result", "data": {"text/plain": "42"}}]},
+              {"cell_type": "markdown", "source": ["# no outputs"]}]}
+    assert length.count_outputs(nb) == {"rows": 2, "charts": 2, "lines": 7, "widgets": 1}
