@@ -132,7 +132,7 @@ class Dashboard(w.VBox):
 
 
 def record_one_sided(spent, writes, results, frozen=None, one_cpu=None):
-    """Keep the one-sided lesson's figures for the AllReduce lesson's closing view (rdmalab.lessons.evidence,
+    """Keep the one-sided lesson's figures for the last lesson's closing view (rdmalab.lessons.evidence,
     key "one-sided"): what the target spent while `writes` WRITEs landed (`spent`, procstat.since), the
     dashboard's smallest latency row (8 B: the figure that stands for a message's fixed cost) and its
     streaming row, the freeze-the-target experiment (`frozen`, a freeze.FreezeResult) and the one-CPU
@@ -143,7 +143,7 @@ def record_one_sided(spent, writes, results, frozen=None, one_cpu=None):
     lat, tcp = (min(results[t].rows, key=lambda row: row["size"]) for t in ("write_lat", "tcp_lat"))
     bw, tbw = (results[t].rows[-1] for t in ("write_bw", "tcp_bw"))
     share = lambda row: float(row["target"]["cpu_s"] / max(row["initiator"]["cpu_s"], 1e-9))   # noqa: E731
-    copied = bw["bytes_copied_by_cpu"]   # by the initiator on soft0, 0 by a NIC's DMA, None on rxe (its kernels')
+    copied = bw["bytes_copied_by_cpu"]   # counted (TCP's only), else None: bench.copies_by_design says the rest
     figures = dict(writes=writes, rdma_target_syscalls=spent["read_syscalls"] + spent["write_syscalls"],
                    rdma_target_switches=spent["voluntary_switches"] + spent["involuntary_switches"],
                    rdma_target_cpu_ms=spent["cpu_s"] * 1e3, write_lat_us=float(lat["t_typical"]),
