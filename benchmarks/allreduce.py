@@ -12,7 +12,7 @@ times at some sizes, predicts sizes and a rank count (4) it was not fitted to wi
 to one CPU as well (`taskset -c 0 python benchmarks/allreduce.py`): every figure is then one CPU's.
 
 How the times are taken (issue 16, point 11): each figure is the median of ROUNDS rounds; a round runs
-every size once (1 warm-up, then `iters` back to back, the slowest rank's mean). One run of 10
+every size once (WARMUP AllReduces, then `iters` back to back, the slowest rank's mean). One run of 10
 iterations at 64-256 KiB lasts about 1.5 ms in all, so a single moment when another process takes a CPU
 spoiled a whole size: instrumented runs showed every slow iteration (> 2x the median) had a wait that
 outlived its 50 us spin and slept on the futex (95% of slow iterations, 0% of the others), often after an
@@ -45,13 +45,15 @@ from rdmalab.proc.cpus import pinned_to_one_cpu, usable_cpus  # noqa: E402
 
 MiB = 1 << 20
 ROUNDS = {True: 3, False: 9}     # --quick: 3 rounds; else 9 (the median of each size over rounds)
+WARMUP = 5                       # AllReduces before each timed run, as nccl-tests' -w 5: the first after
+                                 # another size runs on caches the last one filled (about 1.5x the next ones)
 
 
 def ring_times(transport, sizes, iters, ranks=2, rounds=3):
     """{size: {time (median over rounds), rounds (every round's time), wrong}} of the ring on `ranks` ranks."""
     with Cluster(ranks=ranks, transport=transport, max_bytes=max(sizes)) as c:
         try:
-            median, per = model.measure(c, sizes, "ring", rounds=rounds, iters=iters)
+            median, per = model.measure(c, sizes, "ring", rounds=rounds, iters=iters, warmup=WARMUP)
             wrong = 0
         except RuntimeError:   # wrong elements: count them for the target rather than stop
             median, per, wrong = {n: float("nan") for n in sizes}, {n: [] for n in sizes}, 1
@@ -145,7 +147,7 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out")
     args = parser.parse_args(argv)
-    iters = 5 if args.quick else 10
+    iters = 10 if args.quick else 20   # timed AllReduces a run (nccl-tests' -n 20)
     rounds = ROUNDS[args.quick]
     model_sizes = [64 << 10, 256 << 10, 1 * MiB, 16 * MiB] if args.quick else \
         [64 << 10, 256 << 10, 1 * MiB, 4 * MiB, 16 * MiB, 32 * MiB, 64 * MiB]

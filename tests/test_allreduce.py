@@ -212,3 +212,33 @@ def test_every_registered_algorithm_is_priced_by_the_model_and_offered_by_the_co
     assert tuple(REGISTRY) == ALGORITHMS and tuple(choices) == ALGORITHMS
     for name in ALGORITHMS:
         assert set(ALGORITHMS) <= set(model.PRICED) and model.terms(name, 4, 1 << 20)[1] > 0
+
+
+@pytest.mark.host_only
+@pytest.mark.parametrize("ranks", [2, 3, 4])
+def test_rings_in_a_row_carry_their_credits_and_nothing_lands_on_bytes_not_yet_added(ranks):
+    """The ring asks its neighbours for credits (the handshake) only when something else used the transport
+    since its last call: a ring that follows a ring relies on the go-ahead of that call. Run on lesson 06's
+    checking transport, whose vector clocks see any put land on bytes their target has not used yet, rings
+    in a row, with a naive AllReduce between two of them, give the right sums and no such put, and the rings
+    ask for credits on the first call and on the one after the naive only."""
+    from rdmalab.lessons import checking
+    asked = []
+
+    def rings_and_a_naive(comm, x):
+        order = getattr(comm, "calls", 0)
+        comm.calls = order + 1
+        before = comm.ring_credit == comm.t.exchanged()
+        comm.allreduce_validated(x, "naive" if order == 2 else "ring")
+        if order != 2:
+            asked.append((comm.rank, order, not before))
+
+    for seed in range(4):
+        asked.clear()
+        for count, dtype in ((7, "float32"), (1003, "int32")):
+            run = checking.run(rings_and_a_naive, ranks, count, dtype, seed=seed, calls=5)
+            assert run.overwrite is None and run.stopped is None and not run.errors, run
+            for got, want in zip(run.results, run.expected):
+                assert all(np.allclose(r, want.astype(r.dtype), rtol=1e-5, atol=1e-3) for r in got)
+        calls_that_asked = {order for rank, order, handshake in asked if handshake}
+        assert calls_that_asked == {0, 3}, asked      # the first ring, and the ring after the naive

@@ -71,6 +71,7 @@ class Communicator:
     def __init__(self, transport, alive=None):
         self.t, self.rank, self.size = transport, transport.rank, transport.size
         self.alive = alive        # optional alive(peer) -> bool, for a faster "peer lost"
+        self.ring_credit = None   # the transport's traffic when our last ring ended (see _ring)
 
     def buffer(self, count, dtype="float32"):
         """`count` elements in the registered data region (what allreduce works on without copying)."""
@@ -90,14 +91,15 @@ class Communicator:
         """allreduce() of a request validated already, by the entry point that took it (Cluster.allreduce,
         Cluster.check, rdmalab.allreduce.report): rdmalab.allreduce.ranks calls this, once per iteration."""
         work = self.buffer(x.size, x.dtype)
-        if work.ctypes.data != x.ctypes.data:
+        elsewhere = work.ctypes.data != x.ctypes.data
+        if elsewhere:
             np.copyto(work, x.reshape(-1))
         if self.size > 1:   # a registered algorithm's method, or a function of the same shape (validate())
             (algorithm if callable(algorithm) else REGISTRY[algorithm].run)(self, work)
         if out is not None:
             np.copyto(out.reshape(-1), work)
             return out
-        if work.ctypes.data != x.ctypes.data:
+        if elsewhere:
             np.copyto(x.reshape(-1), work)
         return x
 
@@ -157,7 +159,11 @@ class Communicator:
         chunk_bytes = max(b - a for a, b in zip(bounds, bounds[1:])) * x.itemsize
         seg, size = max(SEGMENT_BYTES // x.itemsize, 1), x.itemsize
         stage = self.t.buffer("stage")
-        self.handshake([left], [right])
+        # Credits, as NCCL keeps them from one call to the next: right has read its stage from our last ring
+        # (its go-ahead, below, said so), so a ring that follows a ring needs no handshake; after anything
+        # else on this transport (another algorithm, a barrier, a learner's put), ask again
+        if self.ring_credit != self.t.exchanged():
+            self.handshake([left], [right])
         # reduce-scatter: in step s we send chunk (r - s) and add the incoming chunk (r - s - 1), segment by
         # segment, each added as soon as it lands (while it is still in the caches of the CPU that wrote it)
         for s in range(p - 1):
@@ -187,6 +193,7 @@ class Communicator:
                 if recv_lo + k * seg < recv_hi:
                     self._recv(left)
         self.t.flush()
+        self.ring_credit = self.t.exchanged()
 
     # -------------------------------------------------------------- recursive halving-doubling
 

@@ -8,6 +8,7 @@ Each rank owns named *regions* of memory: "data" (the user's buffer, where resul
     signal(peer)                     only let `peer` know (a credit: "you may write to me now")
     wait(peer)                       block until the next put or signal from `peer` has landed
     flush()                          block until everything we put has left our buffers
+    exchanged()                      how many puts and signals we sent and waits we ended, so far
 
 RDMA (RdmaTransport): put is an RDMA WRITE straight into the peer's registered region, then an
 8-byte WRITE of a sequence number into the peer's flag slot for us; wait spins on our own memory.
@@ -138,6 +139,9 @@ class RdmaTransport:
         """WRITE our next sequence number into peer's flag slot for us; RC keeps it after the data."""
         self.qps[peer].post_send(self._flag(peer))
 
+    def exchanged(self):
+        return sum(self.sent) + sum(self.seen)
+
     def wait(self, peer, alive=None):
         """Watch our own flag memory until peer's next sequence number has landed (rdmalab.proc.waiting:
         spin as long as a collective's step may take while every rank has a CPU, then sleep until the
@@ -207,6 +211,7 @@ class TcpTransport:
         self.server, self.port = sockets.listen(host)
         self.socks, self.threads = {}, {}
         self.error = None
+        self.messages = 0   # puts and signals sent, waits ended: exchanged()
 
     def endpoints(self):
         return {peer: {"host": self.host, "port": self.port, "rank": self.rank} for peer in range(self.size)
@@ -233,12 +238,18 @@ class TcpTransport:
         return self.regions[region]
 
     def put(self, peer, src, region, offset):
+        self.messages += 1
         self.threads[peer].send(self.HEADER.pack(REGIONS.index(region), offset, src.nbytes), src.view(np.uint8).reshape(-1))
 
     def signal(self, peer):
+        self.messages += 1
         self.threads[peer].send(self.HEADER.pack(255, 0, 0), None)
 
+    def exchanged(self):
+        return self.messages
+
     def wait(self, peer, alive=None):
+        self.messages += 1
         conn = self.socks[peer]
         head = _read_exactly(conn, self.HEADER.size)
         region, offset, length = self.HEADER.unpack(head)

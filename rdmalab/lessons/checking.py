@@ -168,6 +168,7 @@ class CheckingTransport:
     def __init__(self, fabric, rank):
         self.fabric, self.rank, self.size = fabric, rank, fabric.p
         self.call, self.index = 0, 0     # which call of the AllReduce this is, and how many puts it has made
+        self.messages = 0                # puts and signals sent, waits ended: exchanged()
 
     def buffer(self, region="data"):
         return self.fabric.memory[self.rank][region]
@@ -187,16 +188,22 @@ class CheckingTransport:
         self.fabric.pause(self.rank)
         self.fabric.put(self.rank, peer, self.call, self.index, region, offset, src.copy(), source)
         self.index += 1
+        self.messages += 1
 
     def signal(self, peer):
         self.fabric.pause(self.rank)
         self.fabric.put(self.rank, peer, self.call, self.index, None, 0, None, None)
         self.index += 1
+        self.messages += 1
 
     def wait(self, peer, alive=None):
         self.fabric.pause(self.rank)
         self.fabric.wait(self.rank, peer)
         self.fabric.pause(self.rank)
+        self.messages += 1
+
+    def exchanged(self):
+        return self.messages
 
     def flush(self):
         self.fabric.flush(self.rank)   # (nothing to drain here: a call, which says the rank has used what landed)
