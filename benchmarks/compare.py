@@ -152,6 +152,7 @@ def freeze(rounds, lat_iters, bw_iters):
     """Lesson 04's freeze-the-target experiment, once: what still reaches a stopped process."""
     from rdmalab import verbs as v
     from rdmalab.lessons import freeze as experiment
+    from rdmalab.lessons.checks.one_sided import stop_and_reach   # the lesson's reference solution
     from rdmalab.lessons.target import RemoteBuffer
     from rdmalab.verbs import rc
     e = v.enums
@@ -163,7 +164,8 @@ def freeze(rounds, lat_iters, bw_iters):
             mine = rc.endpoint(ctx, qp, local)
             rc.connect(ctx, qp, mine, target.endpoint, e.IBV_ACCESS_LOCAL_WRITE)
             target.connect(mine)
-            figures = experiment.experiment(qp, cq, local, target).data
+            figures = experiment.run(stop_and_reach, experiment.poster(qp, local, target), cq, local, target).data
+    figures = {k: value.hex() if isinstance(value, bytes) else value for k, value in figures.items()}   # (JSON)
     targets = {"freeze: every RDMA operation completes against the stopped target":
                figures["rdma_completed"] == figures["rdma_posted"] and figures["target_found_pattern"],
                "freeze: a TCP sender to the stopped target stalls": figures["tcp_stalled"]}

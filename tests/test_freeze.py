@@ -33,15 +33,7 @@ def lesson():
     rc.connect(ctx, qp, mine, target.endpoint, e.IBV_ACCESS_LOCAL_WRITE)
     target.connect(mine)
 
-    def post(opcode, length, remote_offset=0, local_offset=0, imm=0):   # as the lesson defines it
-        w = v.wr.SendWR(opcode=opcode, num_sge=1, sg=[v.wr.SGE(local.buf + local_offset, length, local.lkey)],
-                        send_flags=e.IBV_SEND_SIGNALED, imm_data=imm)
-        rkey, address = target.endpoint["rkey"], target.endpoint["addr"] + remote_offset
-        if opcode == e.IBV_WR_ATOMIC_FETCH_AND_ADD:
-            w.set_wr_atomic(rkey, address, 1, 0)
-        else:
-            w.set_wr_rdma(rkey, address)
-        qp.post_send(w)
+    post = freeze.poster(qp, local, target)   # as the lesson defines it
 
     yield post, cq, local, target, qp
     target.close()

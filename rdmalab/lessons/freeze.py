@@ -185,6 +185,25 @@ def _deadline(seconds):
         signal.signal(signal.SIGALRM, previous)
 
 
+def poster(qp, local, target):
+    """post(opcode, length, remote_offset=0, local_offset=0, imm=0) as lesson 04 defines it: one signaled WR
+    from `local` into the target's buffer (an atomic adds 1). For the benchmark and the tests, which run the
+    experiment outside the lesson."""
+    from rdmalab import verbs as v
+    e = v.enums
+
+    def post(opcode, length, remote_offset=0, local_offset=0, imm=0):
+        w = v.wr.SendWR(opcode=opcode, num_sge=1, sg=[v.wr.SGE(local.buf + local_offset, length, local.lkey)],
+                        send_flags=e.IBV_SEND_SIGNALED, imm_data=imm)
+        rkey, address = target.endpoint["rkey"], target.endpoint["addr"] + remote_offset
+        if opcode == e.IBV_WR_ATOMIC_FETCH_AND_ADD:
+            w.set_wr_atomic(rkey, address, 1, 0)
+        else:
+            w.set_wr_rdma(rkey, address)
+        qp.post_send(w)
+    return post
+
+
 def run(fn, post, cq, local, target):
     """Call fn(pid, post, cq, local, sock) as described above; returns a FreezeResult."""
     from rdmalab import verbs as v
