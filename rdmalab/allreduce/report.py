@@ -121,6 +121,10 @@ class Report:
                ([f"a rank waited for a CPU {waited:.0%} of the time"] if waited > BUSY else [])
         return " and ".join(said)
 
+    def time_us(self, size, placement="in"):
+        """The time (us) an AllReduce of `size` bytes took, in place ("in") or out of place ("out")."""
+        return next(row[placement]["time_us"] for row in self.data["rows"] if row["size"] == size)
+
     def to_json(self):
         return json.dumps(self.data, indent=1)
 
