@@ -28,7 +28,11 @@ REGISTRY = {}
 
 class NotYet(Exception):
     """Raised by a check when the learner's code is still the skeleton (NotImplementedError, or a message saying
-    how the check could tell)."""
+    how the check could tell); `hint`, what to do first, if not the exercise's first hint."""
+
+    def __init__(self, message="", hint=""):
+        super().__init__(message)
+        self.hint = hint
 
 
 class Wrong(Exception):
@@ -99,9 +103,9 @@ def check(name, answer, *args):
         return Feedback(name, "not yet", "no answer yet (the skeleton returns None).", ex.hints[0] if ex.hints else "")
     try:
         ex.check(answer, *args)
-    except NotYet as not_yet:
-        return Feedback(name, "not yet", str(not_yet) or "no answer yet (the skeleton raises NotImplementedError).",
-                        ex.hints[0] if ex.hints else "")
+    except NotYet as not_yet:   # (every "not yet" begins alike: a learner, and the browser test, look for it)
+        said = f"no answer yet: {not_yet}" if str(not_yet) else "no answer yet (the skeleton raises NotImplementedError)."
+        return Feedback(name, "not yet", said, not_yet.hint or (ex.hints[0] if ex.hints else ""))
     except Wrong as wrong:
         return Feedback(name, "wrong", str(wrong), wrong.hint or (ex.hints[0] if ex.hints else ""))
     return Feedback(name, "passed", "correct.")

@@ -293,7 +293,7 @@ def test_the_wire_lesson_captures_packets_and_shows_them_as_tables_and_charts(la
         # the learner's own capture: the WRITE's 10 packets, its ACK, the READ's 4, the SEND's tries and RNR NAKs
         assert packet_list.locator("tr").count() >= 1 + 18 and "RNR NAK" in packet_list.text_content()
         assert page.locator(".jp-RenderedImage img").count() >= 2, "the ladder and the PSN plot"
-        page.get_by_text("no answer yet", exact=False).first.wait_for(timeout=30_000)
+        page.get_by_text("no answer yet", exact=False).first.wait_for(state="attached", timeout=30_000)
         page.locator(".jp-RenderedImage img").first.scroll_into_view_if_needed()
         page.wait_for_timeout(1000)   # (JupyterLab draws the cells scrolled into view a moment later)
         page.screenshot(path=shot)

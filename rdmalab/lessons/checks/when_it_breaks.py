@@ -16,26 +16,31 @@ from rdmalab.lessons.exercises import NotYet, Wrong, exercise, reference
 CAUSES = ("wrong address", "wrong PSN", "link MTU below the path MTU", "no REMOTE_WRITE", "no receive posted",
           "timeout too short")
 
-EXCERPTS = {   # (NCCL's line is one line in a log: wrapped here at 96 columns)
-    "A": ("NET/IB: Got completion from peer 10.0.4.7<41522> with status=12 opcode=0 len=0 vendor err 129\n"
-          "    (Send) localGid ::ffff:10.0.3.6 remoteGids::ffff:10.0.4.70 hca mlx5_0\n"
-          "  NCCL 2.27 on ConnectX NICs; the two racks are routed RoCE v2 subnets, 10.0.3.0/24 and 10.0.4.0/24\n"
+EXCERPTS = {   # (NCCL's line is one line in a log: wrapped here to fit a laptop's notebook, "A: " and all)
+    "A": ("NET/IB: Got completion from peer 10.0.4.7<41522> with status=12 opcode=0 len=0\n"
+          "    vendor err 129 (Send) localGid ::ffff:10.0.3.6 remoteGids::ffff:10.0.4.70 hca mlx5_0\n"
+          "  NCCL 2.27 on ConnectX NICs; the two racks are routed RoCE v2 subnets,\n"
+          "  10.0.3.0/24 and 10.0.4.0/24\n"
           "  the sender's counters: local_ack_timeout_err +7, req_cqe_error +1\n"
           "  the peer's counters (10.0.4.7): nothing moved\n"
           "  show_gids on 10.0.4.7: mlx5_0 port 1, GID index 3: ::ffff:10.0.4.7 (RoCE v2)"),
     "B": ("NET/IB: Got completion from peer 10.0.3.7<41522> with status=IBV_WC_RETRY_EXC_ERR(12)\n"
-          "    opcode=IBV_WC_RDMA_WRITE(1) vendor_err=0  localGid ::ffff:10.0.3.6 remoteGids::ffff:10.0.3.7 hca rxe0\n"
+          "    opcode=IBV_WC_RDMA_WRITE(1) vendor_err=0  localGid ::ffff:10.0.3.6\n"
+          "    remoteGids::ffff:10.0.3.7 hca rxe0\n"
           "  NCCL 2.29 on a Soft-RoCE test cluster, NCCL_IB_RETRY_CNT=3 (rxe resends for ever at 7)\n"
           "  the sender's counters: completer_retry_err +3, retry_exceeded_err +1\n"
           "  the peer's counters: rcvd_pkts +4, out_of_seq_request +1\n"
-          "  a new build of the job's network plugin, which exchanges QP numbers and PSNs, went out the day before"),
+          "  a new build of the job's network plugin, which exchanges QP numbers and PSNs,\n"
+          "  went out the day before"),
     "C": ("NET/IB: Got completion from peer 10.0.3.7<41522> with status=IBV_WC_RETRY_EXC_ERR(12)\n"
-          "    opcode=IBV_WC_RDMA_WRITE(1) vendor_err=129  localGid ::ffff:10.0.3.6 remoteGids::ffff:10.0.3.7 "
-          "hca mlx5_0\n"
-          "  the job's first AllReduces, of small buffers, completed; the first of 64 MiB waited 34 s, then failed\n"
-          "  the sender's counters: local_ack_timeout_err +7, req_cqe_error +1; the peer's: nothing moved meanwhile\n"
-          "  ibv_devinfo on both hosts: active_mtu 4096; the switch ports between them were set to MTU 1500 the\n"
-          "  night before"),
+          "    opcode=IBV_WC_RDMA_WRITE(1) vendor_err=129  localGid ::ffff:10.0.3.6\n"
+          "    remoteGids::ffff:10.0.3.7 hca mlx5_0\n"
+          "  the job's first AllReduces, of small buffers, completed; the first of 64 MiB waited\n"
+          "  34 s, then failed\n"
+          "  the sender's counters: local_ack_timeout_err +7, req_cqe_error +1;\n"
+          "  the peer's: nothing moved meanwhile\n"
+          "  ibv_devinfo on both hosts: active_mtu 4096; the switch ports between them were set to\n"
+          "  MTU 1500 the night before"),
 }
 ANSWER = {"A": "wrong address", "B": "wrong PSN", "C": "link MTU below the path MTU"}
 WHY_NOT = {   # (excerpt, a wrong diagnosis): the evidence against it
