@@ -101,17 +101,19 @@ def test_a_request_far_behind_the_expected_psn_is_a_duplicate_and_dropped(ctx_pd
     """rxe0 gives a lone duplicate one of two answers, from run to run (docs/emulated-nic.md): it
     ACKs it again, and the WRITE completes with SUCCESS, or it answers nothing the requester takes,
     and the WRITE fails with RETRY_EXC_ERR after its retries. Either way the responder carries out
-    nothing and counts the duplicate, and the requester's state follows from its completion. soft0
-    gives the second answer, always (the test below holds it to that one)."""
+    nothing, and the requester's state follows from its completion. Its counters vary too: three
+    duplicate_requests in some runs, none at all in another (2026-12-06), so only what each answer
+    implies is held here. soft0 gives the second answer, always (the test below holds it to that one,
+    counters and all)."""
     status, states, landed, moved = write_between(ctx_pd, 64, psn_offset=1000)
-    assert not landed, "a duplicate request was carried out"
-    assert moved.get("duplicate_request", 0) >= 1, moved
-    assert "out_of_seq_request" not in moved, moved
+    seen = (status, states, landed, moved)
+    assert not landed, f"a duplicate request was carried out: {seen}"
+    assert "out_of_seq_request" not in moved, seen          # behind the expected PSN, never ahead of it
     if status == e.IBV_WC_SUCCESS:      # acknowledged again
-        assert states == ("RTS", "RTS") and "retry_exceeded_err" not in moved, (states, moved)
+        assert states == ("RTS", "RTS") and "retry_exceeded_err" not in moved, seen
     else:                               # unanswered until its retries ran out
-        assert status == e.IBV_WC_RETRY_EXC_ERR, status
-        assert states == ("ERR", "RTS") and moved.get("retry_exceeded_err") == 1, (states, moved)
+        assert status == e.IBV_WC_RETRY_EXC_ERR, seen
+        assert states == ("ERR", "RTS") and moved.get("retry_exceeded_err") == 1, seen
 
 
 @pytest.mark.skipif(v.PROVIDER != "soft", reason="rxe0 varies between two answers (the test above takes both)")
