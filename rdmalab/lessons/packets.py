@@ -219,7 +219,8 @@ class Exchange:
 
 
 def exchange(name, write=10240, read=2500, rnr=True, loss=0.0, seed=1, timeout=120):
-    """Run rdmalab.lessons.wire_demo (two hosts, 127.0.8.1 and .2, each with soft0's NIC on the wire link)
+    """Run rdmalab.lessons.wire_demo (two hosts, wire_demo.hosts(): 127.0.8.1 and .2 for root, a pair of the
+    learner's own otherwise; each with soft0's NIC on the wire link)
     under `rdmalab capture`, into <learner dir>/captures/<name>.pcap. loss: the rate at which each NIC loses
     the packets it sends (RDMALAB_SOFT_LOSS, seeded by `seed`, so a run repeats). This always uses soft0,
     whatever device the lessons run on: its wire link is what shows the packets. Where Linux's Soft-RoCE

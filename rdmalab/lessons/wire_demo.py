@@ -4,7 +4,8 @@ an RC connection between them, and three operations: a WRITE, a READ, and a SEND
     rdmalab capture -o my.pcap -- python -m rdmalab.lessons.wire_demo [--write N] [--read N] [--rnr]
 
 It runs as two processes, as two machines would: this one, the initiator, on host 127.0.8.1, and the
-target on 127.0.8.2, which it starts (`--target`). They swap endpoints over a pipe. Then the target
+target on 127.0.8.2, which it starts (`--target`); a learner other than root gets a pair of their own
+(hosts(), so that a class on one server runs it at once, each learner on their own port 4791s). They swap endpoints over a pipe. Then the target
 waits on that pipe: the bytes of the WRITE land in its memory, and the READ takes them from there,
 without it running any code (its NIC does the work). Only the SEND needs the target's program: it
 posts the receive late, once its NIC has answered the SEND "not ready" (an RNR NAK, counted in the
@@ -19,7 +20,15 @@ import subprocess
 import sys
 import time
 
-INITIATOR, TARGET = "127.0.8.1", "127.0.8.2"
+def hosts(uid=None):
+    """The initiator's and the target's addresses: 127.0.8.1 and .2 for root, 127.N.8.1 and .2 for another user
+    (N from their uid): each learner's NICs hold UDP port 4791 on addresses of their own."""
+    uid = os.getuid() if uid is None else uid
+    net = 0 if uid == 0 else 1 + uid % 254
+    return f"127.{net}.8.1", f"127.{net}.8.2"
+
+
+INITIATOR, TARGET = hosts()
 RECEIVE_LATE_S = 0.003   # how long the target waits, after its NIC's first RNR NAK, to post the SEND's receive
 RNR_WAIT_S = 10.0        # (and how long at most it waits for that NAK)
 PATH_MTU = 3             # IBV_MTU_1024: an Ethernet LAN's (MTU 1500). The hosts here sit on lo, whose MTU gives
