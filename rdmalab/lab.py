@@ -100,9 +100,13 @@ def plan(args, euid, env, pick_port=free_port, address=reachable_address):
         added.append(f"--LabApp.default_url=/{page}")
     added += ["--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
     if not given(args, "--ServerApp.tornado_settings"):
-        # jupyter_server's kernel websockets wait three ping intervals for a pong, which tornado finds too long
-        # and warns of when the first kernel connects; one interval (its default, 30 s) is what tornado allows
-        added.append('--ServerApp.tornado_settings={"ws_ping_timeout": 30000}')
+        # No keep-alive pings on the kernels' websockets. jupyter_server checks a ping's pong only when it sends
+        # the next, and gives up if the pong is older than ws_ping_timeout: with its default (three intervals)
+        # tornado warns when the first kernel connects, and with one interval there is no slack at all, so a
+        # server whose loop ran a few ms late (lesson 06 starting clusters of 4 ranks on 2 CPUs) closed the
+        # page's kernel connection ("WebSocket ping timeout"). A lab on this machine, or through ssh -L, needs
+        # no keep-alive: the kernels' own messages keep the connection busy
+        added.append('--ServerApp.tornado_settings={"ws_ping_interval": 0}')
     if not given(args, "--log-level", "--ServerApp.log_level", "--Application.log_level"):
         added += ["--log-level=WARN", "--LabApp.log_level=WARN"]   # (its startup INFO lines: the URL is printed here)
     token = None

@@ -125,10 +125,10 @@ def test_configure_rewrites_its_own_server_settings(tmp_path):
     assert json.loads(ours.read_text()) == {"ServerApp": {"jpserver_extensions": {"ipyparallel": False}}}
 
 
-def test_the_websocket_ping_timeout_is_passed_as_one_interval_unless_given():
+def test_the_kernels_websockets_get_no_keepalive_pings_unless_given():
     command, _ = plan(1000, DESKTOP)
     setting = [a for a in command if a.startswith("--ServerApp.tornado_settings=")]
-    assert len(setting) == 1 and json.loads(setting[0].partition("=")[2]) == {"ws_ping_timeout": 30000}
+    assert len(setting) == 1 and json.loads(setting[0].partition("=")[2]) == {"ws_ping_interval": 0}
     mine, _ = plan(1000, DESKTOP, ["notebooks/", '--ServerApp.tornado_settings={"x": 1}'])
     assert [a for a in mine if "tornado_settings" in a] == ['--ServerApp.tornado_settings={"x": 1}']
 
