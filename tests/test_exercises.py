@@ -281,16 +281,8 @@ def frozen_target(ctx, pd):
     rc.connect(ctx, qp, mine, target.endpoint, e.IBV_ACCESS_LOCAL_WRITE)
     target.connect(mine)
 
-    def post(opcode, length, remote_offset=0, local_offset=0, imm=0):
-        w = v.wr.SendWR(opcode=opcode, num_sge=1, sg=[v.wr.SGE(local.buf + local_offset, length, local.lkey)],
-                        send_flags=e.IBV_SEND_SIGNALED, imm_data=imm)
-        rkey, address = target.endpoint["rkey"], target.endpoint["addr"] + remote_offset
-        if opcode == e.IBV_WR_ATOMIC_FETCH_AND_ADD:
-            w.set_wr_atomic(rkey, address, 1, 0)
-        else:
-            w.set_wr_rdma(rkey, address)
-        qp.post_send(w)
-
+    from rdmalab.lessons import freeze
+    post = freeze.poster(qp, local, target)
     yield (post, cq, local, target), qp
     target.close()
     for obj in (qp, local, cq):
