@@ -56,7 +56,7 @@ class RdmaTransport:
     SIGNAL_EVERY = 16     # one flag in this many is signaled
 
     def __init__(self, rank, size, region_bytes):
-        self.v, self.rank, self.size = v, rank, size
+        self.rank, self.size = rank, size
         peers = [peer for peer in range(size) if peer != rank]
         # one QP per peer, all on one CQ; MRs (local and remote write): the regions, the flags, and the
         # sequence numbers we WRITE from (SLOTS a peer)
