@@ -101,7 +101,10 @@ def next_steps(report):
     if report["provider"] == "soft":
         steps.append("You are on the emulated NIC soft0: every lesson runs, with pyverbs' API and rxe's "
                      "behaviour, but no data crosses a real NIC.")
-        if report["pyverbs"] is None:
+        if settings.in_container():
+            steps.append("This is the lab's container image, which has no pyverbs: for real RDMA, run the lab on a "
+                         "Linux machine with an RDMA device or Soft-RoCE (git clone, then make lab).")
+        elif report["pyverbs"] is None:
             steps.append("For real RDMA, install pyverbs (Debian/Ubuntu: apt-get install python3-pyverbs "
                          "rdma-core ibverbs-providers); `make lab` then links it into the lab's .venv "
                          "(by hand: python -m rdmalab.verbs.link_pyverbs).")
@@ -115,7 +118,9 @@ def next_steps(report):
         steps.append(f"You are on real RDMA: {route.get('device')} port {route.get('port')}, GID index "
                      f"{route.get('gid_index')}. Compare with perftest: ib_write_lat -d {route.get('device')} "
                      f"-x {route.get('gid_index')} (server) and the same plus the server's address (client).")
-    if not report["memlock"]["ok"]:
+    if (report.get("soft_memory") or {}).get("small_dev_shm"):
+        steps.append(report["soft_memory"]["small_dev_shm"])
+    if not report["memlock"]["ok"] and not settings.in_container():   # (soft0 locks no memory)
         steps.append("Raise the locked-memory limit: " + report["memlock"]["note"])
     return steps
 

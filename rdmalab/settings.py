@@ -20,6 +20,7 @@ ranks it starts, which inherit them.
     shm_dir()       RDMALAB_SHM_DIR      where soft0 keeps registered memory (unset: soft.shm.directory() chooses)
     soft_capture()  RDMALAB_SOFT_CAPTURE the pcap file soft0's udp NICs write (a file per host; set by `rdmalab
                                          capture`), and soft_seed() RDMALAB_SOFT_SEED, their faults' seed
+    in_container()  RDMALAB_CONTAINER    set by container/Dockerfile: the lab runs in its image (soft0 only)
 The others (RDMALAB_SPIN_US, RDMALAB_ENGINE_TIMEOUT, RDMALAB_SOFT_LOSS, ...) are read with number() where they
 are used; the lessons' two (RDMALAB_LEARNER_DIR, RDMALAB_CLASS_DIR) in rdmalab.lessons.evidence and classroom.
 """
@@ -117,3 +118,7 @@ def soft_capture(environ=os.environ):
 
 def soft_seed(environ=os.environ):
     return environ.get("RDMALAB_SOFT_SEED", "0")
+
+
+def in_container(environ=os.environ):
+    return bool(environ.get("RDMALAB_CONTAINER", "").strip())

@@ -127,3 +127,30 @@ def test_the_gid_table_reads_as_show_gids_and_names_the_gid_index_nccl_wants():
     assert f"NCCL_IB_GID_INDEX={route['gid_index']} on this device" in text
     rows = [line.split() for line in text.splitlines() if line.strip().startswith("GID")]
     assert any(row[1] == str(route["gid_index"]) and row[3].count(".") == 3 for row in rows)   # its IPv4 address
+
+
+@pytest.mark.skipif(v.PROVIDER != "soft" or not os.path.isdir("/dev/shm"), reason="soft0's choice of /dev/shm")
+def test_a_small_dev_shm_is_passed_over_and_the_doctor_says_how_to_give_it_room(monkeypatch):
+    """A container's /dev/shm is 64 MiB unless run with --shm-size: soft0 keeps memory in the temp directory
+    then, and the doctor says why and how to give /dev/shm room. Here /dev/shm is made "small" by asking for
+    one byte more than it holds."""
+    from rdmalab.verbs.soft import shm
+    import tempfile
+    fs = os.statvfs("/dev/shm")
+    size = fs.f_blocks * fs.f_frsize
+    monkeypatch.delenv("RDMALAB_SHM_DIR", raising=False)
+    monkeypatch.setattr(shm, "ENOUGH_SHM", size + 1)
+    assert shm.directory() == tempfile.gettempdir()
+    steps = " ".join(collect()["next_steps"])
+    assert f"/dev/shm holds only {size >> 20} MiB" in steps and "docker run --shm-size=1g" in steps, steps
+    monkeypatch.setattr(shm, "ENOUGH_SHM", size)
+    assert shm.directory() == "/dev/shm" and shm.small_dev_shm() is None
+    assert "--shm-size" not in " ".join(collect()["next_steps"])
+
+
+def test_in_the_container_the_doctor_points_to_a_linux_machine_not_to_installing_pyverbs():
+    out = run_doctor("--json", RDMALAB_CONTAINER="1")
+    steps = " ".join(json.loads(out.stdout)["next_steps"])
+    if v.PROVIDER == "soft":
+        assert "container image, which has no pyverbs" in steps and "apt-get install python3-pyverbs" not in steps
+    assert "ulimit -l" not in steps

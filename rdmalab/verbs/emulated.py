@@ -35,7 +35,7 @@ def memory():
         return None
     from rdmalab.verbs.soft import shm
     fs = os.statvfs(shm.directory())
-    return {"directory": shm.directory(), "free_bytes": fs.f_bavail * fs.f_frsize}
+    return {"directory": shm.directory(), "free_bytes": fs.f_bavail * fs.f_frsize, "small_dev_shm": shm.small_dev_shm()}
 
 
 def counters():
