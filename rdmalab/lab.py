@@ -7,6 +7,7 @@ Runs `jupyter lab` with the arguments given, and says what it adds:
   for no updates; it logs warnings only and prints, itself, the one URL to open (a token of its own
   choosing in it), so the terminal says what matters in a few lines;
 - as root (a container, a cloud VM's default user): --allow-root, without which JupyterLab refuses to start;
+- in the lab's container (container/Dockerfile): no browser, and where the URL is reached from;
 - with no display, or in an SSH session: no browser, a port of its own choosing (8888 or the next free
   one), and the `ssh -L` command that reaches it from the learner's own machine;
 - it trusts the lessons as shipped (Jupyter's notebook signatures), which the server otherwise warns of,
@@ -19,12 +20,16 @@ import secrets
 import socket
 import sys
 
+from rdmalab import settings
+
 SAY = "[make lab]"
 DEFAULT_PORT = 8888
 
 
 def why_no_browser(env, platform=sys.platform):
     """Why no browser should be opened here, or None if one can be."""
+    if settings.in_container(env):
+        return "this is a container"
     if env.get("SSH_CONNECTION") or env.get("SSH_CLIENT"):
         return "this is an SSH session"
     if platform not in ("darwin", "win32") and not (env.get("DISPLAY") or env.get("WAYLAND_DISPLAY")):
@@ -121,6 +126,10 @@ def plan(args, euid, env, pick_port=free_port, address=reachable_address):
     why = why_no_browser(env)
     if why:
         added.append("--no-browser")
+    if why == "this is a container":
+        said.append(f"{why}: open the URL below on your own machine, where `docker run -p 127.0.0.1:{port}:{port}` "
+                    f"publishes the port (published as another port? put that one in the URL)")
+    elif why:
         ssh = env.get("SSH_CONNECTION", "").split()   # client address and port, this server's address and port
         host = ssh[2] if len(ssh) == 4 else address()
         said.append(f"{why}, so not opening a browser. From your own machine: "
@@ -141,6 +150,10 @@ QUIET = {
     OURS: '{"ServerApp": {"jpserver_extensions": {"ipyparallel": false}}}\n',
     os.path.join("etc", "jupyter", "labconfig", "page_config.json"):
         '{"disabledExtensions": {"ipyparallel-labextension": true}}\n',
+    # JupyterLab 4 asks every new learner whether to fetch Jupyter's news (--LabApp.news_url=None does not
+    # stop the question): the settings' defaults say no, and no update check
+    os.path.join("share", "jupyter", "lab", "settings", "overrides.json"):
+        '{"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": false}}\n',
 }
 
 

@@ -59,6 +59,13 @@ def test_headless_opens_no_browser_and_says_how_to_reach_the_lab_over_ssh(env):
     assert "@<this machine> (put the address you use to reach this machine there)" in "\n".join(_)
 
 
+def test_in_the_container_no_browser_and_no_ssh_hint_but_the_published_port():
+    command, said = plan(1000, {"RDMALAB_CONTAINER": "1", "DISPLAY": ":0"}, ["--port=8888", "notebooks/"])
+    text = "\n".join(said)
+    assert "--no-browser" in command and "ssh -L" not in text
+    assert "docker run -p 127.0.0.1:8888:8888" in text and "open http://localhost:8888/lab/tree/00-welcome.ipynb?token=" in text
+
+
 @pytest.mark.parametrize("args", [["--port=9123"], ["--port", "9123"], ["--ServerApp.port=9123"]])
 def test_a_port_asked_for_is_the_port_in_the_hint(args):
     command, said = plan(1000, HEADLESS, args)

@@ -65,12 +65,11 @@ def lab(tmp_path_factory):
             if "parameters" in cell.get("metadata", {}).get("tags", []):
                 cell["source"] = ["QUICK = True\n"]
         json.dump(nb, open(root / f"{name}.ipynb", "w"))
-    # JupyterLab as a first-time user meets it, whatever this machine's ~/.jupyter holds, except two
-    # settings: start the notebook's kernel without asking (else a "Select Kernel" dialog waits for a
-    # click), and no news prompt.
+    # JupyterLab as a first-time user meets it, whatever this machine's ~/.jupyter holds, except one
+    # setting: start the notebook's kernel without asking (else a "Select Kernel" dialog waits for a
+    # click). No news question: make lab's settings say no (rdmalab.lab.QUIET), as the lesson test checks.
     settings = tmp_path / "user-settings"
-    for plugin, values in {"notebook-extension/tracker": {"autoStartDefaultKernel": True},
-                           "apputils-extension/notification": {"fetchNews": "false"}}.items():
+    for plugin, values in {"notebook-extension/tracker": {"autoStartDefaultKernel": True}}.items():
         path = settings / "@jupyterlab" / f"{plugin}.jupyterlab-settings"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(values))
@@ -226,6 +225,11 @@ def test_lessons_01_to_03_run_to_the_end_with_their_figures(lab, name):
 
 def test_the_one_sided_lesson_runs_in_jupyterlab_and_the_dashboard_renders(lab):
     shot = os.environ.get("RDMALAB_SCREENSHOT", screenshot_path(name_of("one-sided")))
+    the_one_sided_lesson_runs(lab, shot)
+
+
+def the_one_sided_lesson_runs(lab, shot):
+    """Lesson 04 run to its end on `lab`'s server, its dashboard and frozen target shown (tests/container too)."""
     with lesson_page(lab, name_of("one-sided"), shot) as page:
         chart = page.wait_for_selector("img.widget-image[src^='blob:']", timeout=300_000)
         run_button = page.locator(".widget-button", has_text="Run")
@@ -242,6 +246,7 @@ def test_the_one_sided_lesson_runs_in_jupyterlab_and_the_dashboard_renders(lab):
         assert shows_progress(page)
         assert not (bad := nothing_wraps(page)), "\n".join(bad)
         assert page.get_by_text("stopped (SIGSTOP) throughout", exact=False).count() == 1   # the frozen target
+        assert page.get_by_text("official Jupyter news", exact=False).count() == 0, "make lab's settings say no"
     assert os.path.getsize(shot) > 10_000
 
 
