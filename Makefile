@@ -5,6 +5,9 @@
 #              As root it installs the tools its tests use when missing: chromium, tshark, nodejs and npm
 # make test-softroce - the same tests inside a QEMU guest with a real Soft-RoCE device, rxe0,
 #              through Debian's pyverbs (root; the first run builds and caches the guest: ~5 min)
+# make lab-container - the lab in its container image (container/Dockerfile), on http://localhost:8888
+# make image - build that image only (container/image.sh: Debian's docker.io and its base if missing, as root)
+#              (tests/container, in make test, builds it, runs lessons 00 and 04 in it, and removes it)
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
@@ -13,7 +16,7 @@ STAMP  := $(VENV)/.rdmalab-installed
 CHP_DIR := $(HOME)/.cache/rdmalab/configurable-http-proxy
 CHP     := $(CHP_DIR)/node_modules/.bin/configurable-http-proxy
 
-.PHONY: lab test test-softroce workshop-deps wire-deps browser-deps clean
+.PHONY: lab test test-softroce lab-container image image-lock workshop-deps wire-deps browser-deps clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV) || { \
@@ -56,6 +59,16 @@ browser-deps:
 	@test -x /usr/bin/chromium || [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null || { echo "installing chromium (apt-get)"; \
 	  { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium; } \
 	    > /tmp/rdmalab-chromium.log 2>&1 || tail -5 /tmp/rdmalab-chromium.log; }
+
+lab-container:
+	container/image.sh run
+
+image:
+	container/image.sh build
+
+# re-pin binder/requirements.txt (what Binder and the image install) from pyproject.toml's dependencies
+image-lock:
+	container/image.sh lock
 
 test-softroce:
 	softroce/vm.sh sh softroce/guest-tests.sh $(PYTEST_ARGS)

@@ -73,7 +73,7 @@ def conda_names(path):
     return names
 
 
-@pytest.mark.parametrize("env", ["environment.yml", "binder/environment.yml"])
+@pytest.mark.parametrize("env", ["environment.yml"])
 def test_conda_environments_name_every_dependency(env):
     project = tomllib.load(open(os.path.join(ROOT, "pyproject.toml"), "rb"))["project"]
     needed = names(project["dependencies"])
@@ -84,3 +84,16 @@ def test_conda_environments_name_every_dependency(env):
 def test_binder_installs_rdmalab_itself():
     post = open(os.path.join(ROOT, "binder", "postBuild")).read()
     assert "pip install" in post and "-e ." in post and os.access(os.path.join(ROOT, "binder", "postBuild"), os.X_OK)
+
+
+def test_binder_and_the_image_install_the_same_pinned_packages():
+    """binder/requirements.txt pins every package (one version each) and names every dependency; the image
+    installs that very file (tests/container compares the image's pip freeze with it)."""
+    project = tomllib.load(open(os.path.join(ROOT, "pyproject.toml"), "rb"))["project"]
+    lines = [l.strip() for l in open(os.path.join(ROOT, "binder", "requirements.txt")) if l.strip() and not l.startswith("#")]
+    assert lines and all(re.fullmatch(r"[A-Za-z0-9_.\-]+==[A-Za-z0-9_.+\-]+", l) for l in lines), \
+        [l for l in lines if "==" not in l]
+    assert names(project["dependencies"]) <= names(lines), f"pin {sorted(names(project['dependencies']) - names(lines))}"
+    dockerfile = open(os.path.join(ROOT, "container", "Dockerfile")).read()
+    assert "COPY binder/requirements.txt" in dockerfile and "pip install --quiet -r /tmp/build/requirements.txt" in dockerfile
+    assert open(os.path.join(ROOT, "binder", "runtime.txt")).read().strip() == "python-3.11"   # Debian 12's, the image's
