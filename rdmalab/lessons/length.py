@@ -194,27 +194,43 @@ def measure(slugs=None, directory=NOTEBOOKS, say=print):
     """Run lessons `slugs` (default: all), in the series' order, under papermill with QUICK=False, in a learner
     folder of their own; record each one's run time (kernel start included) and outputs in the guide's
     table, with its estimate in the "time" column. Returns {slug: (seconds, counts)}."""
+    found = {}
+    with tempfile.TemporaryDirectory(prefix="rdmalab-measure-") as scratch:
+        for slug, seconds in run_full(scratch, slugs, directory).items():
+            with open(os.path.join(scratch, notebook(slug))) as f:
+                found[slug] = (seconds, count_outputs(json.load(f)))
+            say(f"{notebook(slug)}: {seconds:.0f} s, {outputs_text(found[slug][1])}")
+    record(found, directory)
+    return found
+
+
+def run_full(out, slugs=None, directory=NOTEBOOKS, say=lambda line: None):
+    """Run lessons `slugs` (default: all) in the series' order under papermill with QUICK=False, as one learner
+    would (one learner folder of their own, in `out`, so a lesson finds what earlier ones saved), writing each
+    executed lesson to `out`. Returns {slug: seconds, kernel start included}. (measure; the book, book/build.py)"""
     import papermill
     order = [slug for slug, _ in LESSONS]
     unknown = [slug for slug in slugs or () if slug not in order]
     if unknown:
         raise ValueError(f"no lesson {', '.join(unknown)}: the lessons are {', '.join(order)}")
     slugs = order if not slugs else sorted(slugs, key=order.index)
-    found = {}
-    with tempfile.TemporaryDirectory(prefix="rdmalab-measure-") as scratch:
-        os.environ["RDMALAB_LEARNER_DIR"] = os.path.join(scratch, "learner")   # the kernels inherit it
+    times = {}
+    learner = os.environ.get("RDMALAB_LEARNER_DIR")
+    os.environ["RDMALAB_LEARNER_DIR"] = os.path.join(out, ".learner")   # the kernels inherit it
+    try:
         for slug in slugs:
-            path = os.path.join(directory, notebook(slug))
+            say(f"running {notebook(slug)} (QUICK = False)")
             started = time.monotonic()
-            papermill.execute_notebook(path, os.path.join(scratch, notebook(slug)), parameters={"QUICK": False},
-                                       kernel_name="python3", cwd=directory, progress_bar=False,
-                                       execution_timeout=900, start_timeout=120)
-            seconds = time.monotonic() - started
-            with open(os.path.join(scratch, notebook(slug))) as f:
-                found[slug] = (seconds, count_outputs(json.load(f)))
-            say(f"{notebook(slug)}: {seconds:.0f} s, {outputs_text(found[slug][1])}")
-    record(found, directory)
-    return found
+            papermill.execute_notebook(os.path.join(directory, notebook(slug)), os.path.join(out, notebook(slug)),
+                                       parameters={"QUICK": False}, kernel_name="python3", cwd=directory,
+                                       progress_bar=False, execution_timeout=900, start_timeout=120)
+            times[slug] = time.monotonic() - started
+    finally:
+        if learner is None:
+            del os.environ["RDMALAB_LEARNER_DIR"]
+        else:
+            os.environ["RDMALAB_LEARNER_DIR"] = learner
+    return times
 
 
 def record(found, directory=NOTEBOOKS):
