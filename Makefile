@@ -6,6 +6,8 @@
 # make test-softroce - the same tests inside a QEMU guest with a real Soft-RoCE device, rxe0,
 #              through Debian's pyverbs (root; the first run builds and caches the guest: ~5 min)
 # make lab-container - the lab in its container image (container/Dockerfile), on http://localhost:8888
+# make book  - the book of executed lessons: every lesson run on soft0 (QUICK = False), the guide and docs,
+#              as a static site in out/book/html (book/build.py; tests/book, in make test, builds and checks it)
 # make image - build that image only (container/image.sh: Debian's docker.io and its base if missing, as root)
 #              (tests/container, in make test, builds it, runs lessons 00 and 04 in it, and removes it)
 PYTHON ?= python3
@@ -16,13 +18,13 @@ STAMP  := $(VENV)/.rdmalab-installed
 CHP_DIR := $(HOME)/.cache/rdmalab/configurable-http-proxy
 CHP     := $(CHP_DIR)/node_modules/.bin/configurable-http-proxy
 
-.PHONY: lab test test-softroce lab-container image image-lock workshop-deps wire-deps browser-deps clean
+.PHONY: lab test test-softroce book lab-container image image-lock workshop-deps wire-deps browser-deps clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV) || { \
 	  echo "Could not create $(VENV). On Debian/Ubuntu: sudo apt-get install python3-venv"; exit 1; }
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,workshop]'
+	$(PY) -m pip install --quiet -e '.[test,workshop,book]'
 	@$(PY) -m rdmalab.verbs.link_pyverbs
 	@$(PY) -m rdmalab.lab --configure
 	@touch $@
@@ -59,6 +61,9 @@ browser-deps:
 	@test -x /usr/bin/chromium || [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null || { echo "installing chromium (apt-get)"; \
 	  { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium; } \
 	    > /tmp/rdmalab-chromium.log 2>&1 || tail -5 /tmp/rdmalab-chromium.log; }
+
+book: $(STAMP)
+	$(PY) book/build.py
 
 lab-container:
 	container/image.sh run
