@@ -1,7 +1,8 @@
 """The lab's container image (container/Dockerfile), as a learner with Docker Desktop meets it: built from a fresh
 clone by container/image.sh (make image), `docker run -p 127.0.0.1:PORT:8888 --shm-size=1g` serves lesson 00
 with the URL it prints, lesson 04 runs to its end in Chromium against it, the packages are binder's pins,
-a /dev/shm left at Docker's 64 MiB is said with its fix, and a container stopped mid-lesson stops on
+a /dev/shm left at Docker's 64 MiB is said with its fix, an instructor's class report reads what a lesson
+recorded in it, and a container stopped mid-lesson stops on
 SIGTERM and leaves nothing behind. At the end the image is removed: no container, image or /dev/shm
 segment is left of the test.
 
@@ -204,3 +205,13 @@ def test_a_container_stopped_mid_lesson_stops_on_sigterm_and_leaves_nothing(imag
         docker("rm", "-f", name)
     assert name not in docker("ps", "-aq", "--no-trunc")
     assert shm_segments() <= before
+
+
+def test_an_instructors_class_report_works_inside_the_image(image):
+    """A learner's lesson records into the class directory, and `rdmalab class report` reads it (workshop/)."""
+    out = docker("run", "--rm", "-e", "RDMALAB_CLASS_DIR=/tmp/class", image["tag"], "sh", "-c",
+                 "mkdir /tmp/class && papermill -p QUICK True --no-progress-bar notebooks/00-welcome.ipynb /tmp/00.ipynb "
+                 "> /tmp/papermill.log 2>&1 || cat /tmp/papermill.log; rdmalab class report --json /tmp/class", timeout=300)
+    table = json.loads(out[out.index("{"):])
+    assert table["learners"] == ["learner"], out[-2000:]
+    assert table["stuck"]["learner"] or table["passed"]["learner"], table   # lesson 00's exercise, attempted
