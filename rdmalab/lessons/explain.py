@@ -13,7 +13,7 @@ import html
 import textwrap
 
 from rdmalab import verbs as v
-from rdmalab.errors import STATUS_HINTS, status_name
+from rdmalab.errors import QP_STATE_NAMES, STATUS_HINTS, WR_OPCODE_NAMES, status_name
 
 # what each status is on the devices the lab knows (rxe: probed in the Soft-RoCE guest, tests/conformance;
 # mlx5: rdma-core's providers/mlx5 and ibv_poll_cq(3))
@@ -69,8 +69,7 @@ def flags(access):
 
 
 def _opname(opcode):
-    return next((n[len("IBV_WR_"):] for n in dir(v.enums) if n.startswith("IBV_WR_")
-                 and getattr(v.enums, n) == opcode), f"opcode {opcode}")
+    return WR_OPCODE_NAMES.get(opcode, f"opcode {opcode}")
 
 
 def _inferred(status, wr):
@@ -225,8 +224,7 @@ def _no_answer(peer, dest):
                 f"is wrong, or that QP was destroyed.")
     state = int(peer.header[Q_STATE])
     if state not in (v.enums.IBV_QPS_RTR, v.enums.IBV_QPS_RTS):
-        from rdmalab.lessons.fixtures import STATE_NAMES
-        return (f"QP {dest:#x} is in {STATE_NAMES.get(state, state)}: a QP answers only in RTR or RTS, so every "
+        return (f"QP {dest:#x} is in {QP_STATE_NAMES.get(state, state)}: a QP answers only in RTR or RTS, so every "
                 f"resend went unanswered.")
     return (f"QP {dest:#x} is ready but did not take the packets: their PSN is not the one it expects (the sender's "
             f"sq_psn must be the receiver's rq_psn), or they went to another address (the GID).")

@@ -8,9 +8,11 @@ from typing import NamedTuple
 
 import matplotlib.pyplot as plt
 
+from rdmalab.errors import QP_STATE_NAMES
+
 # ---------------------------------------------------------------- the QP state machine
 
-STATE_NAMES = {0: "RESET", 1: "INIT", 2: "RTR", 3: "RTS", 4: "SQD", 5: "SQE", 6: "ERR"}
+STATE_NAMES = QP_STATE_NAMES   # (the lessons' name for rdmalab.errors' table)
 # What each forward step must carry in its attribute mask (the kernel's table, ib_modify_qp_is_ok, for RC).
 REQUIRED = {
     ("RESET", "INIT"): ["IBV_QP_STATE", "IBV_QP_PKEY_INDEX", "IBV_QP_PORT", "IBV_QP_ACCESS_FLAGS"],
