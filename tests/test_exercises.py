@@ -473,8 +473,8 @@ def test_allreduce_by_hand_rejects_each_plausible_wrong_ring_and_says_what_was_w
         return np.linspace(0, x.size, comm.size + 1)   # noqa: F821 (the notebook's np: not on the ranks)
 
     for wrong, says, hint in [
-            (ring(slot=lambda s: 0), "put of reduce-scatter step 1 landed on bytes 0 to 8 of rank 2's stage before "
-             "rank 2 had used what rank 1's put of reduce-scatter step 0 left there", "its own slot"),
+            (ring(slot=lambda s: 0), "rank 0's put of reduce-scatter step 1 landed on bytes 0 to 12 of rank 1's stage "
+             "before rank 1 had used what rank 0's put of reduce-scatter step 0 left there", "its own slot"),
             (ring(read_first=True), "poisoned elements: bytes used before their flag had landed", "after wait()"),
             (ring(send=lambda r, s, p: (r + s) % p), "in reduce-scatter step 1, rank 0 sent chunk 1; in step s a "
              "rank sends chunk (r - s) % p, here 2", ""),

@@ -63,7 +63,7 @@ class Fabric:
         self.unused = [[] for _ in range(ranks)]   # puts into each rank whose bytes it may not have used yet
         self.landed = [[] for _ in range(ranks)]   # what each rank's last wait() made land
         self.puts, self.waiting, self.finished = [], {}, set()
-        self.overwrite = None   # the first put that landed on bytes not used yet (the run goes on)
+        self.overwrites = []    # every put that landed on bytes not used yet (the run goes on)
         self.stopped = None     # why the run stopped: a Deadlock, or a sentence (a rank that hung)
         self.cv = threading.Condition()
         self.slow, self.rng = seed % ranks, random.Random(seed)
@@ -93,13 +93,21 @@ class Fabric:
             self.cv.notify_all()
 
     def _overwrites(self, put):
-        """Name the first put that lands on bytes the target may not have used yet."""
+        """Note each put that lands on bytes the target may not have used yet (what the sender had heard
+        decides it, not the timing: the same puts every run)."""
         heard = self.clock[put.sender][put.target]
         for old in list(self.unused[put.target]):
             if old.region == put.region and old.lo < put.hi and put.lo < old.hi:
-                if (old.used is None or heard < old.used) and self.overwrite is None:
-                    self.overwrite = Overwrite(put, old)
+                if old.used is None or heard < old.used:
+                    self.overwrites.append(Overwrite(put, old))
                 self.unused[put.target].remove(old)
+
+    @property
+    def overwrite(self):
+        """The first overwrite in the program's order (call, put, sender, target), not in the threads' timing,
+        so that a run names the same one however the machine's load interleaved the ranks."""
+        key = lambda o: (o.put.call, o.put.index, o.put.sender, o.put.target)   # noqa: E731
+        return min(self.overwrites, key=key, default=None)
 
     def wait(self, rank, peer):
         with self.cv:
@@ -173,7 +181,7 @@ class CheckingTransport:
     def buffer(self, region="data"):
         return self.fabric.memory[self.rank][region]
 
-    def put(self, peer, src, region, offset):
+    def put(self, peer, src, region, offset, signaled=False):
         src = src.view(np.uint8).reshape(-1)
         mine = self.fabric.memory[self.rank]
         source = next(((name, src.ctypes.data - view.ctypes.data) for name, view in mine.items()
