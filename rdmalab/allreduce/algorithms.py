@@ -160,8 +160,9 @@ class Communicator:
         seg, size = max(SEGMENT_BYTES // x.itemsize, 1), x.itemsize
         stage = self.t.buffer("stage")
         # Credits, as NCCL keeps them from one call to the next: right has read its stage from our last ring
-        # (its go-ahead, below, said so), so a ring that follows a ring needs no handshake; after anything
-        # else on this transport (another algorithm, a barrier, a learner's put), ask again
+        # (it added the last of it before its all-gather sent the chunk it finished, which came around the ring
+        # to us), so a ring that follows a ring needs no handshake; after anything else on this transport
+        # (another algorithm, a barrier, a learner's put), ask again
         if self.ring_credit != self.t.exchanged():
             self.handshake([left], [right])
         # reduce-scatter: in step s we send chunk (r - s) and add the incoming chunk (r - s - 1), segment by
@@ -179,20 +180,22 @@ class Communicator:
                     self._recv(left)
                     at = slot + (start - recv_lo) * size
                     np.add(x[start:end], stage[at:at + (end - start) * size].view(x.dtype), out=x[start:end])
-        # right may still be reading its own chunks for its reduce-scatter: wait for its go-ahead
-        self.t.signal(left)
-        self.t.wait(right, self.alive)
-        # all-gather: in step s we send chunk (r + 1 - s), fully reduced, straight into right's result
+        # all-gather: in step s we send chunk (r + 1 - s), fully reduced, straight into right's result. No
+        # go-ahead from right is needed first: right added into that chunk in its step s - 1 and sent it on in
+        # step s, and that send had landed (its bytes read) before rank r + 2 sent its step s + 1, which our
+        # reduce-scatter and all-gather so far have waited for, around the ring (with 2 ranks, right's send
+        # came to us, before its flag). Right never adds into the chunk it finishes, which we never send it.
+        last = p - 2, bounds[(r + 1 - (p - 2)) % p + 1]   # our last put (its step, its end) asks for a completion
         for s in range(p - 1):
             send_lo, send_hi = bounds[(r + 1 - s) % p], bounds[(r + 1 - s) % p + 1]
             recv_lo, recv_hi = bounds[(r - s) % p], bounds[(r - s) % p + 1]
             for k in range(max(send_hi - send_lo, recv_hi - recv_lo) // seg + 1):
                 start, end = send_lo + k * seg, min(send_lo + (k + 1) * seg, send_hi)
                 if start < end:
-                    self._send(right, x[start:end], "data", start * size)
+                    self.t.put(right, x[start:end], "data", start * size, signaled=(s, end) == last)
                 if recv_lo + k * seg < recv_hi:
                     self._recv(left)
-        self.t.flush()
+        self.t.flush()   # (our puts have read x: the caller may change it)
         self.ring_credit = self.t.exchanged()
 
     # -------------------------------------------------------------- recursive halving-doubling

@@ -4,7 +4,9 @@ Each rank owns named *regions* of memory: "data" (the user's buffer, where resul
 "stage" (where incoming pieces wait to be reduced). A transport offers four operations:
 
     put(peer, src, region, offset)   deliver the bytes of `src` into `peer`'s region at `offset`,
-                                     then let `peer` know (in order with everything else we put)
+                                     then let `peer` know (in order with everything else we put);
+                                     signaled=True: the last put before a flush (RDMA: its completion
+                                     is asked for now, so the flush sends nothing more)
     signal(peer)                     only let `peer` know (a credit: "you may write to me now")
     wait(peer)                       block until the next put or signal from `peer` has landed
     flush()                          block until everything we put has left our buffers
@@ -73,6 +75,7 @@ class RdmaTransport:
         self.sent = [0] * size          # sequence numbers we put/signalled to each peer
         self.seen = [0] * size          # sequence numbers we have waited for, from each peer
         self.done = [0] * size          # the last of our flags to each peer known to have completed
+        self.signaled = [0] * size      # the last of our flags to each peer that asked for a completion
         self.seq_view = v.as_array(self.seq_mr).view(np.int64)
         # what _wr builds every put from, looked up once (a put's cost is a ring step's)
         self.SendWR, self.SGE = v.wr.SendWR, v.wr.SGE
@@ -104,7 +107,7 @@ class RdmaTransport:
         wr.set_wr_rdma(rkey, remote_addr)
         return wr
 
-    def _flag(self, peer):
+    def _flag(self, peer, signaled=False):
         """The WR that carries our next sequence number to peer, written into its slot. First, if need be,
         waits until the flag sent from that slot SLOTS flags ago has completed."""
         n = self.sent[peer] = self.sent[peer] + 1
@@ -112,13 +115,17 @@ class RdmaTransport:
             self._until_done(peer, n - self.SLOTS)
         slot = n % self.SLOTS
         self.seq_view[peer * self.SLOTS + slot] = n
-        wr = self.flag_wrs[peer][slot][n % self.SIGNAL_EVERY == 0]
+        signaled = signaled or n % self.SIGNAL_EVERY == 0
+        if signaled:
+            self.signaled[peer] = n
+        wr = self.flag_wrs[peer][slot][signaled]
         wr.wr_id = n << 16 | peer     # (its completion says which flag, to whom)
         return wr
 
-    def put(self, peer, src, region, offset):
+    def put(self, peer, src, region, offset, signaled=False):
         """RDMA WRITE the bytes of `src` (a view into one of our regions) into peer's region at `offset`,
-        then our next sequence number into its flag: one post_send, two WRITEs, in order."""
+        then our next sequence number into its flag: one post_send, two WRITEs, in order. signaled: ask for
+        its completion now, as the put a flush() will follow (which then sends nothing more)."""
         src = src.view(np.uint8).reshape(-1)
         at = src.ctypes.data
         for base, nbytes, mr in self.bases.values():
@@ -126,7 +133,7 @@ class RdmaTransport:
                 break
         else:
             raise ValueError("put() sends from a registered region only: use transport.buffer(...)")
-        flag = self._flag(peer)
+        flag = self._flag(peer, signaled)
         if not src.nbytes:
             return self.qps[peer].post_send(flag)
         r = self.remote[peer]["regions"][region]
@@ -187,7 +194,7 @@ class RdmaTransport:
         for peer, n in enumerate(self.sent):
             if peer == self.rank or self.done[peer] >= n:
                 continue
-            if n % self.SIGNAL_EVERY:
+            if self.signaled[peer] < n:
                 wr = self.flag_wrs[peer][n % self.SLOTS][True]
                 wr.wr_id = n << 16 | peer
                 self.qps[peer].post_send(wr)
@@ -237,7 +244,7 @@ class TcpTransport:
     def buffer(self, region="data"):
         return self.regions[region]
 
-    def put(self, peer, src, region, offset):
+    def put(self, peer, src, region, offset, signaled=False):
         self.messages += 1
         self.threads[peer].send(self.HEADER.pack(REGIONS.index(region), offset, src.nbytes), src.view(np.uint8).reshape(-1))
 
