@@ -242,3 +242,23 @@ def test_rings_in_a_row_carry_their_credits_and_nothing_lands_on_bytes_not_yet_a
                 assert all(np.allclose(r, want.astype(r.dtype), rtol=1e-5, atol=1e-3) for r in got)
         calls_that_asked = {order for rank, order, handshake in asked if handshake}
         assert calls_that_asked == {0, 3}, asked      # the first ring, and the ring after the naive
+
+
+
+def test_a_put_of_unregistered_or_strided_bytes_is_refused_with_the_fix():
+    def bad_puts(comm):   # (defined here: the ranks get its code, not this module)
+        import numpy as np
+        x = comm.buffer(64, "float32")
+        said = []
+        for src in (np.zeros(16, np.float32), x[::2]):   # memory no MR covers; a strided view of the data region
+            try:
+                comm.t.put(1 - comm.rank, src, "data", 0)
+                said.append(None)
+            except ValueError as error:
+                said.append(str(error))
+        return said
+    bad_puts.__module__ = "__main__"   # (sent by value, as a notebook's function is)
+    with Cluster(ranks=2, transport="rdma", max_bytes=1 << 16) as c:
+        said = c.run(bad_puts)[0]
+    assert "registered region only" in said[0], said
+    assert "contiguous bytes: a slice x[a:b], not x[::2]" in said[1], said

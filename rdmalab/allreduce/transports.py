@@ -56,6 +56,7 @@ class RdmaTransport:
       and an error completes whether asked for or not, so a failed write is still seen."""
     SLOTS = 64            # sequence slots per peer (flags in flight at most)
     SIGNAL_EVERY = 16     # one flag in this many is signaled
+    DATA_WRS = 256        # the puts' WRs kept for the next call (a ring of p ranks, s segments: 2 (p - 1) s)
 
     def __init__(self, rank, size, region_bytes):
         self.rank, self.size = rank, size
@@ -76,6 +77,7 @@ class RdmaTransport:
         self.seen = [0] * size          # sequence numbers we have waited for, from each peer
         self.done = [0] * size          # the last of our flags to each peer known to have completed
         self.signaled = [0] * size      # the last of our flags to each peer that asked for a completion
+        self.data_wrs = {}              # (peer, address, bytes, region, offset) -> the WR that puts them
         self.seq_view = v.as_array(self.seq_mr).view(np.int64)
         # what _wr builds every put from, looked up once (a put's cost is a ring step's)
         self.SendWR, self.SGE = v.wr.SendWR, v.wr.SGE
@@ -126,21 +128,31 @@ class RdmaTransport:
         """RDMA WRITE the bytes of `src` (a view into one of our regions) into peer's region at `offset`,
         then our next sequence number into its flag: one post_send, two WRITEs, in order. signaled: ask for
         its completion now, as the put a flush() will follow (which then sends nothing more)."""
-        src = src.view(np.uint8).reshape(-1)
-        at = src.ctypes.data
+        at, size = src.__array_interface__["data"][0], src.nbytes
         for base, nbytes, mr in self.bases.values():
-            if base <= at and at + src.nbytes <= base + nbytes:
+            if base <= at and at + size <= base + nbytes:
                 break
         else:
             raise ValueError("put() sends from a registered region only: use transport.buffer(...)")
+        if not src.flags.c_contiguous:
+            raise ValueError("put() sends contiguous bytes: a slice x[a:b], not x[::2]")
         flag = self._flag(peer, signaled)
-        if not src.nbytes:
+        if not size:
             return self.qps[peer].post_send(flag)
         r = self.remote[peer]["regions"][region]
-        if offset + src.nbytes > r["length"]:
-            raise ValueError(f"put of {src.nbytes} bytes at {offset} overflows rank {peer}'s {region} ({r['length']} bytes)")
-        self.qps[peer].post_send(self._wr(peer, mr.buf + (at - base), src.nbytes, mr.lkey, r["rkey"], r["addr"] + offset,
-                                          next_wr=flag))
+        if offset + size > r["length"]:
+            raise ValueError(f"put of {size} bytes at {offset} overflows rank {peer}'s {region} ({r['length']} bytes)")
+        # a ring puts the same pieces every call: their WRs are built once (a WR is copied to the NIC's queue
+        # as it is posted, so one may be posted again; only the flag chained after it changes)
+        key = (peer, at, size, region, offset)
+        wr = self.data_wrs.get(key)
+        if wr is None:
+            if len(self.data_wrs) >= self.DATA_WRS:
+                self.data_wrs.clear()
+            wr = self.data_wrs[key] = self._wr(peer, mr.buf + (at - base), size, mr.lkey, r["rkey"],
+                                               r["addr"] + offset)
+        wr.next_wr = flag
+        self.qps[peer].post_send(wr)
 
     def signal(self, peer):
         """WRITE our next sequence number into peer's flag slot for us; RC keeps it after the data."""
