@@ -21,6 +21,8 @@ of p terms, so the difference is bounded by about (p - 1) * eps * sum(|x_i|) (ep
 the tests allow 2 * p * eps * sum(|x_i|) per element. Every rank ends with bit-identical results:
 each chunk is reduced by one rank and then copied to all.
 """
+import functools
+
 import numpy as np
 
 from rdmalab.errors import RequestError
@@ -153,48 +155,25 @@ class Communicator:
 
     @algorithm("ring")
     def _ring(self, x):
+        """Runs ring_plan(): the same pieces every call of a size, so the plan is made once (as NCCL makes its
+        plans) and each call only moves and adds bytes."""
         p, r = self.size, self.rank
         right, left = (r + 1) % p, (r - 1) % p
-        bounds = [c * x.size // p for c in range(p + 1)]   # chunk c is x[bounds[c]:bounds[c + 1]]
-        chunk_bytes = max(b - a for a, b in zip(bounds, bounds[1:])) * x.itemsize
-        seg, size = max(SEGMENT_BYTES // x.itemsize, 1), x.itemsize
-        stage = self.t.buffer("stage")
         # Credits, as NCCL keeps them from one call to the next: right has read its stage from our last ring
         # (it added the last of it before its all-gather sent the chunk it finished, which came around the ring
         # to us), so a ring that follows a ring needs no handshake; after anything else on this transport
         # (another algorithm, a barrier, a learner's put), ask again
         if self.ring_credit != self.t.exchanged():
             self.handshake([left], [right])
-        # reduce-scatter: in step s we send chunk (r - s) and add the incoming chunk (r - s - 1), segment by
-        # segment, each added as soon as it lands (while it is still in the caches of the CPU that wrote it)
-        for s in range(p - 1):
-            send_lo, send_hi = bounds[(r - s) % p], bounds[(r - s) % p + 1]
-            recv_lo, recv_hi = bounds[(r - s - 1) % p], bounds[(r - s - 1) % p + 1]
-            slot = s * chunk_bytes                           # each step has its own slot of the stage
-            for k in range(max(send_hi - send_lo, recv_hi - recv_lo) // seg + 1):
-                start, end = send_lo + k * seg, min(send_lo + (k + 1) * seg, send_hi)
-                if start < end:
-                    self._send(right, x[start:end], "stage", slot + (start - send_lo) * size)
-                start, end = recv_lo + k * seg, min(recv_lo + (k + 1) * seg, recv_hi)
-                if start < end:
-                    self._recv(left)
-                    at = slot + (start - recv_lo) * size
-                    np.add(x[start:end], stage[at:at + (end - start) * size].view(x.dtype), out=x[start:end])
-        # all-gather: in step s we send chunk (r + 1 - s), fully reduced, straight into right's result. No
-        # go-ahead from right is needed first: right added into that chunk in its step s - 1 and sent it on in
-        # step s, and that send had landed (its bytes read) before rank r + 2 sent its step s + 1, which our
-        # reduce-scatter and all-gather so far have waited for, around the ring (with 2 ranks, right's send
-        # came to us, before its flag). Right never adds into the chunk it finishes, which we never send it.
-        last = p - 2, bounds[(r + 1 - (p - 2)) % p + 1]   # our last put (its step, its end) asks for a completion
-        for s in range(p - 1):
-            send_lo, send_hi = bounds[(r + 1 - s) % p], bounds[(r + 1 - s) % p + 1]
-            recv_lo, recv_hi = bounds[(r - s) % p], bounds[(r - s) % p + 1]
-            for k in range(max(send_hi - send_lo, recv_hi - recv_lo) // seg + 1):
-                start, end = send_lo + k * seg, min(send_lo + (k + 1) * seg, send_hi)
-                if start < end:
-                    self.t.put(right, x[start:end], "data", start * size, signaled=(s, end) == last)
-                if recv_lo + k * seg < recv_hi:
-                    self._recv(left)
+        stage, put, wait, alive = self.t.buffer("stage"), self.t.put, self.t.wait, self.alive
+        for op, lo, hi, at, signaled in ring_plan(p, r, x.size, x.itemsize):
+            if op == "add":       # what left put into our stage at `at` has landed: add it to x[lo:hi]
+                wait(left, alive)
+                np.add(x[lo:hi], stage[at:at + (hi - lo) * x.itemsize].view(x.dtype), out=x[lo:hi])
+            elif op == "wait":    # a finished piece has landed in our x
+                wait(left, alive)
+            else:                 # put x[lo:hi] into right's stage or data at `at`
+                put(right, x[lo:hi], op, at, signaled=signaled)
         self.t.flush()   # (our puts have read x: the caller may change it)
         self.ring_credit = self.t.exchanged()
 
@@ -276,6 +255,48 @@ def ring_allreduce(comm, x):
         comm.t.put(right, x[bounds[c]:bounds[c + 1]], "data", int(bounds[c]) * x.itemsize)
         comm.t.wait(left)                                   # chunk (r - s) has landed in our x
     comm.t.flush()
+
+
+@functools.lru_cache(maxsize=64)
+def ring_plan(p, r, count, itemsize):
+    """Rank r's part of a ring AllReduce of `count` elements on p ranks, in order: ("stage" or "data", lo, hi,
+    at, signaled) puts x[lo:hi] into right's region at byte `at`; ("add", lo, hi, at, _) waits for left's next
+    flag and adds what it put into our stage at `at` to x[lo:hi]; ("wait", ...) waits for left's next flag."""
+    bounds = [c * count // p for c in range(p + 1)]   # chunk c is x[bounds[c]:bounds[c + 1]]
+    chunk_bytes = max(b - a for a, b in zip(bounds, bounds[1:])) * itemsize
+    seg = max(SEGMENT_BYTES // itemsize, 1)
+    plan = []
+    # reduce-scatter: in step s we send chunk (r - s) and add the incoming chunk (r - s - 1), segment by
+    # segment, each added as soon as it lands (while it is still in the caches of the CPU that wrote it)
+    for s in range(p - 1):
+        send_lo, send_hi = bounds[(r - s) % p], bounds[(r - s) % p + 1]
+        recv_lo, recv_hi = bounds[(r - s - 1) % p], bounds[(r - s - 1) % p + 1]
+        slot = s * chunk_bytes                           # each step has its own slot of the stage
+        for k in range(max(send_hi - send_lo, recv_hi - recv_lo) // seg + 1):
+            start, end = send_lo + k * seg, min(send_lo + (k + 1) * seg, send_hi)
+            if start < end:
+                plan.append(("stage", start, end, slot + (start - send_lo) * itemsize, False))
+            start, end = recv_lo + k * seg, min(recv_lo + (k + 1) * seg, recv_hi)
+            if start < end:
+                plan.append(("add", start, end, slot + (start - recv_lo) * itemsize, False))
+    # all-gather: in step s we send chunk (r + 1 - s), fully reduced, straight into right's result. No
+    # go-ahead from right is needed first: right added into that chunk in its step s - 1 and sent it on in
+    # step s, and that send had landed (its bytes read) before rank r + 2 sent its step s + 1, which our
+    # reduce-scatter and all-gather so far have waited for, around the ring (with 2 ranks, right's send
+    # came to us, before its flag). Right never adds into the chunk it finishes, which we never send it.
+    for s in range(p - 1):
+        send_lo, send_hi = bounds[(r + 1 - s) % p], bounds[(r + 1 - s) % p + 1]
+        recv_lo, recv_hi = bounds[(r - s) % p], bounds[(r - s) % p + 1]
+        for k in range(max(send_hi - send_lo, recv_hi - recv_lo) // seg + 1):
+            start, end = send_lo + k * seg, min(send_lo + (k + 1) * seg, send_hi)
+            if start < end:
+                plan.append(("data", start, end, start * itemsize, False))
+            if recv_lo + k * seg < recv_hi:
+                plan.append(("wait", 0, 0, 0, False))
+    last = max((i for i, op in enumerate(plan) if op[0] == "data"), default=None)
+    if last is not None:   # our last put asks for a completion as it goes: the flush then sends nothing
+        plan[last] = plan[last][:4] + (True,)
+    return tuple(plan)
 
 
 def _halving_distances(p):
