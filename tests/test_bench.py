@@ -284,6 +284,12 @@ def test_events_are_refused_where_no_completion_could_carry_them(test, why):
         bench.run(test, sizes=[8], iters=8, events=True)
 
 
+def as_in_a_terminal():
+    """A command typed in a terminal takes Ctrl-C (SIGINT's default), even where this suite was started in the
+    background (`cmd &` in a script), which ignores SIGINT, as every process it starts then does."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.host_only   # process plumbing, on soft0: the device takes no part
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT])
 def test_a_killed_or_interrupted_bench_takes_its_sides_with_it(how):
@@ -293,7 +299,7 @@ def test_a_killed_or_interrupted_bench_takes_its_sides_with_it(how):
     from rdmalab.verbs.soft import shm
     run = subprocess.Popen([sys.executable, "-m", "rdmalab", "bench", "write_lat", "-s", "8", "-n", "20000000"],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                           env=dict(os.environ, PYTHONPATH=ROOT, RDMALAB_PROVIDER="soft"))
+                           env=dict(os.environ, PYTHONPATH=ROOT, RDMALAB_PROVIDER="soft"), preexec_fn=as_in_a_terminal)
     try:
         deadline = time.monotonic() + 60
         while len(sides := psutil.Process(run.pid).children()) < 2 or not all(shm.leftovers(s.pid) for s in sides):

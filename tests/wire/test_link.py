@@ -573,6 +573,12 @@ def test_rdmalab_capture_writes_a_pcap_tshark_dissects(tmp_path):
         assert r["ip.checksum.status"] == r["udp.checksum.status"] == "1", r
 
 
+def as_in_a_terminal():
+    """Ctrl-C's default, as in a terminal, even where this suite was started in the background (`cmd &` in a
+    script: SIGINT ignored, and so in every process it starts)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGINT])
 def test_a_stopped_capture_stops_its_command_and_keeps_what_it_captured(tmp_path, how):
     out = tmp_path / "stopped.pcap"
@@ -580,7 +586,8 @@ def test_a_stopped_capture_stops_its_command_and_keeps_what_it_captured(tmp_path
         "import time\nprint('exchanged', flush=True)\ntime.sleep(120)\n"
     capture = subprocess.Popen([sys.executable, "-m", "rdmalab", "capture", "-o", str(out), "--", sys.executable,
                                 "-c", driver], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env={**os.environ, "PYTHONPATH": ROOT}, start_new_session=True)
+                               env={**os.environ, "PYTHONPATH": ROOT}, start_new_session=True,
+                               preexec_fn=as_in_a_terminal)
     try:
         assert "exchanged" in capture.stdout.readline() + capture.stdout.readline()
         command = [p for p in psutil_children(capture.pid)]
