@@ -216,7 +216,7 @@ def run_full(out, slugs=None, directory=NOTEBOOKS, say=lambda line: None):
     slugs = order if not slugs else sorted(slugs, key=order.index)
     times = {}
     learner = os.environ.get("RDMALAB_LEARNER_DIR")
-    os.environ["RDMALAB_LEARNER_DIR"] = os.path.join(out, ".learner")   # the kernels inherit it
+    os.environ["RDMALAB_LEARNER_DIR"] = os.path.join(os.path.abspath(out), ".learner")   # the kernels inherit it (they run in notebooks/)
     try:
         for slug in slugs:
             say(f"running {notebook(slug)} (QUICK = False)")
