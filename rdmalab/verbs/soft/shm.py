@@ -56,9 +56,11 @@ def directory():
 
 def small_dev_shm():
     """Why /dev/shm was passed over, with the fix, or None when it is used (or RDMALAB_SHM_DIR chose)."""
-    if settings.shm_dir() or not os.path.isdir("/dev/shm") or directory() == "/dev/shm":
+    if settings.shm_dir() or not os.path.isdir("/dev/shm"):
         return None
     fs = os.statvfs("/dev/shm")
+    if fs.f_blocks * fs.f_frsize >= ENOUGH_SHM:   # (passed over, if at all, for another reason: not writable)
+        return None
     return (f"/dev/shm holds only {fs.f_blocks * fs.f_frsize >> 20} MiB (a container's default is 64), under the "
             f"{ENOUGH_SHM >> 20} MiB the lessons may register, so soft0 keeps registered memory in {directory()}: "
             f"it works, on disk-backed pages. Give /dev/shm room: docker run --shm-size=1g "
