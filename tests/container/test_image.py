@@ -65,30 +65,22 @@ def image():
     for name in docker("ps", "-aq", "--filter", f"ancestor={TAG}").split():
         docker("rm", "-f", name, check=False)
     docker("rmi", TAG)
-    for base in ("rdmalab-base:bookworm",):   # container/base.sh's import, if this test made it
-        made = docker("images", "-q", base).strip()
-        if made and not any(made in i for i in held["images"]):
-            docker("rmi", base)
+    base = docker("images", "-q", "rdmalab-base:bookworm").strip()   # container/base.sh's import, if this test made it
+    if base and not any(base in i for i in held["images"]):
+        docker("rmi", "rdmalab-base:bookworm")
     after = what_docker_holds()
     assert after == held, f"left behind: {({k: after[k] - held[k] for k in after})}"
     assert shm_segments() <= shm_before, shm_segments() - shm_before
 
 
-def free_port():
-    from rdmalab import sockets
-    server, port = sockets.listen()
-    server.close()
-    return port
-
-
 def started(tag, *options):
     """A container serving the lab on a free port of 127.0.0.1, as the README runs it: (name, port, token, log)."""
+    from tests.browser.test_jupyterlab import free_port
     port = free_port()
     name = docker("run", "-d", "-p", f"127.0.0.1:{port}:8888", *options, tag).strip()
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        log = docker("logs", name, check=False) + subprocess.run(["docker", "logs", name], capture_output=True,
-                                                                   text=True).stderr
+        log = logs(name)
         found = re.search(r"open (http://localhost:8888/\S+\?token=(\w+))", log)
         if found:
             try:
@@ -133,7 +125,7 @@ def test_a_dev_shm_left_at_dockers_64_mib_is_said_with_its_fix_and_the_lab_still
     """Without --shm-size, soft0 keeps memory in /tmp: the doctor says so, and an AllReduce on 2 ranks still runs."""
     out = docker("run", "--rm", image["tag"], "sh", "-c",
                  "rdmalab doctor --json && rdmalab allreduce --ranks 2 --size 64K --iters 2", timeout=300)
-    report = json.loads(out[:out.rindex("}") + 1] if out.lstrip().startswith("{") else out)
+    report, _ = json.JSONDecoder().raw_decode(out)   # (the doctor's JSON, then the AllReduce's table)
     assert report["soft_memory"]["directory"] == "/tmp", report["soft_memory"]
     assert "/dev/shm holds only 64 MiB" in report["soft_memory"]["small_dev_shm"]
     assert "docker run --shm-size=1g" in " ".join(report["next_steps"])
