@@ -121,7 +121,7 @@ def static_output(output):
     """HTML for one output kept inside an Output widget."""
     data = output.get("data", {})
     if output.get("output_type") == "stream":
-        return f"<pre>{html.escape(output.get('text', '') if isinstance(output.get('text'), str) else ''.join(output['text']))}</pre>"
+        return f"<pre>{html.escape(''.join(output.get('text', '')))}</pre>"   # (a string, or a list of lines)
     if "image/png" in data:
         return f"<img src='data:image/png;base64,{''.join(data['image/png']).strip()}'>"
     if "text/html" in data:
@@ -133,7 +133,7 @@ def static_output(output):
 
 # ---------------------------------------------------------------------------------------------- pages
 
-def as_book_page(nb, label):
+def as_book_page(nb, label, in_book):
     """The executed lesson `nb` made ready for the book, in place: labelled, and its widgets made static."""
     models = nb.get("metadata", {}).get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
     ran_on = {"output_type": "display_data", "metadata": {},
@@ -142,7 +142,7 @@ def as_book_page(nb, label):
     nb["cells"] = [c for c in nb["cells"] if "injected-parameters" not in c.get("metadata", {}).get("tags", [])]
     for cell in nb["cells"]:
         if cell["cell_type"] == "markdown":
-            cell["source"] = without_broken_links("".join(cell["source"]), "notebooks")
+            cell["source"] = without_broken_links("".join(cell["source"]), "notebooks", in_book)
         if cell["cell_type"] != "code" or not cell.get("outputs"):
             continue
         for output in cell["outputs"]:
@@ -158,18 +158,17 @@ def as_book_page(nb, label):
 
 
 LINK = re.compile(r"(!?)\[([^\]]*)\]\(([^)\s]+)\)")
-IN_BOOK = set()   # the book's files, relative to its root, as build() copies them
 
 
-def without_broken_links(text, folder):
+def without_broken_links(text, folder, in_book):
     """`text` (Markdown in `folder` of the book) with each relative link to a file the book does not hold
-    made its plain text: the source code the docs point to is in the repository, not in the book."""
+    (`in_book`: its files, relative to its root) made its plain text: the source code the docs point to is in the repository, not in the book."""
     def keep_or_plain(match):
         bang, words, target = match.groups()
         if bang or re.match(r"[a-z]+:", target) or target.startswith("#"):
             return match.group(0)
         path = os.path.normpath(os.path.join(folder, target.split("#")[0]))
-        return match.group(0) if path in IN_BOOK else f"{words} (`{path}` in the repository)"
+        return match.group(0) if path in in_book else f"{words} (`{path}` in the repository)"
     return LINK.sub(keep_or_plain, text)
 
 
@@ -198,19 +197,18 @@ def build(out, reuse=False, say=print):
     os.makedirs(os.path.join(src, "notebooks"))
     shutil.copytree(os.path.join(ROOT, "docs"), os.path.join(src, "docs"))
     os.makedirs(os.path.join(src, "workshop"))
-    IN_BOOK.clear()
-    IN_BOOK.update(["notebooks/README.md", "workshop/README.md"] + [f"notebooks/{n}" for n in lessons] +
-                   [os.path.join("docs", n) for n in os.listdir(os.path.join(src, "docs"))] +
-                   [os.path.join("docs", "img", n) for n in os.listdir(os.path.join(src, "docs", "img"))])
+    in_book = {"notebooks/README.md", "workshop/README.md", *(f"notebooks/{n}" for n in lessons),
+               *(os.path.relpath(os.path.join(d, n), src) for d, _, names in os.walk(os.path.join(src, "docs"))
+                 for n in names)}
     for relative in ["notebooks/README.md", "workshop/README.md"] + \
                     [f"docs/{n}" for n in os.listdir(os.path.join(src, "docs")) if n.endswith(".md")]:
         text = open(os.path.join(ROOT, relative)).read()
         with open(os.path.join(src, relative), "w") as f:
-            f.write(without_broken_links(text, os.path.dirname(relative)))
+            f.write(without_broken_links(text, os.path.dirname(relative), in_book))
     when = datetime.datetime.fromtimestamp(os.path.getmtime(os.path.join(ran, lessons[-1]))).strftime("%Y-%m-%d")
     label = f"{device()} · {machine()} · rdmalab {git_commit()} · QUICK = False · {when}"
     for name in lessons:
-        nb = as_book_page(json.load(open(os.path.join(ran, name))), label)
+        nb = as_book_page(json.load(open(os.path.join(ran, name))), label, in_book)
         banner = {"cell_type": "markdown", "metadata": {}, "id": "ran-on",
                   "source": f"```{{note}}\nEvery output on this page is from one run of the lesson on **{label}**. "
                             f"They are that machine's numbers: run the lesson for yours.\n```\n"}
