@@ -73,8 +73,7 @@ def conda_names(path):
     return names
 
 
-@pytest.mark.parametrize("env", ["environment.yml"])
-def test_conda_environments_name_every_dependency(env):
+def test_the_conda_environment_names_every_dependency(env="environment.yml"):
     project = tomllib.load(open(os.path.join(ROOT, "pyproject.toml"), "rb"))["project"]
     needed = names(project["dependencies"])
     have = conda_names(os.path.join(ROOT, env))

@@ -69,10 +69,9 @@ def lab(tmp_path_factory):
     # setting: start the notebook's kernel without asking (else a "Select Kernel" dialog waits for a
     # click). No news question: make lab's settings say no (rdmalab.lab.QUIET), as the lesson test checks.
     settings = tmp_path / "user-settings"
-    for plugin, values in {"notebook-extension/tracker": {"autoStartDefaultKernel": True}}.items():
-        path = settings / "@jupyterlab" / f"{plugin}.jupyterlab-settings"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(values))
+    tracker = settings / "@jupyterlab" / "notebook-extension" / "tracker.jupyterlab-settings"
+    tracker.parent.mkdir(parents=True)
+    tracker.write_text(json.dumps({"autoStartDefaultKernel": True}))
     port, token = free_port(), "rdmalab-browser-test"
     # the learner's answers and figures go to the private HOME's ~/.cache/rdmalab, whatever this shell sets
     env = {k: x for k, x in os.environ.items() if k not in ("RDMALAB_LEARNER_DIR", "RDMALAB_CLASS_DIR")}
