@@ -111,12 +111,14 @@ def test_copies_per_byte_are_counted_or_given_by_design_never_as_a_measurement()
     copies = next(r for r in view.rows if r[0].startswith("CPU copies per byte"))
     assert copies[1] == 2.0 and copies[2] == "not counted: see by design, below"   # TCP's counted; RDMA's not
     text = str(view)
-    assert "By design, not measured here" in text
+    assert "By design: an RDMA WRITE's CPU copies per byte (measured only where counted" in text
     mine = [line for line in view.design if line[3]]
     assert len(mine) == 1 and mine[0][0] == "soft0, the emulated NIC (its shared-memory link): these numbers, from soft0"
     assert [c for _, c, _, _ in view.design] == [1, 2, 0]
-    counted = {**EVERY, "one-sided": {**EVERY["one-sided"], "rdma_copies_per_byte": 1.0}}   # where something counted
+    counted = {**EVERY, "one-sided": {**EVERY["one-sided"], "rdma_copies_per_byte": 1.0}}   # soft0 counted its own
     assert next(r for r in answer.rows(counted) if r[0].startswith("CPU copies"))[2] == 1.0
+    mine = [line for line in answer.closing_view(kept=counted, answers={}).design if line[3]]
+    assert mine[0][0].endswith("from soft0 (counted too: 1.00, in the table)")
 
 
 def test_who_pays_rxes_copies_as_linux_6_1_charges_them():

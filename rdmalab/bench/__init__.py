@@ -109,14 +109,15 @@ def run(test, sizes=None, iters=None, provider=None, host="127.0.0.1", warmup=No
 
 def _cpu_copies(test, info, size, count, initiator, target):
     """Bytes some CPU copied, where something counts them: TCP's into and out of the kernel (its read/write
-    byte counts). None on an RDMA device, where nothing counts the bytes its copies move: soft0's shared-memory
-    link (the initiator's CPU copies, standing in for DMA) and its udp link (its NIC processes) keep no such
-    counter, rxe's kernels copy in the initiator's post_send (its system time) and in the target host's softirq,
-    and a hardware NIC's DMA copies none. results.copies_by_design says what each device's design copies, a
-    constant shown as such."""
+    byte counts); soft0's on its shared-memory link, where the program's own CPU copies for the NIC and
+    soft0 counts it (emulated.copied_bytes; a passive target sits blocked and copies nothing). None where
+    nothing counts: soft0's udp link (its NIC processes copy), rxe's kernels (in the initiator's post_send, its
+    system time, and in the target host's softirq) and a hardware NIC (its DMA: no CPU copies at all).
+    results.copies_by_design says what each device's design copies, a constant shown as such."""
     if test.transport == "tcp":
         return initiator["bytes_written"] + initiator["bytes_read"] + target["bytes_written"] + target["bytes_read"]
-    return None
+    counted = initiator.get("copied_bytes")
+    return None if counted is None else counted + (target.get("copied_bytes") or 0)
 
 
 def alternating(tests, size=8, iters=1000, rounds=3, progress=None):

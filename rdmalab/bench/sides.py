@@ -23,13 +23,19 @@ def make_side(role, test, max_size, host, events=False):
     return TcpSide(role, test, max_size, host)
 
 
-def _measured(loop, warmup, iters, *args):
-    """Run `loop` for warmup iterations, then for iters under accounting. Returns (timestamps, spent)."""
+def _measured(loop, warmup, iters, *args, copies=None):
+    """Run `loop` for warmup iterations, then for iters under accounting. Returns (timestamps, spent).
+    copies: what reads a count of bytes this process copied (emulated.copied_bytes: soft0 counts its own),
+    whose growth over the measured iterations goes into spent["copied_bytes"] (None where nothing counts)."""
     if warmup:
         loop(warmup, *args)
+    copied = copies() if copies else None
     before = procstat.snapshot()
     stamps = loop(iters, *args)
-    return stamps, procstat.since(before)
+    spent = procstat.since(before)
+    if copies:
+        spent["copied_bytes"] = None if copied is None else copies() - copied
+    return stamps, spent
 
 
 class TcpSide:
@@ -148,23 +154,23 @@ class RdmaSide:
         """The target's part; returns what its measured iterations cost (None: it does nothing at all,
         read_lat and write_bw, and the orchestrator reads its counters from outside)."""
         if self.test == "write_lat":
-            return _measured(self._write_pingpong, warmup, iters, size, False)[1]
+            return _measured(self._write_pingpong, warmup, iters, size, False, copies=emulated.copied_bytes)[1]
         if self.test == "send_lat":
-            return _measured(self._send_pingpong, warmup, iters, size, False)[1]
+            return _measured(self._send_pingpong, warmup, iters, size, False, copies=emulated.copied_bytes)[1]
         return None
 
     # ------------------------------------------------------------ the initiator's side
 
     def run(self, size, iters, warmup):
         if self.test == "write_lat":
-            stamps, spent = _measured(self._write_pingpong, warmup, iters, size, True)
+            stamps, spent = _measured(self._write_pingpong, warmup, iters, size, True, copies=emulated.copied_bytes)
         elif self.test == "send_lat":
             self.prepare(size, warmup + iters)
-            stamps, spent = _measured(self._send_pingpong, warmup, iters, size, True)
+            stamps, spent = _measured(self._send_pingpong, warmup, iters, size, True, copies=emulated.copied_bytes)
         elif self.test == "read_lat":
-            stamps, spent = _measured(self._read_loop, warmup, iters, size)
+            stamps, spent = _measured(self._read_loop, warmup, iters, size, copies=emulated.copied_bytes)
         else:
-            (stamps, completed), spent = _measured(self._write_stream, warmup, iters, size)
+            (stamps, completed), spent = _measured(self._write_stream, warmup, iters, size, copies=emulated.copied_bytes)
             return {"tposted": stamps, "tcompleted": completed, "cq_mod": min(CQ_MOD, iters), "spent": spent}
         return {"tposted": stamps, "spent": spent}
 

@@ -12,7 +12,8 @@ receiver's syscalls, the copies per byte that something counted, the address and
 packet, the target's NIC refusing an access. What depends on this machine (a ping-pong between two
 processes, which measures the scheduler's hand-offs too; two rings on one host, on soft0 its shared memory
 against TCP loopback) is shown, labelled so, and kept out of the verdict. Copies per byte that nothing
-counted are given by design (bench.BY_DESIGN), under the table of measurements, never in it. Devices are
+counted (rxe's, a NIC's; soft0 counts its own) are given by design (bench.BY_DESIGN), under the table of
+measurements, never in it. Devices are
 named as the run recorded them. A lesson not run yet leaves its figures out and says which lesson gives
 them; nothing fails.
 """
@@ -253,9 +254,10 @@ def missing(kept):
     return [(k, name) for k, name in LESSONS.items() if not kept.get(k)]
 
 
-def by_design(kind=None, device=None):
-    """What each kind of device's design copies per byte of a WRITE, none of it measured here: [(label,
-    copies per byte, who copies, is this device)]; this device's line names it as the run did."""
+def by_design(kind=None, device=None, counted=None):
+    """What each kind of device's design copies per byte of a WRITE: [(label, copies per byte, who copies,
+    is this device)]; this device's line names it as the run did, and says so where its copies were also
+    counted (`counted`: soft0's, per byte; the table holds that measurement)."""
     out = []
     for (k, link), (copies, who) in BY_DESIGN.items():
         if k == "soft" and link != "shm":   # the lessons run soft0's shared-memory link
@@ -263,6 +265,8 @@ def by_design(kind=None, device=None):
         name = str(device).split(" (")[0] if device else None   # ("soft0 (soft)", as a report names it)
         label = DESIGN[k] + (f": these numbers, from {name}" if k == kind and name else
                              ": these numbers" if k == kind else "")
+        if k == kind and counted is not None:
+            label += f" (counted too: {counted:.2f}, in the table)"
         out.append((label, copies, who, k == kind))
     return out
 
@@ -432,7 +436,8 @@ class ClosingView:
         self.asked = committed is not None   # (the last lesson asks for an answer before the view)
         self.committed = committed_answer(committed, self.figures) if self.asked else None
         self.rows, self.missing = rows(kept, kind), missing(kept)
-        self.verdict, self.design = verdict(kept, answers, kind), by_design(kind, device)
+        counted = kept.get("one-sided", {}).get("rdma_copies_per_byte")
+        self.verdict, self.design = verdict(kept, answers, kind), by_design(kind, device, counted)
 
     def _choices(self):
         """(what the learner chose in lesson 00, and before this view), as sentences."""
@@ -460,7 +465,7 @@ class ClosingView:
             out.append(heading)
             out += [f"  {what}: TCP {_text(t)}, RDMA {_text(r)} [{where}]" for what, t, r, where, h in self.rows
                     if h == holds]
-        out.append("By design, not measured here: an RDMA WRITE's CPU copies per byte")
+        out.append("By design: an RDMA WRITE's CPU copies per byte (measured only where counted, in the table)")
         out += [("> " if mine else "  ") + f"{label}: {copies} ({who})" for label, copies, who, mine in self.design]
         out += self._choices()
         out += [f"{'*' if ok else '-'} {choice}: {text}" for choice, ok, text, _ in self.verdict]
@@ -488,7 +493,8 @@ class ClosingView:
                      f"<th>by RDMA</th><th>lesson</th></tr>{body}</table>")
         design = "".join(f"<li>{'<b>' if mine else ''}{esc(label)}{'</b>' if mine else ''}: {copies} "
                          f"({esc(who)})</li>" for label, copies, who, mine in self.design)
-        parts.append(f"<p><b>By design, not measured here:</b> an RDMA WRITE's CPU copies per byte</p><ul>{design}</ul>")
+        parts.append(f"<p><b>By design:</b> an RDMA WRITE's CPU copies per byte (measured only where counted, in the "
+                     f"table)</p><ul>{design}</ul>")
         from rdmalab.lessons.plots import png_base64
         parts.append(f"<img src='data:image/png;base64,{png_base64(chart(self.kept, self.kind, self.device))}' "
                      "style='max-width:100%'/>")

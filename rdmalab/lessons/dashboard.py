@@ -143,7 +143,7 @@ def record_one_sided(spent, writes, results, frozen=None, one_cpu=None):
     lat, tcp = (min(results[t].rows, key=lambda row: row["size"]) for t in ("write_lat", "tcp_lat"))
     bw, tbw = (results[t].rows[-1] for t in ("write_bw", "tcp_bw"))
     share = lambda row: float(row["target"]["cpu_s"] / max(row["initiator"]["cpu_s"], 1e-9))   # noqa: E731
-    copied = bw["bytes_copied_by_cpu"]   # counted (TCP's only), else None: bench.copies_by_design says the rest
+    copied = bw["bytes_copied_by_cpu"]   # counted (soft0's shared-memory link), else None: copies_by_design says it
     figures = dict(writes=writes, rdma_target_syscalls=spent["read_syscalls"] + spent["write_syscalls"],
                    rdma_target_switches=spent["voluntary_switches"] + spent["involuntary_switches"],
                    rdma_target_cpu_ms=spent["cpu_s"] * 1e3, write_lat_us=float(lat["t_typical"]),

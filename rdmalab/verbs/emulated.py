@@ -9,6 +9,9 @@ On the provider this process runs on (rdmalab.verbs.PROVIDER), None on a real de
     link()                soft0's link: 'shm' (shared memory) or 'udp' (RoCEv2 packets)
     memory()              where soft0 keeps registered memory, and how much is free there
     counters()            its port counters (rxe's names; the udp link's NIC process counts its own)
+    copied_bytes()        payload bytes this process's CPU copied for soft0's shared-memory link (its
+                          stand-in for DMA: counted, where rxe and hardware count nothing); None on the udp
+                          link (its NIC processes copy) and on a real device
     look(qp), walk(qp, wr)  what its NIC holds for a QP, and what it would do with a WR (qp.look, qp.walk)
 Whatever the provider, choosing none (soft0's segments outlive their processes; its link is a setting):
     rank_hosts(ranks)     each local rank's host on soft0's udp link (a NIC each, as nodes have); None on shm
@@ -45,6 +48,13 @@ def counters():
     if hardware.LINK == "udp":   # the NIC process counts every packet
         return nic_counters() or {}
     return counters.read()
+
+
+def copied_bytes():
+    if link() != "shm":
+        return None
+    from rdmalab.verbs.soft import counters
+    return counters.copied_bytes
 
 
 def look(qp):

@@ -347,7 +347,7 @@ def test_the_last_lesson_gathers_every_lessons_figures_and_closes_with_the_answe
         assert "In lesson 00 you chose" in said, "lesson 00's answer came back"
         assert "has not recorded its figures" not in said, said[:500]
         assert "stopped (SIGSTOP) target" in said, "the frozen target leads the evidence"
-        assert "By design, not measured here" in said and "kept out of the verdict" in said
+        assert "By design: an RDMA WRITE" in said and "kept out of the verdict" in said
         assert not (bad := nothing_wraps(page)), "\n".join(bad)
         view.locator("img").first.scroll_into_view_if_needed()
         page.screenshot(path=shot)

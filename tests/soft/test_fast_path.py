@@ -25,6 +25,8 @@ def run(seed, steps=150):
     """One random sequence; returns everything observable, in order. A pair whose QPs went to ERR is
     replaced by a new one (the MRs stay), so that the sequence goes on exercising both paths."""
     from rdmalab.verbs import rc
+    from rdmalab.verbs.soft import counters
+    copied_before = counters.copied_bytes
     chosen = random.Random(seed)
     seen = []
     ctx = v.device.Context(name=v.choose_route().device)
@@ -81,6 +83,7 @@ def run(seed, steps=150):
             a, b = connected_pair()
     seen.append(("memory", src.read(SIZE, 0), spare.read(SIZE, 0),
                  target.read(SIZE, 0) if target is not None else None))
+    seen.append(("copied bytes", counters.copied_bytes - copied_before))   # both paths count the same copies
     for obj in (a, b, src, spare, *([target] if target is not None else []), *cqs, pd, ctx):
         obj.close()
     return seen
@@ -102,3 +105,44 @@ def test_the_fast_path_does_what_the_full_path_does(seed, monkeypatch):
     assert any(taken), "the sequence never took the fast path: it tests nothing"
     monkeypatch.setattr(requester.Shortcut, "remember", classmethod(lambda cls, *args: None))   # no shortcuts: the full path
     assert run(seed) == fast
+
+
+def test_soft0_counts_each_copy_its_cpu_makes():
+    """soft0's copied_bytes (what lesson 04 and the bench report as copies per byte) counts what its CPU
+    copies for the NIC: a WRITE's, READ's or SEND's payload once; SGEs gathered into one message once more;
+    inline data once more, at post time (into the WQE); an atomic's word and a refused request not at all."""
+    from rdmalab.verbs import emulated, rc
+    ctx = v.device.Context(name=v.choose_route().device)
+    pd = v.pd.PD(ctx)
+    cq = v.cq.CQ(ctx, 64)
+    cap = v.qp.QPCap(max_send_wr=16, max_recv_wr=16, max_inline_data=64)
+    qps = [v.qp.QP(pd, v.qp.QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=cap)) for _ in range(2)]
+    ends = [rc.endpoint(ctx, qp) for qp in qps]
+    for qp, mine, theirs in ((qps[0], ends[0], ends[1]), (qps[1], ends[1], ends[0])):
+        rc.connect(ctx, qp, mine, theirs, ACCESS, rnr_retry=0, retry_cnt=0)
+    src, dst = v.mr.MR(pd, SIZE, ACCESS), v.mr.MR(pd, SIZE, ACCESS)
+
+    def copies(opcode, sges, flags=e.IBV_SEND_SIGNALED, rkey=None):
+        before = emulated.copied_bytes()
+        wr = v.wr.SendWR(opcode=opcode, num_sge=len(sges), sg=[v.wr.SGE(src.buf + o, n, src.lkey) for o, n in sges],
+                         send_flags=flags)
+        if opcode in (e.IBV_WR_ATOMIC_FETCH_AND_ADD,):
+            wr.set_wr_atomic(dst.rkey, dst.buf, 1, 0)
+        elif opcode != e.IBV_WR_SEND:
+            wr.set_wr_rdma(rkey if rkey is not None else dst.rkey, dst.buf)
+        qps[0].post_send(wr)
+        n, wcs = cq.poll(4)
+        assert n and wcs[0].status == (e.IBV_WC_SUCCESS if rkey is None else e.IBV_WC_REM_ACCESS_ERR)
+        return emulated.copied_bytes() - before
+
+    assert copies(e.IBV_WR_RDMA_WRITE, [(0, 1000)]) == 1000
+    assert copies(e.IBV_WR_RDMA_WRITE, [(0, 1000)]) == 1000   # again: the fast path counts as the full one
+    assert copies(e.IBV_WR_RDMA_WRITE, [(0, 600), (1000, 400)]) == 2000   # gathered, then copied
+    assert copies(e.IBV_WR_RDMA_WRITE, [(0, 64)], e.IBV_SEND_SIGNALED | e.IBV_SEND_INLINE) == 128
+    assert copies(e.IBV_WR_RDMA_READ, [(0, 1000)]) == 1000
+    assert copies(e.IBV_WR_ATOMIC_FETCH_AND_ADD, [(0, 8)]) == 0
+    qps[1].post_recv(v.wr.RecvWR(num_sge=1, sg=[v.wr.SGE(dst.buf, SIZE, dst.lkey)]))
+    assert copies(e.IBV_WR_SEND, [(0, 1000)]) == 1000
+    assert copies(e.IBV_WR_RDMA_WRITE, [(0, 1000)], rkey=dst.rkey ^ 0x5a5a) == 0   # refused: nothing landed
+    for obj in (*qps, src, dst, cq, pd, ctx):
+        obj.close()

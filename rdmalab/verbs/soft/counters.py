@@ -16,6 +16,14 @@ NAMES = ("completer_retry_err",     # a request resent after an ACK timeout
          "duplicate_request")       # a request behind it: one already taken
 _counts = dict.fromkeys(NAMES, 0)
 
+# soft0's own count, which no rxe counter keeps: payload bytes this process's CPU copied from one memory
+# into another for the NIC (a WRITE's into the target's memory, a READ's back into ours, a message into a
+# receive, several SGEs gathered into one message). On the shared-memory link the NIC's work runs in the
+# program's process, whose CPU stands in for a NIC's DMA engine: so the lab counts copies per byte on soft0
+# rather than stating them (rxe's kernels and a NIC's DMA engines count none). One add per copy, not per
+# packet (`counters.copied_bytes += n` where the copy is). Read it with rdmalab.verbs.emulated.copied_bytes().
+copied_bytes = 0
+
 
 def count(name, n=1):
     _counts[name] += n

@@ -333,9 +333,11 @@ class Shortcut:
                     return False
             if opcode == WRITE:
                 self.remote[offset:offset + length] = self.local[start:start + length]
+                counters.copied_bytes += length
                 self.remote_segment.ring()
             elif opcode == READ:
                 self.local[start:start + length] = self.remote[offset:offset + length]
+                counters.copied_bytes += length
             elif opcode in ATOMICS:
                 if length < 8 or wr._remote_addr & 7:
                     return False
@@ -369,6 +371,7 @@ class Shortcut:
                         or at + room > self.receive_length or not self.receive_header[M_VALID]:
                     return False
                 self.receive[at:at + length] = self.local[start:start + length]
+            counters.copied_bytes += length
             COMPLETION.pack_into(raw, slot + R_STATUS * 8, IBV_WC_SUCCESS, self.wc_opcode, length,
                                  wr.imm_data if self.opcode != SEND else 0, self.wc_flags, 0)
             peer[Q_RQ_CONSUMED] = consumed + 1   # publish last: the owner's poll reads up to here
@@ -386,8 +389,9 @@ def snapshot(wr):
     """Copy a posted WR, as the hardware copies it into its queue (inline data is read now)."""
     wqe = copy.copy(wr)
     wqe._next = None
-    if wr.send_flags & IBV_SEND_INLINE:
+    if wr.send_flags & IBV_SEND_INLINE:   # the CPU copies inline data into the WQE (a NIC's too, over MMIO)
         wqe._inline_data = inline_payload(wr)
+        counters.copied_bytes += len(wqe._inline_data)
     return wqe
 
 
@@ -470,12 +474,18 @@ def gather(sq, wqe):
     """The data a WRITE or SEND carries (a view of our memory for one SGE), or an error status."""
     if wqe.send_flags & IBV_SEND_INLINE:
         data = getattr(wqe, "_inline_data", None)
-        return memoryview(data if data is not None else inline_payload(wqe))
+        if data is None:   # carried out as it is posted: its inline data is copied now
+            data = inline_payload(wqe)
+            counters.copied_bytes += len(data)
+        return memoryview(data)
     pieces = [local_bytes(sq, *sge) for sge in wqe._sges]
     for piece in pieces:
         if type(piece) is int:
             return piece
-    return pieces[0] if len(pieces) == 1 else memoryview(b"".join(pieces))
+    if len(pieces) == 1:
+        return pieces[0]   # a view: the responder copies straight from it
+    counters.copied_bytes += sum(map(len, pieces))
+    return memoryview(b"".join(pieces))
 
 
 def local_bytes(sq, addr, length, lkey):
@@ -525,6 +535,8 @@ def _scatter(sq, wqe, data):
             break
         memory[offset:offset + take] = data[done:done + take]
         done += take
+    if wqe.opcode == READ:   # (an atomic's old value is an answer, not a payload)
+        counters.copied_bytes += done
     return True
 
 

@@ -352,6 +352,7 @@ class ReceiveQueue:
                 return False
             seg.bytes[offset:offset + take] = payload[done:done + take]
             done += take
+        counters.copied_bytes += done
         return True
 
     def complete(self, n, status, opcode, byte_len, imm, flags, src_qp=0):
@@ -411,6 +412,7 @@ def respond(peer, wqe, payload, length, psn, count, mtu=None):
         return _refuse(h, IBV_WC_REM_INV_REQ_ERR)
     if opcode == WRITE:
         seg.bytes[offset:offset + length] = payload
+        counters.copied_bytes += length
         seg.ring()
         data = None
     elif opcode == READ:
@@ -461,6 +463,7 @@ def _into_receive(peer, h, wqe, payload, length, count):
             peer.announce(solicited)
             return IBV_WC_REM_ACCESS_ERR, None
         seg.bytes[offset:offset + length] = payload
+        counters.copied_bytes += length
         seg.ring()
     elif opcode != WRITE_WITH_IMM and not rq.scatter(consumed, payload, h[Q_PD]):   # the receive is too small, or names memory it may not use
         rq.complete(consumed, IBV_WC_LOC_QP_OP_ERR, 0, 0, 0, 0)
