@@ -5,6 +5,9 @@
 #              As root it installs the tools its tests use when missing: chromium, tshark, nodejs and npm
 # make test-softroce - the same tests inside a QEMU guest with a real Soft-RoCE device, rxe0,
 #              through Debian's pyverbs (root; the first run builds and caches the guest: ~5 min)
+# make test-two-hosts - the lab across two QEMU guests, each with its own rxe0, joined by a virtual
+#              Ethernet link (softroce/vm.sh --pair: tests/twohost on one, the other reached over ssh),
+#              then the link's capture read with tshark and the lab's codec (softroce/read_link_capture.py)
 # make lab-container - the lab in its container image (container/Dockerfile), on http://localhost:8888
 # make book  - the book of executed lessons: every lesson run on soft0 (QUICK = False), the guide and docs,
 #              as a static site in out/book/html (book/build.py; tests/book, in make test, builds and checks it)
@@ -18,7 +21,7 @@ STAMP  := $(VENV)/.rdmalab-installed
 CHP_DIR := $(HOME)/.cache/rdmalab/configurable-http-proxy
 CHP     := $(CHP_DIR)/node_modules/.bin/configurable-http-proxy
 
-.PHONY: lab test test-softroce book lab-container image image-lock workshop-deps wire-deps browser-deps clean
+.PHONY: lab test test-softroce test-two-hosts book lab-container image image-lock workshop-deps wire-deps browser-deps clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV) || { \
@@ -77,6 +80,10 @@ image-lock:
 
 test-softroce:
 	softroce/vm.sh sh softroce/guest-tests.sh $(PYTEST_ARGS)
+
+test-two-hosts:
+	RDMALAB_VM_PCAP=$(HOME)/.cache/rdmalab/pair-link.pcap softroce/vm.sh --pair sh softroce/pair-tests.sh $(PYTEST_ARGS)
+	$(PY) softroce/read_link_capture.py $(HOME)/.cache/rdmalab/pair-link.pcap
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -3,6 +3,13 @@
 #
 #   softroce/vm.sh [CMD ARGS...]     (default: sh softroce/guest-tests.sh)
 #   softroce/vm.sh --build           build (or check) the cached guest and stop, booting nothing
+#   softroce/vm.sh --pair [CMD ARGS...]   (default: sh softroce/pair-tests.sh)
+#       two guests from the same cached image, "a" (10.20.0.1) and "b" (10.20.0.2), each with its own
+#       rxe0 over eth0, joined by a virtual Ethernet link (a QEMU socket netdev over this machine's
+#       loopback: the addresses exist only on that link), root ssh between them. CMD runs on both (the
+#       environment says which: RDMALAB_PAIR=a|b, RDMALAB_PAIR_ADDRESS, RDMALAB_PAIR_PEER); a's output
+#       is shown as it comes, b's after; exits with a's status, else b's. Everything on the link is
+#       captured from outside both guests into $RDMALAB_VM_PCAP (default ~/.cache/rdmalab/pair-link.pcap).
 #
 # The guest is Debian 12 with Linux's rdma_rxe driver, rdma-core, Debian's python3-pyverbs and a
 # venv /opt/rdmalab holding softroce/requirements-guest.txt. This checkout (tracked and untracked
@@ -15,7 +22,8 @@
 # Debian kernel runs rdma_rxe. Timings inside say nothing about real performance.
 #
 # Knobs: RDMALAB_VM_DIR (cache, default ~/.cache/rdmalab/softroce-vm), RDMALAB_VM_MEM (MiB, 4096),
-#        RDMALAB_VM_SMP (2), RDMALAB_VM_TIMEOUT (s, 2400), RDMALAB_VM_MIRROR (Debian mirror URL).
+#        RDMALAB_VM_SMP (2), RDMALAB_VM_TIMEOUT (s, 2400), RDMALAB_VM_MIRROR (Debian mirror URL),
+#        RDMALAB_VM_PCAP (the pair's capture).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -27,8 +35,10 @@ TIMEOUT=${RDMALAB_VM_TIMEOUT:-2400}
 # x86-64-v2: PyPI's numpy needs SSE4.2 and POPCNT, which QEMU's default qemu64 model lacks
 CPU=qemu64,+ssse3,+sse4.1,+sse4.2,+popcnt,+cx16
 SUITE=bookworm
-GUEST_PACKAGES=python3,python3-venv,python3-pyverbs,rdma-core,ibverbs-providers,ibverbs-utils,perftest,iproute2,kmod,ca-certificates
-MODULES="rdma_rxe rdma_ucm crc32_generic dummy veth"
+# openssh and procps for the two-host pair (vm.sh --pair): ranks started over ssh, as on two machines;
+# rdmacm-utils for rping, the check docs/cluster.md starts with
+GUEST_PACKAGES=python3,python3-venv,python3-pyverbs,rdma-core,ibverbs-providers,ibverbs-utils,perftest,iproute2,kmod,ca-certificates,openssh-server,openssh-client,procps,rdmacm-utils
+MODULES="rdma_rxe rdma_ucm crc32_generic dummy veth virtio_pci virtio_net"
 
 say() { echo "[softroce-vm] $*" >&2; }
 fail() { say "$*"; exit 2; }
@@ -101,7 +111,12 @@ if [ "$(cat "$R/.key" 2>/dev/null)" != "$ROOTFS_KEY" ]; then
     python3 -m venv --system-site-packages /opt/rdmalab
     /opt/rdmalab/bin/pip install --quiet --no-cache-dir -r /tmp/requirements.txt
     # warm the caches every boot would otherwise rebuild under slow CPU emulation
-    HOME=/root MPLBACKEND=Agg /opt/rdmalab/bin/python -c "import matplotlib.pyplot, pyverbs.device"' \
+    HOME=/root MPLBACKEND=Agg /opt/rdmalab/bin/python -c "import matplotlib.pyplot, pyverbs.device"
+    # one key for root, trusted by every guest of this image: the pair logs in to each other as two
+    # machines of a cluster would (the guests exist only on this machine and its loopback)
+    mkdir -p -m 700 /root/.ssh
+    ssh-keygen -q -t ed25519 -N "" -f /root/.ssh/id_ed25519
+    cp /root/.ssh/id_ed25519.pub /root/.ssh/authorized_keys' \
     > "$W/pip.log" 2>&1 || { tail -15 "$W/pip.log" >&2; fail "pip install in the guest failed (log: $W/pip.log; PyPI unreachable?)"; }
   umount "$R/proc"; trap - EXIT
   rm -rf "$R"/var/cache/apt/archives/*.deb "$R"/var/lib/apt/lists/* "$R"/usr/share/{doc,man,locale,info} "$R"/tmp/{requirements.txt,host-ca.crt}
@@ -146,6 +161,8 @@ flock -u 9
 if [ "${1:-}" = --build ]; then say "the guest is built: $W"; exit 0; fi
 
 # 4. This run: the project and the command, appended as a second initramfs; boot ----------------
+PAIR=0
+if [ "${1:-}" = --pair ]; then PAIR=1; shift; [ $# -gt 0 ] || set -- sh softroce/pair-tests.sh; fi
 [ $# -gt 0 ] || set -- sh softroce/guest-tests.sh
 RUN=$(mktemp -d "$W/run.XXXXXX")
 trap 'rm -rf "$RUN"' EXIT
@@ -159,20 +176,49 @@ else
 fi
 (cd "$RUN/overlay" && find . -print0 | cpio --null -o -H newc --quiet) > "$RUN/overlay.cpio"
 cat "$W/guest.cpio" "$RUN/overlay.cpio" > "$RUN/initrd"
-: > "$RUN/status"
-say "booting the guest (Linux $KVER, rxe0 over dummy0; about 20 s before the command starts)"
+
+boot() {   # NAME OUTPUT [QEMU ARGS...]: one guest; its command's output goes to OUTPUT, its status to $RUN/NAME.status
+  local name=$1 output=$2; shift 2
+  : > "$RUN/$name.status"
+  timeout "$TIMEOUT" qemu-system-x86_64 -accel tcg -cpu "$CPU" -smp "$SMP" -m "$MEM" \
+    -display none -monitor none -no-reboot -kernel "$W/kernel/boot/vmlinuz-$KVER" -initrd "$RUN/initrd" \
+    -serial file:"$RUN/$name.console" -serial "$output" -serial file:"$RUN/$name.status" "$@" < /dev/null
+}
+status_of() {   # NAME: the guest's exit status, or 124 with its console's tail when it gave none
+  local rc
+  rc=$(sed -n 's/^RDMALAB_VM_EXIT=\([0-9]*\).*/\1/p' "$RUN/$1.status" | tail -1)
+  if [ -z "$rc" ]; then
+    say "guest $1 reported no exit status (124 = it timed out after ${TIMEOUT}s, or crashed). Its console's tail:"
+    tail -20 "$RUN/$1.console" >&2
+    rc=124
+  fi
+  echo "$rc"
+}
+
 set +e
-timeout "$TIMEOUT" qemu-system-x86_64 -accel tcg -cpu "$CPU" -smp "$SMP" -m "$MEM" \
-  -display none -monitor none -no-reboot -nic none \
-  -kernel "$W/kernel/boot/vmlinuz-$KVER" -initrd "$RUN/initrd" \
-  -append "console=ttyS0 panic=-1 quiet mitigations=off" \
-  -serial file:"$RUN/console.log" -serial stdio -serial file:"$RUN/status" < /dev/null
-qemu_rc=$?
-set -e
-rc=$(sed -n 's/^RDMALAB_VM_EXIT=\([0-9]*\).*/\1/p' "$RUN/status" | tail -1)
-if [ -z "$rc" ]; then
-  say "the guest reported no exit status (qemu exit $qemu_rc; 124 = timed out after ${TIMEOUT}s). Console tail:"
-  tail -20 "$RUN/console.log" >&2
-  exit 124
+if [ $PAIR = 0 ]; then
+  say "booting the guest (Linux $KVER, rxe0 over dummy0; about 20 s before the command starts)"
+  boot guest stdio -nic none -append "console=ttyS0 panic=-1 quiet mitigations=off"
+  rc=$(status_of guest)
+else
+  # the link: a listens on a free port of this machine's loopback, b connects; QEMU's filter-dump writes
+  # every frame that crosses it (pcap, Ethernet) as the wire between two hosts would show it
+  PCAP=${RDMALAB_VM_PCAP:-$(dirname "$W")/pair-link.pcap}
+  mkdir -p "$(dirname "$PCAP")"; rm -f "$PCAP"
+  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  say "booting two guests, a (10.20.0.1) and b (10.20.0.2), joined by a link on 127.0.0.1:$port; capturing it into $PCAP"
+  append="console=ttyS0 panic=-1 quiet mitigations=off rdmalab.pair"
+  boot a stdio -netdev socket,id=link,listen=127.0.0.1:$port -device virtio-net-pci,netdev=link,mac=52:54:00:20:00:01 \
+    -object filter-dump,id=capture,netdev=link,file="$PCAP" -append "$append=a" &
+  a=$!
+  sleep 1   # (a listens before b connects)
+  boot b file:"$RUN/b.out" -netdev socket,id=link,connect=127.0.0.1:$port \
+    -device virtio-net-pci,netdev=link,mac=52:54:00:20:00:02 -append "$append=b" &
+  b=$!
+  wait "$a"; wait "$b"
+  echo "== guest b's output (10.20.0.2)"; cat "$RUN/b.out"
+  rc_a=$(status_of a); rc_b=$(status_of b)
+  say "guest a exited $rc_a, guest b $rc_b; the link's capture: $PCAP ($(stat -c %s "$PCAP" 2>/dev/null || echo 0) bytes)"
+  rc=$rc_a; [ "$rc" != 0 ] || rc=$rc_b
 fi
 exit "$rc"
