@@ -6,12 +6,15 @@
         cluster.view                                         # an ipyparallel DirectView: %%px works on it
 
 Launchers: `launcher="local"` (default) starts engines as processes here; `launcher="mpi"` starts
-them with mpiexec (mpi4py and MPICH from PyPI on one host); on many nodes, ipyparallel's "mpi",
-"slurm" and "ssh" launchers, configured through `ipp_options` (see docs/cluster.md). Each rank opens the verbs provider,
+them with mpiexec (mpi4py and MPICH from PyPI on one host); `launcher="ssh", hosts={"10.0.0.1": 2,
+"10.0.0.2": 2}` starts them on other machines over ssh (ipyparallel's SSH launcher, configured as
+ssh_options() says); on many nodes, ipyparallel's "mpi" and "slurm" launchers, configured through
+`ipp_options` (see docs/cluster.md). Each rank opens the verbs provider,
 registers its regions, and the ranks swap (qp_num, psn, gid, rkey, addr) through this process, which
 plays the part of an out-of-band bootstrap network. This module is the host side; what each engine
 runs is in rdmalab.allreduce.ranks. Teardown always runs (close(), `with`, or at exit).
-A rank that dies is noticed within a second: the others are interrupted and ClusterError names it.
+A rank that dies is noticed within a second (on another host: a few seconds, as the controller's
+heartbeat misses it): the others are interrupted and ClusterError names it and its host.
 
 Local ranks are weighed before any starts: more than RANKS_PER_CPU per usable CPU are refused (unless
 `oversubscribe=True`), and more than one per CPU are started with a word on what they cost, given to
@@ -44,6 +47,10 @@ RANKS_PER_CPU = 8   # more local ranks than this per usable CPU are refused: the
 # and each rank's two processes hold about RANK_MEMORY (proportional set size, before any buffer)
 START_S, RANK_CPU_S, RANK_MEMORY = 6.0, 1.0, 80 << 20
 PROGRESS_EVERY = 5.0   # seconds between two start-up progress lines
+# ranks on other hosts: the controller pings every engine each HEARTBEAT_MS and drops one that misses
+# HEARTBEAT_MISSES pings in a row (a killed host, a cut link: noticed in about 4 s, not ipyparallel's 33),
+# and an engine whose controller stops answering as long shuts itself down (nothing left on a host cut off)
+HEARTBEAT_MS, HEARTBEAT_MISSES = 1000, 3
 
 
 class ClusterError(RdmalabError):
@@ -52,12 +59,15 @@ class ClusterError(RdmalabError):
 
 class Cluster:
     def __init__(self, ranks=4, transport="rdma", launcher="local", max_bytes=64 << 20, algorithms=("ring",),
-                 provider=None, start=True, ipp_options=None, progress=None, oversubscribe=False):
+                 provider=None, start=True, ipp_options=None, progress=None, oversubscribe=False, hosts=None):
         if ranks < 1:
             raise RequestError("a cluster needs at least one rank")
         if transport not in TRANSPORTS:
             raise RequestError(f"transport {transport!r}: choose {' or '.join(TRANSPORTS)}")
-        self.ranks, self.transport, self.launcher = ranks, transport, launcher
+        if hosts is not None and (launcher != "ssh" or sum(hosts.values()) != ranks):
+            raise RequestError(f"hosts={hosts!r}: hosts go with launcher=\"ssh\", and their ranks must add up to "
+                               f"ranks={ranks} (say hosts={{'10.0.0.1': 2, '10.0.0.2': 2}} for 4 ranks)")
+        self.ranks, self.transport, self.launcher, self.where = ranks, transport, launcher, hosts
         self.max_bytes, self.algorithms, self.provider = max_bytes, tuple(algorithms), provider
         self.ipp_options = dict(ipp_options or {})   # passed to ipyparallel.Cluster: hosts, profiles, ...
         self.progress, self.oversubscribe = progress, oversubscribe
@@ -83,6 +93,10 @@ class Cluster:
         env = dict(ENGINE_ENV)
         if self.launcher == "local":   # the ranks wait for each other: they spin only with a CPU each
             env[waiting.PEERS_ENV] = str(self.ranks)
+        elif self.where:               # (ranks on the same host share its CPUs)
+            env[waiting.PEERS_ENV] = str(max(self.where.values()))
+        if self.launcher != "local":   # this process's settings reach engines on other hosts too
+            env.update({k: v for k, v in os.environ.items() if k.startswith("RDMALAB_")})
         if self.provider:
             env["RDMALAB_PROVIDER"] = self.provider
         if self.launcher == "mpi" and shutil.which("mpiexec") is None:
@@ -96,7 +110,10 @@ class Cluster:
         # and the controller drops an engine that has not finished registering within 30 s: under CPU
         # emulation four engines starting at once take about that long, so it gets the same patience
         options = {"engine_timeout": timeout,
-                   "controller_args": [f"--IPController.registration_timeout={int(timeout)}"], **self.ipp_options}
+                   "controller_args": [f"--IPController.registration_timeout={int(timeout)}",
+                                       f"--HeartMonitor.period={HEARTBEAT_MS}",
+                                       f"--HeartMonitor.max_heartmonitor_misses={HEARTBEAT_MISSES}"],
+                   **(ssh_options(self.where, env) if self.where else {}), **self.ipp_options}
         self._ipp = ipp.Cluster(n=self.ranks, engines=self.launcher, log_level=40, **options)
         atexit.register(self.close)
         # ipyparallel starts every process of the cluster with IPP_CLUSTER_ID in its environment: the
@@ -115,6 +132,7 @@ class Cluster:
                 self.client[i].apply_sync(engine.set_env, {"RDMALAB_SOFT_HOST": host})
             self.pids = self.view.apply_sync(os.getpid)
             self.hosts = self.view.apply_sync(socket.gethostname)
+            self._here = self.view.apply_sync(_boot_id) == [_boot_id()] * self.ranks   # all on this machine
             self.view.scatter("rank", list(range(self.ranks)), flatten=True)
             tcp_host = "127.0.0.1" if len(set(self.hosts)) == 1 else None   # else each rank's own name
             endpoints = self._gather([self.client[i].apply_async(engine.setup, i, self.ranks, self.transport,
@@ -135,8 +153,8 @@ class Cluster:
             return
         try:
             if self.client is not None and self.view is not None:
-                try:
-                    self.view.apply_sync(engine.close)
+                try:   # (a bounded wait: a rank on a host cut off never answers)
+                    self.view.apply_async(engine.close).wait(10)
                 except Exception:
                     pass
                 self.client.close()
@@ -147,6 +165,8 @@ class Cluster:
                 pass
             # whatever survived the stop: a stuck engine, a controller's scheduler still shutting down
             killed = watchdog.kill(self._ipp.cluster_id)
+            for host in self.where or ():   # and on the other hosts, which this machine's /proc cannot see
+                watchdog.kill_on(host, self._ipp.cluster_id)
             if self.launcher == "local":   # the shared memory of a rank that was killed
                 emulated.reap_when_gone(self.pids + killed, timeout=5)
             if self._watchdog is not None:   # closed properly: it may go
@@ -238,7 +258,7 @@ class Cluster:
                 self._interrupt(exclude=dead)
                 for r in results:
                     r.wait(5)
-                raise ClusterError(f"rank {', '.join(map(str, dead))} died; the other ranks were interrupted "
+                raise ClusterError(f"{self._who(dead)} died; the other ranks were interrupted "
                                    f"and have released their resources")
             if time.monotonic() > deadline:
                 self._interrupt()
@@ -254,13 +274,19 @@ class Cluster:
                 message = f"{getattr(error, 'ename', type(error).__name__)}: {getattr(error, 'evalue', error)}"
                 failures.setdefault(message, []).append(i)
         if failures:
-            said = "; ".join(f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))} failed: {message}"
-                             for message, ranks in failures.items())
+            said = "; ".join(f"{self._who(ranks)} failed: {message}" for message, ranks in failures.items())
             dead = self._dead_ranks()   # a survivor may report first (peer lost): name the cause
             if dead:
-                raise ClusterError(f"rank {', '.join(map(str, dead))} died; the other ranks stopped: {said}")
+                raise ClusterError(f"{self._who(dead)} died; the other ranks stopped: {said}")
             raise ClusterError(said)
         return out
+
+    def _who(self, ranks):
+        """'rank 3' or 'ranks 1, 3', with each rank's host when the ranks run on more than one."""
+        hosts = getattr(self, "hosts", None)
+        spread = hosts and len(set(hosts)) > 1
+        return f"rank{'s' if len(ranks) > 1 else ''} " + ", ".join(
+            f"{i} (on {hosts[i]})" if spread else str(i) for i in ranks)
 
     def _dead_ranks(self):
         if self.launcher == "local" and self.pids:
@@ -268,12 +294,50 @@ class Cluster:
         return [i for i in range(self.ranks) if i not in self.client.ids]
 
     def _interrupt(self, exclude=()):
-        for i, pid in enumerate(self.pids):
-            if i not in exclude:
+        targets = [i for i in range(len(self.pids)) if i not in exclude]
+        if not getattr(self, "_here", True):   # ranks on other hosts: through each engine's nanny, wherever it runs
+            live = [i for i in targets if i in self.client.ids]
+            if live:
                 try:
-                    os.kill(pid, signal.SIGINT)
-                except (ProcessLookupError, PermissionError):
+                    self.client.send_signal(signal.SIGINT, targets=live, block=False)
+                except Exception:   # (a host cut off: its ranks stop when their controller goes quiet)
                     pass
+            return
+        for i in targets:
+            try:
+                os.kill(self.pids[i], signal.SIGINT)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+def ssh_options(hosts, env):
+    """ipyparallel.Cluster's options for engines started over ssh: `hosts` {address: ranks there}. Every
+    host runs this Python (the same path on each: a shared or identically installed venv) with `env`; the
+    controller listens on this machine's address toward the first host; ssh never asks for a password or a
+    host key (BatchMode: use keys) and gives up on an unreachable host in seconds; an engine that loses its
+    controller shuts down."""
+    from traitlets.config import Config
+    config = Config()
+    config.SSHEngineSetLauncher.engines = dict(hosts)
+    config.SSHEngineSetLauncher.remote_python = sys.executable
+    config.SSHEngineSetLauncher.environment = {**env, **({"PYTHONPATH": os.environ["PYTHONPATH"]}
+                                                        if "PYTHONPATH" in os.environ else {})}
+    config.SSHEngineSetLauncher.engine_args = [f"--IPEngine.max_heartbeat_misses={HEARTBEAT_MISSES + 2}"]
+    config.SSHLauncher.ssh_args = list(children.SSH_ARGS)
+    return {"config": config, "controller_ip": address_toward(next(iter(hosts)))}
+
+
+def address_toward(host):
+    """This machine's address on the network that reaches `host` (a UDP socket's choice: nothing is sent)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect((host.split("@")[-1].split(":")[0], 9))
+        return s.getsockname()[0]
+
+
+def _boot_id():
+    """This machine's identity (a new one every boot): ranks with the same one share a kernel."""
+    with open("/proc/sys/kernel/random/boot_id") as f:
+        return f.read().strip()
 
 
 def _duration(seconds):

@@ -23,12 +23,16 @@ PORTS = range(20000, 30000)   # rdma_cm's ports (RDMA_PS_TCP) are a space of the
 
 
 class CMPeer:
-    def __init__(self, timeout=60):
-        self.address = v.choose_route().ipv4
+    """`host`: the peer runs on that host instead (over ssh), listening on that address: give the other
+    machine's address on its RDMA port (its RoCE interface's, or IPoIB's)."""
+
+    def __init__(self, timeout=60, host=None):
+        self.address = host or v.choose_route().ipv4
         if not self.address:
             raise ProviderError("rdma_cm needs an IP address on the RDMA port, and this port has none "
                                   "(an InfiniBand port: give its IPoIB interface an address)")
-        self.helper = Helper("the rdma_cm peer", "rdmalab.lessons.cm_peer", self.address, timeout=timeout)
+        self.helper = Helper("the rdma_cm peer" + (f" on {host}" if host else ""), "rdmalab.lessons.cm_peer",
+                             self.address, timeout=timeout, host=host)
         self.port = self.helper.reply()["port"]
 
     def report(self):

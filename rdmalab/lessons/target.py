@@ -24,10 +24,16 @@ INBOX = SIZE - 64   # where a SEND's bytes land: the receives the target keeps p
 
 
 class RemoteBuffer:
-    def __init__(self, timeout=60):
-        self.helper = Helper("lesson 04's target process", "rdmalab.lessons.target", timeout=timeout)
-        self.pid, self.proc = self.helper.pid, self.helper.proc
-        self.endpoint = self.helper.reply()   # it introduces itself: QP number, PSN, GID, rkey, address
+    """`host`: start the target on that host (over ssh: children.spawn), as on a second machine; its pid
+    is then the one it runs under there, and its TCP port listens on `host`'s address."""
+
+    def __init__(self, timeout=60, host=None):
+        self.host = host
+        self.helper = Helper("lesson 04's target process" + (f" on {host}" if host else ""), "rdmalab.lessons.target",
+                             timeout=timeout, host=host)
+        self.proc = self.helper.proc
+        self.endpoint = self.helper.reply()   # it introduces itself: QP number, PSN, GID, rkey, address, pid
+        self.pid = self.endpoint["pid"]
 
     def connect(self, initiator_endpoint):
         """Connect the target's QP to ours and post its receives (for WRITE_WITH_IMM); then it blocks."""
@@ -50,8 +56,8 @@ class RemoteBuffer:
         return self.helper.reply()["posted"]
 
     def tcp_listen(self):
-        """The target listens on a TCP port of 127.0.0.1 too (freeze.run): returns the port."""
-        return self.helper.ask(op="tcp_listen")["port"]
+        """The target listens on a TCP port too (freeze.run), of 127.0.0.1 or of its host: returns the port."""
+        return self.helper.ask(op="tcp_listen", address=self.host or "127.0.0.1")["port"]
 
     def tcp_accept(self):
         """The target accepts the connection made to that port."""
@@ -160,8 +166,8 @@ def main():
 
     tcp = {}
 
-    def tcp_listen():
-        tcp["server"], port = sockets.listen()
+    def tcp_listen(address="127.0.0.1"):
+        tcp["server"], port = sockets.listen(address)
         return {"port": port}
 
     def tcp_accept():

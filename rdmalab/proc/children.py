@@ -6,6 +6,7 @@ import ctypes
 import json
 import os
 import select
+import shlex
 import signal
 import subprocess
 import sys
@@ -18,15 +19,28 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PARENT_ENV = "RDMALAB_HELPER_PARENT"   # the pid of the process that started a helper
 PR_SET_PDEATHSIG = 1
 CLOSE_WAIT_S = 2.0   # how long an asked helper may take to close before it is sent SIGTERM
+# ssh to another host of a cluster: keys only (never a password prompt nobody sees), and an unreachable
+# host or a session whose host went away ends in seconds, not minutes
+SSH_ARGS = ("-o", "BatchMode=yes", "-o", "ConnectTimeout=5", "-o", "ServerAliveInterval=2", "-o", "ServerAliveCountMax=3")
 
 
-def spawn(module, *args, new_session=False, **env):
+def spawn(module, *args, new_session=False, host=None, **env):
     """`python -m module args...` with this checkout importable and numpy's BLAS on one thread
     (its spinning threads would be counted as the helper's CPU time); `new_session` keeps signals
-    sent to this process's group (a kernel being killed) away from it."""
-    environ = dict(os.environ, OPENBLAS_NUM_THREADS="1", **{PARENT_ENV: str(os.getpid())},
-                   PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), **env)
-    return subprocess.Popen([sys.executable, "-m", module, *args], env=environ, text=True,
+    sent to this process's group (a kernel being killed) away from it. `host`: on that host instead,
+    over ssh, with the same Python and checkout paths there (a shared or identical installation) and this
+    process's RDMALAB_* settings; it ends when the ssh session does (end_with_parent: sshd is its parent)."""
+    path = ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")
+    if host is None:
+        environ = dict(os.environ, OPENBLAS_NUM_THREADS="1", **{PARENT_ENV: str(os.getpid())}, PYTHONPATH=path, **env)
+        command = [sys.executable, "-m", module, *args]
+    else:
+        there = {k: v for k, v in os.environ.items() if k.startswith("RDMALAB_") and k != PARENT_ENV}
+        there.update(OPENBLAS_NUM_THREADS="1", PYTHONPATH=path, **env)
+        environ = os.environ
+        command = ["ssh", *SSH_ARGS, host, "exec", "env", *(f"{k}={shlex.quote(v)}" for k, v in there.items()),
+                   sys.executable, "-m", module, *map(shlex.quote, map(str, args))]
+    return subprocess.Popen(command, env=environ, text=True,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=new_session)
 
@@ -98,10 +112,10 @@ class Helper:
     silent past `timeout`, or a `watch`ed helper (its peer) dying meanwhile. `name` says who in
     every message ("the target", "lesson 04's target"); `error`, the class of what it raises."""
 
-    def __init__(self, name, module, *args, timeout=120.0, error=HelperError, **env):
+    def __init__(self, name, module, *args, timeout=120.0, error=HelperError, host=None, **env):
         self.name, self.timeout, self.error = name, timeout, error
-        self.proc = spawn(module, *args, **env)
-        self.pid = self.proc.pid
+        self.proc = spawn(module, *args, host=host, **env)
+        self.pid = self.proc.pid   # (with `host`: the local ssh's; the helper may say its own)
 
     def send(self, **message):
         try:

@@ -111,6 +111,19 @@ def snapshot(pid=None):
     return snap
 
 
+HOST_CPU_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+
+
+def host_cpu():
+    """This host's CPU time since it booted, all CPUs together, by what it went to (seconds, /proc/stat's
+    cpu line): "softirq" is the kernel's deferred interrupt work (where a software NIC such as rxe handles
+    arriving packets, charged to no process unless the kernel accounts IRQ time to tasks), "system" kernel
+    code run for processes and kernel threads (rxe's kworkers too)."""
+    with open("/proc/stat") as f:
+        ticks = f.readline().split()[1:1 + len(HOST_CPU_FIELDS)]
+    return {name: int(t) / TICKS_PER_SECOND for name, t in zip(HOST_CPU_FIELDS, ticks)}
+
+
 def waited_for_cpu():
     """Seconds the calling thread has waited for a CPU while it could have run, since it started (its
     schedstat's run delay): what a timed loop lost to other work. 0.0 where the kernel keeps no such count."""

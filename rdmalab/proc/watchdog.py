@@ -1,6 +1,7 @@
 """Stops a cluster's processes if the process that started them dies without closing the cluster.
 
     python -m rdmalab.proc.watchdog CLUSTER_ID      # started by rdmalab.allreduce.cluster.Cluster, before the cluster
+    python -m rdmalab.proc.watchdog --kill CLUSTER_ID   # now, on this host: what a cluster's close runs over ssh
 
 ipyparallel starts the controller and the engines in sessions of their own, so they outlive a
 notebook kernel that is killed (out of memory, a crash, kill -9), holding their registered memory
@@ -10,7 +11,9 @@ that is how the watchdog knows them, whoever their parent is now, even those tha
 starting when the owner died. The watchdog blocks reading its stdin, a pipe whose other end only the
 cluster's owner holds. A line on it (rdmalab.proc.children.stop's close) means the cluster was closed
 properly: exit. End of file means the owner died (whatever the signal): SIGKILL every process of the
-cluster, again until none is left, then remove the shared memory they left behind.
+cluster, again until none is left, then remove the shared memory they left behind. Engines on other
+hosts it cannot see: they shut down by themselves once the controller it killed stops answering
+(cluster.HEARTBEAT_MISSES), and a cluster closed properly stops them over ssh (kill_on).
 """
 import os
 import signal
@@ -84,7 +87,23 @@ def kill(cluster_id, settle=0.0, timeout=10.0):
     return sorted(killed)
 
 
+def kill_on(host, cluster_id, timeout=20):
+    """kill() on another host, over ssh (`python -m rdmalab.proc.watchdog --kill ID` there, with the same
+    Python); the pids killed there, or None if the host could not be reached within `timeout` s."""
+    import subprocess
+    from rdmalab.proc.children import SSH_ARGS
+    try:
+        done = subprocess.run(["ssh", *SSH_ARGS, host, sys.executable, "-m", "rdmalab.proc.watchdog", "--kill", cluster_id],
+                              capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None
+    return [int(pid) for pid in done.stdout.split()] if done.returncode == 0 else None
+
+
 def main(args):
+    if args[:1] == ["--kill"]:   # (kill_on's other end: what this host still runs of the cluster, stopped now)
+        print(*kill(args[1], settle=0.5))
+        return 0
     cluster_id, = args
     if sys.stdin.readline():
         return 0
