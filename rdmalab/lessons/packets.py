@@ -23,7 +23,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
-from rdmalab.verbs.soft.wire import Flow, Packet, decode_ipv4, message_opcodes, read_pcap, segments
+from rdmalab.verbs.soft.wire import LINKTYPE_ETHERNET, Flow, Packet, decode_ipv4, message_opcodes, read_pcap, segments
 from rdmalab.verbs.soft.wire.encap import ROCEV2_PORT, ipv4_udp
 from rdmalab.verbs.soft.wire.headers import AETH, RETH, AtomicETH
 
@@ -32,6 +32,7 @@ CAPTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "captures")
 # and soft0's packet codec at 10.20.0.2, on the two ends of a veth pair; path MTU 1024.
 RXE_CAPTURE = os.path.join(CAPTURES, "rxe-interop.pcap")
 ETHERNET_HEADER, ETHERNET_FCS, ETHERNET_PREAMBLE_AND_GAP = 14, 4, 20   # bytes around every IP packet
+ETHERTYPE_IPV4, IPPROTO_UDP = b"\x08\x00", 17
 
 
 @dataclass
@@ -49,12 +50,21 @@ class Captured:
 
 
 def capture(path=RXE_CAPTURE):
-    """Every packet of a pcap of RoCEv2 traffic (IPv4, UDP port 4791), decoded and ICRC-checked. A packet the
-    codec cannot read raises its WireError, naming what is wrong (a capture taken on the sending host may
-    hold UDP checksums its network card was left to fill in: they are not checked here)."""
-    _, records = read_pcap(path)
+    """Every RoCEv2 packet (IPv4, UDP port 4791) of a pcap, decoded and ICRC-checked, numbered as the file
+    numbers its frames. A capture of raw IP packets holds only RoCEv2's; one taken on an Ethernet link
+    (tcpdump on a NIC, QEMU's filter-dump on the two-host pair's link) holds the link's other traffic too
+    (ARP, ssh), which is passed over. A packet the codec cannot read raises its WireError, naming what is
+    wrong (a capture taken on the sending host may hold UDP checksums its network card was left to fill in:
+    they are not checked here)."""
+    linktype, records = read_pcap(path)
     out, start = [], records[0][0] if records else 0.0
     for number, (ts, frame) in enumerate(records, 1):
+        if linktype == LINKTYPE_ETHERNET:
+            if frame[12:14] != ETHERTYPE_IPV4:
+                continue
+            frame = frame[ETHERNET_HEADER:]
+            if frame[9] != IPPROTO_UDP or int.from_bytes(frame[(frame[0] & 0xF) * 4 + 2:][:2], "big") != ROCEV2_PORT:
+                continue
         flow, pkt = decode_ipv4(frame, checksums=False)
         out.append(Captured(number, ts - start, flow, pkt, len(frame)))
     return out

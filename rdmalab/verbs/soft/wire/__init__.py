@@ -20,5 +20,5 @@ from .headers import (ACK, AETH, BTH, DETH, IETH, NAK, NAK_INVALID_REQUEST, NAK_
 from .icrc import compute_icrc
 from .opcodes import OPCODES, Op, opcode
 from .packet import BadICRC, Packet, decode_ipv4, encode_ipv4, verify_icrc
-from .pcap import LINKTYPE_IPV4, PcapWriter, read_pcap
+from .pcap import LINKTYPE_ETHERNET, LINKTYPE_IPV4, PcapWriter, read_pcap
 from .segment import MTUS, message_opcodes, packet_count, psn_add, psn_compare, psn_diff, segments
