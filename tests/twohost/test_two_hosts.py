@@ -131,7 +131,7 @@ def _peer_accounting(pid):
 
 def test_a_stopped_target_on_the_other_host_still_takes_writes_reads_and_atomics():
     access = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ | e.IBV_ACCESS_REMOTE_ATOMIC
-    res = rc.Resources(mr_sizes=[1 << 16], access=access, max_send_wr=64, cq_depth=128)
+    res = rc.Resources(mr_sizes=[1 << 16], access=access, max_send_wr=64, cq_depth=128, sq_sig_all=0)
     qp, cq, local = res.qp, res.cq, res.mr
     pattern = os.urandom(8)
     local.write(pattern, 8, 0)
