@@ -21,7 +21,9 @@ _counts = dict.fromkeys(NAMES, 0)
 # receive, several SGEs gathered into one message). On the shared-memory link the NIC's work runs in the
 # program's process, whose CPU stands in for a NIC's DMA engine: so the lab counts copies per byte on soft0
 # rather than stating them (rxe's kernels and a NIC's DMA engines count none). One add per copy, not per
-# packet (`counters.copied_bytes += n` where the copy is). Read it with rdmalab.verbs.emulated.copied_bytes().
+# packet (`counters.copied_bytes += n` where the copy is; a UD receive's 40-byte GRH counts too, as bytes the
+# NIC writes). Read it with rdmalab.verbs.emulated.copied_bytes(). (Threads of one process posting at once may
+# lose an add now and then: it is a measurement's count, not a lock's.)
 copied_bytes = 0
 
 

@@ -22,7 +22,7 @@ import itertools
 import os
 import struct
 
-from . import requester, responder, shm
+from . import counters, requester, responder, shm
 from .addr import IPV4_MAPPED
 from .hardware import GIDS, active_mtu
 from .operations import UD_OPERATIONS, WITH_IMM
@@ -94,6 +94,7 @@ def deliver(src_qp, wqe, payload):
         return   # an address of no NIC on this host
     with_imm = wqe.opcode in WITH_IMM
     message = grh(ah._sgid, ah._dgid, ah._traffic_class, len(payload), with_imm) + bytes(payload)
+    counters.copied_bytes += 2 * len(payload)   # (out of the sender's memory, then behind the GRH)
     for qpn in qpns:
         land(responder.peer_qp(qpn), src_qp, wqe._remote_qkey, message, wqe.imm_data if with_imm else None,
              wqe.send_flags & IBV_SEND_SOLICITED)

@@ -107,7 +107,7 @@ class SendQueue:
                 return
         outcome = attempt(self, wr, None)
         if outcome is not None:   # it must wait: keep a copy at the head of the queue
-            pending = Pending(snapshot(wr))
+            pending = Pending(snapshot(wr, counted=True))   # (its inline data was copied, and counted, just now)
             pending.deadline, pending.rnr_left, pending.retries_left, pending.acking = outcome
             self.pending.append(pending)
             self.cq.wait_for_timer(self)
@@ -385,13 +385,15 @@ class Shortcut:
         return True
 
 
-def snapshot(wr):
-    """Copy a posted WR, as the hardware copies it into its queue (inline data is read now)."""
+def snapshot(wr, counted=False):
+    """Copy a posted WR, as the hardware copies it into its queue (inline data is read now). `counted`: its
+    inline data was copied (and counted) already, as the WR was carried out."""
     wqe = copy.copy(wr)
     wqe._next = None
     if wr.send_flags & IBV_SEND_INLINE:   # the CPU copies inline data into the WQE (a NIC's too, over MMIO)
         wqe._inline_data = inline_payload(wr)
-        counters.copied_bytes += len(wqe._inline_data)
+        if not counted:
+            counters.copied_bytes += len(wqe._inline_data)
     return wqe
 
 
@@ -636,4 +638,6 @@ def parked_payload(seg):
         if m is None or not m[M_VALID] or m[M_PD] != p[Q_PD] or not 0 <= addr - m[M_ADDR] <= m[M_LENGTH] - length:
             return None
         pieces.append(bytes(mr.bytes[addr - m[M_ADDR]:addr - m[M_ADDR] + length]))
-    return b"".join(pieces)
+    payload = b"".join(pieces)
+    counters.copied_bytes += len(payload) * (1 if len(pieces) == 1 else 2)   # out of each MR; then joined
+    return payload

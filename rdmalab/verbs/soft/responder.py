@@ -349,6 +349,7 @@ class ReceiveQueue:
             seg = mr_segment(lkey)
             offset = region(seg, addr, take, pd, LOCAL_WRITE)
             if offset is None:
+                counters.copied_bytes += done   # (the SGEs filled before this one keep their bytes)
                 return False
             seg.bytes[offset:offset + take] = payload[done:done + take]
             done += take
