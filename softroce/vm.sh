@@ -201,21 +201,32 @@ if [ $PAIR = 0 ]; then
   boot guest stdio -nic none -append "console=ttyS0 panic=-1 quiet mitigations=off"
   rc=$(status_of guest)
 else
-  # the link: a listens on a free port of this machine's loopback, b connects; QEMU's filter-dump writes
-  # every frame that crosses it (pcap, Ethernet) as the wire between two hosts would show it
+  # the link: each guest's frames go in UDP datagrams to a port of this machine's loopback where the other
+  # guest reads (connectionless: either may start first); QEMU's filter-dump writes every frame that
+  # crosses it (pcap, Ethernet), as the wire between two hosts would show it
   PCAP=${RDMALAB_VM_PCAP:-$(dirname "$W")/pair-link.pcap}
   mkdir -p "$(dirname "$PCAP")"; rm -f "$PCAP"
-  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-  say "booting two guests, a (10.20.0.1) and b (10.20.0.2), joined by a link on 127.0.0.1:$port; capturing it into $PCAP"
+  read -r pa pb < <(python3 -c 'import socket
+s = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(2)]
+for x in s: x.bind(("127.0.0.1", 0))
+print(*(x.getsockname()[1] for x in s))')
+  say "booting two guests, a (10.20.0.1) and b (10.20.0.2), joined by a link on 127.0.0.1:$pa-$pb; capturing it into $PCAP"
   append="console=ttyS0 panic=-1 quiet mitigations=off rdmalab.pair"
-  boot a stdio -netdev socket,id=link,listen=127.0.0.1:$port -device virtio-net-pci,netdev=link,mac=52:54:00:20:00:01 \
-    -object filter-dump,id=capture,netdev=link,file="$PCAP" -append "$append=a" &
+  a='' b=''
+  trap 'kill $a $b 2>/dev/null; rm -rf "$RUN"' EXIT   # (vm.sh stopped: no guest left running)
+  trap 'exit 143' TERM INT
+  boot a stdio -netdev socket,id=link,udp=127.0.0.1:$pb,localaddr=127.0.0.1:$pa \
+    -device virtio-net-pci,netdev=link,mac=52:54:00:20:00:01 -object filter-dump,id=capture,netdev=link,file="$PCAP" \
+    -append "$append=a" &
   a=$!
-  sleep 1   # (a listens before b connects)
-  boot b file:"$RUN/b.out" -netdev socket,id=link,connect=127.0.0.1:$port \
+  boot b file:"$RUN/b.out" -netdev socket,id=link,udp=127.0.0.1:$pa,localaddr=127.0.0.1:$pb \
     -device virtio-net-pci,netdev=link,mac=52:54:00:20:00:02 -append "$append=b" &
   b=$!
-  wait "$a"; wait "$b"
+  wait "$a"
+  # b ends seconds after a tells it so; if a could not (it failed before, or crashed), b is stopped
+  for _ in $(seq 60); do kill -0 "$b" 2>/dev/null || break; sleep 1; done
+  kill "$b" 2>/dev/null && say "guest b was still running 60 s after guest a ended: stopped it"
+  wait "$b"
   echo "== guest b's output (10.20.0.2)"; cat "$RUN/b.out"
   rc_a=$(status_of a); rc_b=$(status_of b)
   say "guest a exited $rc_a, guest b $rc_b; the link's capture: $PCAP ($(stat -c %s "$PCAP" 2>/dev/null || echo 0) bytes)"
