@@ -20,7 +20,7 @@ import secrets
 import socket
 import sys
 
-from rdmalab import settings
+from rdmalab import settings, sockets
 
 SAY = "[make lab]"
 DEFAULT_PORT = 8888
@@ -79,10 +79,8 @@ def first_lesson(args):
 def reachable_address():
     """This machine's address on its main network (the route a packet would take out), or None."""
     try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-            probe.connect(("192.0.2.1", 9))   # (TEST-NET-1: routed, but no packet is sent for a UDP connect)
-            address = probe.getsockname()[0]
-            return None if address.startswith("127.") else address
+        address = sockets.address_toward("192.0.2.1")   # (TEST-NET-1: routed, and nothing is sent)
+        return None if address.startswith("127.") else address
     except OSError:
         return None
 

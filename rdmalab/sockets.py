@@ -19,6 +19,14 @@ import time
 DEFAULT_HOST = "127.0.0.1"
 
 
+def address_toward(host):
+    """This machine's address on the network that reaches `host` (the route a packet would take: a UDP
+    socket's choice, nothing is sent). OSError if no route leads there."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect((host, 9))
+        return probe.getsockname()[0]
+
+
 def listen(host=DEFAULT_HOST, port=0):
     """A listening socket (port 0: any free one); returns (socket, port)."""
     server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

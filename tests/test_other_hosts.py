@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from rdmalab.allreduce.cluster import Cluster, address_toward, ssh_options
+from rdmalab import sockets
+from rdmalab.allreduce.cluster import Cluster, ssh_options
 from rdmalab.errors import RequestError
 from rdmalab.proc import watchdog
 from rdmalab.proc.children import SSH_ARGS
@@ -18,10 +19,12 @@ from rdmalab.proc.procstat import pid_alive
 
 @pytest.fixture
 def ssh_here(tmp_path, monkeypatch):
-    """A stand-in ssh; returns the file where it writes each host it was asked to reach."""
+    """A stand-in ssh; returns the file where it writes each host it was asked to reach. Like sshd, it gives the
+    command a fresh environment: what the command needs of this one, it must carry itself."""
     hosts = tmp_path / "hosts"
     ssh = tmp_path / "ssh"
-    ssh.write_text(f'#!/bin/sh\nwhile [ "$1" = -o ]; do shift 2; done\necho "$1" >> {hosts}\nshift\nexec sh -c "$*"\n')
+    ssh.write_text(f'#!/bin/sh\nwhile [ "$1" = -o ]; do shift 2; done\necho "$1" >> {hosts}\nshift\n'
+                   f'exec env -i PATH="$PATH" HOME="$HOME" sh -c "$*"\n')
     ssh.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
     return hosts
@@ -32,6 +35,7 @@ def test_a_target_on_another_host_says_its_own_pid_takes_the_settings_and_ends_w
     from rdmalab.lessons.target import RemoteBuffer
     from rdmalab.verbs import rc
     e = v.enums
+    monkeypatch.setenv("RDMALAB_TIME_SCALE", "1.5")   # a setting the target must receive
     res = rc.Resources(mr_sizes=[4096], access=e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE)
     try:
         with RemoteBuffer(host="127.0.0.1") as target:
@@ -40,7 +44,7 @@ def test_a_target_on_another_host_says_its_own_pid_takes_the_settings_and_ends_w
             with open(f"/proc/{target.pid}/environ", "rb") as f:
                 environ = dict(item.split(b"=", 1) for item in f.read().split(b"\0") if b"=" in item)
             assert b"RDMALAB_HELPER_PARENT" not in environ   # (a pid of this host means nothing there)
-            assert environ.get(b"RDMALAB_PROVIDER", b"").decode() == os.environ.get("RDMALAB_PROVIDER", "")
+            assert environ[b"RDMALAB_TIME_SCALE"] == b"1.5"
             res.connect(target.endpoint)
             target.connect(res.endpoint(mr=res.mr))
             res.mr.write(b"over ssh", 8)
@@ -81,9 +85,9 @@ def test_ranks_on_other_hosts_are_asked_for_plainly():
 
 
 def test_engines_over_ssh_are_configured_as_docs_cluster_md_says():
-    options = ssh_options({"127.0.0.1": 2, "node2": 2}, {"RDMALAB_PROVIDER": "pyverbs"})
+    options = ssh_options({"127.0.0.1": 2, "root@192.0.2.7:22": 2}, {"RDMALAB_PROVIDER": "pyverbs"})
     launcher = options["config"].SSHEngineSetLauncher
-    assert launcher.engines == {"127.0.0.1": 2, "node2": 2} and launcher.remote_python == sys.executable
+    assert launcher.engines == {"127.0.0.1": 2, "root@192.0.2.7:22": 2} and launcher.remote_python == sys.executable
     assert launcher.environment["RDMALAB_PROVIDER"] == "pyverbs"
     assert "BatchMode=yes" in options["config"].SSHLauncher.ssh_args and list(SSH_ARGS) == options["config"].SSHLauncher.ssh_args
-    assert options["controller_ip"] == address_toward("127.0.0.1") == "127.0.0.1"
+    assert options["controller_ip"] == sockets.address_toward("192.0.2.7") != "127.0.0.1"   # toward the other host

@@ -29,8 +29,9 @@ import signal
 import socket
 import sys
 import time
+import warnings
 
-from rdmalab import settings
+from rdmalab import settings, sockets
 from rdmalab.allreduce import ranks as engine   # what each engine runs (here `ranks` is their number)
 from rdmalab.allreduce.algorithms import stage_bytes, validate
 from rdmalab.allreduce.transports import TRANSPORTS
@@ -109,10 +110,10 @@ class Cluster:
         timeout = settings.number("RDMALAB_ENGINE_TIMEOUT", 300, 1, 86400, "a time in seconds, 1 to 86400")
         # and the controller drops an engine that has not finished registering within 30 s: under CPU
         # emulation four engines starting at once take about that long, so it gets the same patience
+        heartbeat = [f"--HeartMonitor.period={HEARTBEAT_MS}",
+                     f"--HeartMonitor.max_heartmonitor_misses={HEARTBEAT_MISSES}"] if self.where else []
         options = {"engine_timeout": timeout,
-                   "controller_args": [f"--IPController.registration_timeout={int(timeout)}",
-                                       f"--HeartMonitor.period={HEARTBEAT_MS}",
-                                       f"--HeartMonitor.max_heartmonitor_misses={HEARTBEAT_MISSES}"],
+                   "controller_args": [f"--IPController.registration_timeout={int(timeout)}", *heartbeat],
                    **(ssh_options(self.where, env) if self.where else {}), **self.ipp_options}
         self._ipp = ipp.Cluster(n=self.ranks, engines=self.launcher, log_level=40, **options)
         atexit.register(self.close)
@@ -166,7 +167,9 @@ class Cluster:
             # whatever survived the stop: a stuck engine, a controller's scheduler still shutting down
             killed = watchdog.kill(self._ipp.cluster_id)
             for host in self.where or ():   # and on the other hosts, which this machine's /proc cannot see
-                watchdog.kill_on(host, self._ipp.cluster_id)
+                if not _loopback(host) and watchdog.kill_on(host, self._ipp.cluster_id) is None:
+                    warnings.warn(f"could not reach {host} over ssh to stop what is left of this cluster there; its "
+                                  f"engines stop by themselves once they miss the controller's heartbeats", RuntimeWarning)
             if self.launcher == "local":   # the shared memory of a rank that was killed
                 emulated.reap_when_gone(self.pids + killed, timeout=5)
             if self._watchdog is not None:   # closed properly: it may go
@@ -295,7 +298,7 @@ class Cluster:
 
     def _interrupt(self, exclude=()):
         targets = [i for i in range(len(self.pids)) if i not in exclude]
-        if not getattr(self, "_here", True):   # ranks on other hosts: through each engine's nanny, wherever it runs
+        if not getattr(self, "_here", self.launcher == "local"):   # ranks on other hosts: through each engine's nanny, wherever it runs
             live = [i for i in targets if i in self.client.ids]
             if live:
                 try:
@@ -324,14 +327,16 @@ def ssh_options(hosts, env):
                                                         if "PYTHONPATH" in os.environ else {})}
     config.SSHEngineSetLauncher.engine_args = [f"--IPEngine.max_heartbeat_misses={HEARTBEAT_MISSES + 2}"]
     config.SSHLauncher.ssh_args = list(children.SSH_ARGS)
-    return {"config": config, "controller_ip": address_toward(next(iter(hosts)))}
+    others = [h for h in hosts if not _loopback(h)] or list(hosts)
+    return {"config": config, "controller_ip": sockets.address_toward(_address(others[0]))}
 
 
-def address_toward(host):
-    """This machine's address on the network that reaches `host` (a UDP socket's choice: nothing is sent)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.connect((host.split("@")[-1].split(":")[0], 9))
-        return s.getsockname()[0]
+def _address(host):   # ("user@host:port", as ipyparallel's engines dict allows, to "host")
+    return host.split("@")[-1].split(":")[0]
+
+
+def _loopback(host):
+    return _address(host) == "localhost" or _address(host).startswith("127.")
 
 
 def _boot_id():

@@ -32,6 +32,7 @@ import signal
 import socket
 import time
 
+from rdmalab.errors import RequestError
 from rdmalab.proc import procstat
 
 PATTERN_AT, READ_AT, ADD_AT = 0, 64, 128       # in the initiator's buffer: the pattern, the READ's and the atomic's
@@ -205,8 +206,14 @@ def poster(qp, local, target):
 
 
 def run(fn, post, cq, local, target):
-    """Call fn(pid, post, cq, local, sock) as described above; returns a FreezeResult."""
+    """Call fn(pid, post, cq, local, sock) as described above; returns a FreezeResult. The target runs on this
+    host: the learner's code signals its pid here (on two machines, tests/twohost shows the same experiment
+    with ssh doing the signalling)."""
     from rdmalab import verbs as v
+    if getattr(target, "host", None):
+        raise RequestError(f"freeze.run stops the target with os.kill on this machine, and this target runs on "
+                           f"{target.host}: start it here (RemoteBuffer()), or signal it there over ssh "
+                           f"(`ssh {target.host} kill -STOP {target.pid}`, as tests/twohost does)")
     pid, record = target.pid, Record()
     pattern = os.urandom(PATTERN_BYTES)
     local.write(pattern, PATTERN_BYTES, PATTERN_AT)

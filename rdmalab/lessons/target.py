@@ -73,11 +73,12 @@ class RemoteBuffer:
 
     @contextlib.contextmanager
     def serving(self):
-        """The target's program as a TCP server (127.0.0.1): it answers each 8-byte request (an offset) with
-        the 8 bytes of its memory there, until the connection closes. Yields the connected socket (TCP_NODELAY);
-        `served` then says how many requests it answered."""
-        self.helper.send(op="tcp_serve")
-        sock = sockets.connect("127.0.0.1", self.helper.reply()["port"])
+        """The target's program as a TCP server (on 127.0.0.1, or its host's address): it answers each 8-byte
+        request (an offset) with the 8 bytes of its memory there, until the connection closes. Yields the
+        connected socket (TCP_NODELAY); `served` then says how many requests it answered."""
+        address = self.host or "127.0.0.1"
+        self.helper.send(op="tcp_serve", address=address)
+        sock = sockets.connect(address, self.helper.reply()["port"])
         try:
             yield sock
         finally:
@@ -174,8 +175,8 @@ def main():
         tcp["conn"] = sockets.accept(tcp.pop("server"))
         return {"ok": True}
 
-    def tcp_serve():
-        server, port = sockets.listen()
+    def tcp_serve(address="127.0.0.1"):
+        server, port = sockets.listen(address)
         answer({"port": port})            # (answered early: the initiator connects, then sends requests)
         conn, request, served = sockets.accept(server), memoryview(bytearray(8)), 0
         server.close()

@@ -30,19 +30,24 @@ def spawn(module, *args, new_session=False, host=None, **env):
     sent to this process's group (a kernel being killed) away from it. `host`: on that host instead,
     over ssh, with the same Python and checkout paths there (a shared or identical installation) and this
     process's RDMALAB_* settings; it ends when the ssh session does (end_with_parent: sshd is its parent)."""
-    path = ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")
     if host is None:
-        environ = dict(os.environ, OPENBLAS_NUM_THREADS="1", **{PARENT_ENV: str(os.getpid())}, PYTHONPATH=path, **env)
+        environ = dict(os.environ, OPENBLAS_NUM_THREADS="1", **{PARENT_ENV: str(os.getpid())},
+                       PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), **env)
         command = [sys.executable, "-m", module, *args]
     else:
-        there = {k: v for k, v in os.environ.items() if k.startswith("RDMALAB_") and k != PARENT_ENV}
-        there.update(OPENBLAS_NUM_THREADS="1", PYTHONPATH=path, **env)
-        environ = os.environ
-        command = ["ssh", *SSH_ARGS, host, "exec", "env", *(f"{k}={shlex.quote(v)}" for k, v in there.items()),
-                   sys.executable, "-m", module, *map(shlex.quote, map(str, args))]
+        environ, command = os.environ, ["ssh", *SSH_ARGS, host, *remote_command(module, *args, **env)]
     return subprocess.Popen(command, env=environ, text=True,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=new_session)
+
+
+def remote_command(module, *args, **env):
+    """The words of a shell command that runs `python -m module args...` on another host as spawn() runs it
+    here: the same Python and checkout paths, this process's RDMALAB_* settings, each word quoted."""
+    there = {k: v for k, v in os.environ.items() if k.startswith("RDMALAB_") and k != PARENT_ENV}
+    there.update(OPENBLAS_NUM_THREADS="1", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), **env)
+    return ["exec", "env", *(shlex.quote(f"{k}={v}") for k, v in there.items()),
+            *map(shlex.quote, [sys.executable, "-m", module, *map(str, args)])]
 
 
 def stop(proc):

@@ -89,12 +89,13 @@ def kill(cluster_id, settle=0.0, timeout=10.0):
 
 def kill_on(host, cluster_id, timeout=20):
     """kill() on another host, over ssh (`python -m rdmalab.proc.watchdog --kill ID` there, with the same
-    Python); the pids killed there, or None if the host could not be reached within `timeout` s."""
+    Python and checkout paths, as children.spawn starts helpers); the pids killed there, or None if the host
+    could not be reached within `timeout` s or could not run it."""
     import subprocess
-    from rdmalab.proc.children import SSH_ARGS
+    from rdmalab.proc.children import SSH_ARGS, remote_command
+    command = remote_command("rdmalab.proc.watchdog", "--kill", cluster_id)
     try:
-        done = subprocess.run(["ssh", *SSH_ARGS, host, sys.executable, "-m", "rdmalab.proc.watchdog", "--kill", cluster_id],
-                              capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(["ssh", *SSH_ARGS, host, *command], capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return None
     return [int(pid) for pid in done.stdout.split()] if done.returncode == 0 else None
