@@ -27,11 +27,14 @@ finds it was preempted (a gap in its own clock readings) stops spinning and yiel
 straight to sleep, because on a machine with CPU-bound work a process that sleeps is woken ahead
 of it, while one that spins waits for its turn. docs/emulated-nic.md explains the policy.
 """
+import contextlib
 import ctypes
 import errno
 import os
 import platform
+import signal
 import sys
+import threading
 import time
 
 from rdmalab import settings
@@ -239,6 +242,30 @@ def nap(seconds):
         return 0
     ts = _Timespec(int(seconds), int((seconds % 1) * 1e9))
     return 0 if _clib.nanosleep(ctypes.byref(ts), None) == 0 else ctypes.get_errno()
+
+
+@contextlib.contextmanager
+def signal_pipe():
+    """A descriptor that becomes readable when a signal arrives, for as long as the block runs: with it in its
+    select(), a wait made of several calls ends on a signal that came between them too, where a nap() sees
+    only one that comes while it sleeps (signal.set_wakeup_fd). None where Python allows none: in a thread
+    other than the main one (which runs the handlers), or in a program that set its own."""
+    if threading.current_thread() is not threading.main_thread():
+        yield None
+        return
+    read, write = os.pipe()
+    os.set_blocking(write, False)
+    previous = None
+    try:
+        previous = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+        if previous != -1:   # the program's own (asyncio's, say): give it back, and do without
+            signal.set_wakeup_fd(previous)
+        yield read if previous == -1 else None
+    finally:
+        if previous == -1:
+            signal.set_wakeup_fd(-1)
+        os.close(read)
+        os.close(write)
 
 
 def futex_wait(address, expected, seconds):

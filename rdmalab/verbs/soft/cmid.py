@@ -220,21 +220,28 @@ class CMEventChannel(Resource):
     def _next_event(self):
         """The next event, waiting for one as long as it takes: rdma_get_cm_event blocks in a read of the
         channel, which a signal ends with EINTR (errno 4) once its handler has run, as get_cq_event's wait
-        does. So the wait here looks at the sockets, then naps (waiting.nap, which a signal ends too)."""
+        does. So the wait here selects on the sockets and on a pipe any signal writes to (waiting.signal_pipe:
+        a signal that comes between two looks ends it too), for a pause that grows while nothing comes;
+        where there is no such pipe (a thread other than the main one), it naps (waiting.nap: a signal
+        that comes while it sleeps ends it)."""
         from rdmalab.proc import waiting
         self.check_open()
         pause = NAP_FIRST_S
-        while not self._events:
-            sockets = {sock: cmid for cmid in self._ids for sock in cmid._sockets()}
-            readable = select.select(list(sockets), [], [], 0)[0] if sockets else []
-            for sock in readable:
-                sockets[sock]._on_readable(sock)
-            if readable:
-                pause = NAP_FIRST_S
-            elif waiting.nap(pause) == errno.EINTR:
-                raise _error("Failed to create CMEvent: interrupted by a signal", errno.EINTR)
-            else:
-                pause = min(2 * pause, NAP_MOST_S)   # (an idle wait costs little; a busy one answers fast)
+        with waiting.signal_pipe() as signalled:
+            while not self._events:
+                sockets = {sock: cmid for cmid in self._ids for sock in cmid._sockets()}
+                if signalled is not None:
+                    readable = select.select([*sockets, signalled], [], [], pause)[0]
+                    if signalled in readable:
+                        raise _error("Failed to create CMEvent: interrupted by a signal", errno.EINTR)
+                else:
+                    readable = select.select(list(sockets), [], [], 0)[0] if sockets else []
+                    if not readable and waiting.nap(pause) == errno.EINTR:
+                        raise _error("Failed to create CMEvent: interrupted by a signal", errno.EINTR)
+                for sock in readable:
+                    sockets[sock]._on_readable(sock)
+                # (an idle wait costs little; a busy one answers fast)
+                pause = NAP_FIRST_S if readable else min(2 * pause, NAP_MOST_S)
         event = self._events.popleft()
         if event.event_type == EV.RDMA_CM_EVENT_REJECTED and event.cmid._qp is not None:
             event.cmid._move_qp(IBV_QPS_ERR)   # librdmacm does, as it hands the event out (ucma_modify_qp_err)
