@@ -165,3 +165,25 @@ def test_a_futex_that_will_not_sleep_turns_waits_into_naps_not_a_spin(monkeypatc
     waiting.until(lambda: bool(box), 10, "the timer", bell=Bell(), busy=False)
     assert len(refused) == 1 and not waiting.futex_works()   # asked once, then napped
     assert capsys.readouterr().err.count("no futex") == 1
+
+
+def test_a_signal_pipe_turns_readable_on_a_signal_and_is_given_back():
+    import os
+    import select
+    import signal
+    import threading
+    from rdmalab.proc.waiting import signal_pipe
+    previous = signal.signal(signal.SIGUSR1, lambda *_: None)
+    try:
+        with signal_pipe() as fd:
+            assert select.select([fd], [], [], 0)[0] == []
+            os.kill(os.getpid(), signal.SIGUSR1)   # (between two looks of a wait: still seen at the next)
+            assert select.select([fd], [], [], 5)[0] == [fd]
+        assert signal.set_wakeup_fd(-1) == -1   # given back: no descriptor left set
+        seen = []
+        worker = threading.Thread(target=lambda: seen.append(signal_pipe().__enter__()))
+        worker.start()
+        worker.join()
+        assert seen == [None]   # (only the main thread runs handlers)
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
