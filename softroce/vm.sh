@@ -10,6 +10,7 @@
 #       environment says which: RDMALAB_PAIR=a|b, RDMALAB_PAIR_ADDRESS, RDMALAB_PAIR_PEER); a's output
 #       is shown as it comes, b's after; exits with a's status, else b's. Everything on the link is
 #       captured from outside both guests into $RDMALAB_VM_PCAP (default ~/.cache/rdmalab/pair-link.pcap).
+#       Two guests take twice RDMALAB_VM_MEM (8 GiB by default) and share this machine's CPUs.
 #
 # The guest is Debian 12 with Linux's rdma_rxe driver, rdma-core, Debian's python3-pyverbs and a
 # venv /opt/rdmalab holding softroce/requirements-guest.txt. This checkout (tracked and untracked
