@@ -84,10 +84,12 @@ def test_ranks_on_other_hosts_are_asked_for_plainly():
         Cluster(ranks=4, launcher="ssh", hosts={"10.0.0.1": 1, "10.0.0.2": 1}, start=False)
 
 
-def test_engines_over_ssh_are_configured_as_docs_cluster_md_says():
+def test_engines_over_ssh_are_configured_as_docs_cluster_md_says(monkeypatch):
+    asked = []   # (where the controller listens: this machine's address toward the first other host; no route is needed here)
+    monkeypatch.setattr(sockets, "address_toward", lambda host: asked.append(host) or "10.9.8.7")
     options = ssh_options({"127.0.0.1": 2, "root@192.0.2.7:22": 2}, {"RDMALAB_PROVIDER": "pyverbs"})
     launcher = options["config"].SSHEngineSetLauncher
     assert launcher.engines == {"127.0.0.1": 2, "root@192.0.2.7:22": 2} and launcher.remote_python == sys.executable
     assert launcher.environment["RDMALAB_PROVIDER"] == "pyverbs"
     assert "BatchMode=yes" in options["config"].SSHLauncher.ssh_args and list(SSH_ARGS) == options["config"].SSHLauncher.ssh_args
-    assert options["controller_ip"] == sockets.address_toward("192.0.2.7") != "127.0.0.1"   # toward the other host
+    assert asked == ["192.0.2.7"] and options["controller_ip"] == "10.9.8.7"
