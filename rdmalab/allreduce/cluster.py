@@ -323,8 +323,7 @@ def ssh_options(hosts, env):
     config = Config()
     config.SSHEngineSetLauncher.engines = dict(hosts)
     config.SSHEngineSetLauncher.remote_python = sys.executable
-    config.SSHEngineSetLauncher.environment = {**env, **({"PYTHONPATH": os.environ["PYTHONPATH"]}
-                                                        if "PYTHONPATH" in os.environ else {})}
+    config.SSHEngineSetLauncher.environment = children.remote_environment(**env)
     config.SSHEngineSetLauncher.engine_args = [f"--IPEngine.max_heartbeat_misses={HEARTBEAT_MISSES + 2}"]
     config.SSHLauncher.ssh_args = list(children.SSH_ARGS)
     others = [h for h in hosts if not _loopback(h)] or list(hosts)

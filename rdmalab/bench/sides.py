@@ -112,6 +112,11 @@ class RdmaSide:
         self.peer = peer
         self.res.connect(peer)
 
+    @staticmethod
+    def _measured(loop, warmup, iters, *args):
+        """_measured, with the bytes soft0 copied meanwhile (None on a device that counts none)."""
+        return _measured(loop, warmup, iters, *args, copies=emulated.copied_bytes)
+
     # ------------------------------------------------------------ work requests
 
     def _wr(self, opcode, size, signaled, wr_id=0, local_offset=0):
@@ -154,23 +159,23 @@ class RdmaSide:
         """The target's part; returns what its measured iterations cost (None: it does nothing at all,
         read_lat and write_bw, and the orchestrator reads its counters from outside)."""
         if self.test == "write_lat":
-            return _measured(self._write_pingpong, warmup, iters, size, False, copies=emulated.copied_bytes)[1]
+            return self._measured(self._write_pingpong, warmup, iters, size, False)[1]
         if self.test == "send_lat":
-            return _measured(self._send_pingpong, warmup, iters, size, False, copies=emulated.copied_bytes)[1]
+            return self._measured(self._send_pingpong, warmup, iters, size, False)[1]
         return None
 
     # ------------------------------------------------------------ the initiator's side
 
     def run(self, size, iters, warmup):
         if self.test == "write_lat":
-            stamps, spent = _measured(self._write_pingpong, warmup, iters, size, True, copies=emulated.copied_bytes)
+            stamps, spent = self._measured(self._write_pingpong, warmup, iters, size, True)
         elif self.test == "send_lat":
             self.prepare(size, warmup + iters)
-            stamps, spent = _measured(self._send_pingpong, warmup, iters, size, True, copies=emulated.copied_bytes)
+            stamps, spent = self._measured(self._send_pingpong, warmup, iters, size, True)
         elif self.test == "read_lat":
-            stamps, spent = _measured(self._read_loop, warmup, iters, size, copies=emulated.copied_bytes)
+            stamps, spent = self._measured(self._read_loop, warmup, iters, size)
         else:
-            (stamps, completed), spent = _measured(self._write_stream, warmup, iters, size, copies=emulated.copied_bytes)
+            (stamps, completed), spent = self._measured(self._write_stream, warmup, iters, size)
             return {"tposted": stamps, "tcompleted": completed, "cq_mod": min(CQ_MOD, iters), "spent": spent}
         return {"tposted": stamps, "spent": spent}
 

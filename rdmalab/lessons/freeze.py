@@ -188,14 +188,14 @@ def _deadline(seconds):
 
 def poster(qp, local, target):
     """post(opcode, length, remote_offset=0, local_offset=0, imm=0) as lesson 04 defines it: one signaled WR
-    from `local` into the target's buffer (an atomic adds 1). For the benchmark and the tests, which run the
-    experiment outside the lesson."""
+    from `local` into the target's buffer (an atomic adds 1); `signaled=False` for one of a stream whose
+    every n-th WR alone is. For the benchmark and the tests, which run the experiment outside the lesson."""
     from rdmalab import verbs as v
     e = v.enums
 
-    def post(opcode, length, remote_offset=0, local_offset=0, imm=0):
+    def post(opcode, length, remote_offset=0, local_offset=0, imm=0, signaled=True):
         w = v.wr.SendWR(opcode=opcode, num_sge=1, sg=[v.wr.SGE(local.buf + local_offset, length, local.lkey)],
-                        send_flags=e.IBV_SEND_SIGNALED, imm_data=imm)
+                        send_flags=e.IBV_SEND_SIGNALED if signaled else 0, imm_data=imm)
         rkey, address = target.endpoint["rkey"], target.endpoint["addr"] + remote_offset
         if opcode == e.IBV_WR_ATOMIC_FETCH_AND_ADD:
             w.set_wr_atomic(rkey, address, 1, 0)

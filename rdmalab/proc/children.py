@@ -41,12 +41,18 @@ def spawn(module, *args, new_session=False, host=None, **env):
                             start_new_session=new_session)
 
 
-def remote_command(module, *args, **env):
-    """The words of a shell command that runs `python -m module args...` on another host as spawn() runs it
-    here: the same Python and checkout paths, this process's RDMALAB_* settings, each word quoted."""
+def remote_environment(**env):
+    """What a process this one starts on another host carries there: this process's RDMALAB_* settings, this
+    checkout importable (at the same path), numpy's BLAS on one thread; then `env`."""
     there = {k: v for k, v in os.environ.items() if k.startswith("RDMALAB_") and k != PARENT_ENV}
     there.update(OPENBLAS_NUM_THREADS="1", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), **env)
-    return ["exec", "env", *(shlex.quote(f"{k}={v}") for k, v in there.items()),
+    return there
+
+
+def remote_command(module, *args, **env):
+    """The words of a shell command that runs `python -m module args...` on another host as spawn() runs it
+    here: the same Python, remote_environment(), each word quoted."""
+    return ["exec", "env", *(shlex.quote(f"{k}={v}") for k, v in remote_environment(**env).items()),
             *map(shlex.quote, [sys.executable, "-m", module, *map(str, args)])]
 
 

@@ -24,9 +24,9 @@ if os.environ.get("RDMALAB_PAIR") != "a":
 from rdmalab import verbs as v  # noqa: E402
 from rdmalab.allreduce import report  # noqa: E402
 from rdmalab.allreduce.cluster import Cluster, ClusterError  # noqa: E402
+from rdmalab.lessons import freeze  # noqa: E402
 from rdmalab.lessons.cm_peer import CMPeer, qp_numbers  # noqa: E402
 from rdmalab.lessons.target import RemoteBuffer  # noqa: E402
-from rdmalab.proc import procstat  # noqa: E402
 from rdmalab.proc.children import SSH_ARGS  # noqa: E402
 from rdmalab.verbs import rc  # noqa: E402
 
@@ -109,25 +109,6 @@ def test_rping_and_rdma_cm_connect_one_host_to_the_other():
     assert mine["rq_psn"] == theirs["sq_psn"] and answered == b"HELLO FROM HOST A"
 
 
-def _post(qp, opcode, local, offset, length, target, remote_offset, signaled=True):
-    w = v.wr.SendWR(opcode=opcode, num_sge=1, sg=[v.wr.SGE(local.buf + offset, length, local.lkey)],
-                    send_flags=e.IBV_SEND_SIGNALED if signaled else 0)
-    if opcode == e.IBV_WR_ATOMIC_FETCH_AND_ADD:
-        w.set_wr_atomic(target.endpoint["rkey"], target.endpoint["addr"] + remote_offset, 1, 0)
-    else:
-        w.set_wr_rdma(target.endpoint["rkey"], target.endpoint["addr"] + remote_offset)
-    qp.post_send(w)
-
-
-def _completion(cq, timeout=30):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        n, wcs = cq.poll(1)
-        if n:
-            return wcs[0]
-    raise AssertionError(f"no completion within {timeout} s")
-
-
 class PeerAccounting:
     """What process `pid` on the other host, and that host's kernel, spend between start() and stop(): read
     there by one process that sleeps in between (its own start-up falls outside the measured window)."""
@@ -164,6 +145,7 @@ def test_a_stopped_target_on_the_other_host_still_takes_writes_reads_and_atomics
         with RemoteBuffer(host=PEER) as target:
             res.connect(target.endpoint)
             target.connect(res.endpoint(mr=local))
+            post = freeze.poster(qp, local, target)   # (lesson 04's post: one WR into the target's buffer)
             port = target.tcp_listen()
             sock = socket.create_connection((PEER, port), timeout=30)
             target.tcp_accept()
@@ -173,8 +155,8 @@ def test_a_stopped_target_on_the_other_host_still_takes_writes_reads_and_atomics
                 statuses = []
                 for opcode, offset, length, remote in ((e.IBV_WR_RDMA_WRITE, 0, 8, 0), (e.IBV_WR_RDMA_READ, 64, 8, 0),
                                                        (e.IBV_WR_ATOMIC_FETCH_AND_ADD, 128, 8, 256)):
-                    _post(qp, opcode, local, offset, length, target, remote)
-                    statuses.append(_completion(cq).status)
+                    post(opcode, length, remote_offset=remote, local_offset=offset)
+                    statuses.append(rc.wait_for_completion(cq, timeout=30).status)
                 read_back = local.read(8, 64)
                 # TCP to the same stopped process: its kernel takes bytes until the socket's buffers are full, then
                 # nothing more moves (stalled: no byte accepted for 3 s) until the process reads
@@ -207,9 +189,9 @@ def test_a_stopped_target_on_the_other_host_still_takes_writes_reads_and_atomics
             start = time.monotonic()
             for i in range(writes):
                 last = i == writes - 1
-                _post(qp, e.IBV_WR_RDMA_WRITE, local, 0, size, target, 0, signaled=last or i % 8 == 7)
+                post(e.IBV_WR_RDMA_WRITE, size, signaled=last or i % 8 == 7)
                 if last or i % 8 == 7:
-                    assert _completion(cq).status == e.IBV_WC_SUCCESS
+                    assert rc.wait_for_completion(cq, timeout=30).status == e.IBV_WC_SUCCESS
             elapsed = time.monotonic() - start
             before, after = accounting.stop()
             streamed = writes * size
