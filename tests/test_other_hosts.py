@@ -85,7 +85,8 @@ def test_ranks_on_other_hosts_are_asked_for_plainly():
 def test_engines_over_ssh_are_configured_as_docs_cluster_md_says(monkeypatch):
     asked = []   # (where the controller listens: this machine's address toward the first other host; no route is needed here)
     monkeypatch.setattr(sockets, "address_toward", lambda host: asked.append(host) or "10.9.8.7")
-    options = ssh_options({"127.0.0.1": 2, "root@192.0.2.7:22": 2}, {"RDMALAB_PROVIDER": "pyverbs"})
+    options = ssh_options({"127.0.0.1": 2, "root@192.0.2.7:22": 2},
+                          {"RDMALAB_PROVIDER": "pyverbs", "OPENBLAS_NUM_THREADS": "1"})   # (as a Cluster passes it)
     launcher = options["config"].SSHEngineSetLauncher
     assert launcher.engines == {"127.0.0.1": 2, "root@192.0.2.7:22": 2} and launcher.remote_python == sys.executable
     assert launcher.environment["RDMALAB_PROVIDER"] == "pyverbs"

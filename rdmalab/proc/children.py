@@ -45,7 +45,8 @@ def remote_environment(**env):
     """What a process this one starts on another host carries there: this process's RDMALAB_* settings, this
     checkout importable (at the same path), numpy's BLAS on one thread; then `env`."""
     there = {k: v for k, v in os.environ.items() if k.startswith("RDMALAB_") and k != PARENT_ENV}
-    there.update(OPENBLAS_NUM_THREADS="1", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), **env)
+    there.update(OPENBLAS_NUM_THREADS="1", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    there.update(env)
     return there
 
 
