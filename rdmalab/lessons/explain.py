@@ -13,6 +13,7 @@ import html
 import textwrap
 
 from rdmalab import verbs as v
+from rdmalab.verbs import emulated
 from rdmalab.errors import QP_STATE_NAMES, STATUS_HINTS, WR_OPCODE_NAMES, status_name
 
 # what each status is on the devices the lab knows (rxe: probed in the Soft-RoCE guest, tests/conformance;
@@ -60,7 +61,7 @@ def explain(wc, wr=None, qp=None):
     status = int(getattr(wc, "status", wc))
     if status == v.enums.IBV_WC_SUCCESS:
         return Explanation(status, "it completed: nothing went wrong.", True)
-    said = _checked(status, wr, qp) if v.PROVIDER == "soft" else None
+    said = _checked(status, wr, qp)
     return Explanation(status, said or _inferred(status, wr), said is not None, DEVICES.get(status, ""))
 
 
@@ -73,7 +74,7 @@ def _opname(opcode):
 
 
 def _inferred(status, wr):
-    if status == 10 and wr is not None and wr.opcode in _remote_ops():
+    if status == 10 and wr is not None and _need(wr.opcode):
         rkey, addr = _target(wr)
         what = f"rkey {rkey:#x} for {_opname(wr.opcode)} at {addr:#x}" if rkey is not None \
             else f"the rkey of this {_opname(wr.opcode)}"
@@ -96,99 +97,81 @@ def _sges(wr):
     return wr.sges if hasattr(wr, "sges") else wr._sges
 
 
-def _remote_ops():
-    from rdmalab.verbs.soft.operations import NEEDS_ACCESS
-    return NEEDS_ACCESS
-
-
 def _need(opcode):
-    return _remote_ops().get(opcode, 0)
+    """The access a one-sided operation needs of the target's MR (0: none, or not one-sided)."""
+    e = v.enums
+    return {e.IBV_WR_RDMA_WRITE: e.IBV_ACCESS_REMOTE_WRITE, e.IBV_WR_RDMA_WRITE_WITH_IMM: e.IBV_ACCESS_REMOTE_WRITE,
+            e.IBV_WR_RDMA_READ: e.IBV_ACCESS_REMOTE_READ, e.IBV_WR_ATOMIC_CMP_AND_SWP: e.IBV_ACCESS_REMOTE_ATOMIC,
+            e.IBV_WR_ATOMIC_FETCH_AND_ADD: e.IBV_ACCESS_REMOTE_ATOMIC}.get(opcode, 0)
 
 
 # ---------------------------------------------------------------- soft0: the NIC's checks, run again
 
 def _checked(status, wr, qp):
-    """A sentence from soft0's own tables, or None when they do not tell (the inferred one is used)."""
+    """A sentence from soft0's own checks (run dry now on what the WR named: emulated.verdicts): the first
+    verdict that gives this status. None when none does (the inferred one is used)."""
     if wr is None and status != 12:   # (only a request nobody answered is explained without its WR)
         return None
-    if status in (2, 4):
-        return _local(wr, qp)
-    peer, dest = _peer(qp)
-    if status == 10:
-        return _remote_access(wr, peer)
-    if status == 9 and peer is not None:
-        return _request_refused(wr, peer)
-    if status == 13 and peer is not None:
-        return (f"no receive was posted on QP {dest:#x} when the {_opname(wr.opcode)} arrived, and the sender's "
-                f"rnr_retry ({qp.query(v.enums.IBV_QP_RNR_RETRY)[0].rnr_retry}) ran out: post_recv before the "
-                f"peer sends, or give rnr_retry=7.")
-    if status == 12:
-        return _no_answer(peer, dest)
-    return None
-
-
-def _peer(qp):
-    """(the target QP as soft0's NIC reaches it, its number); (None, None) when no QP was given."""
-    if qp is None:
-        return None, None
-    from rdmalab.verbs.soft import responder
-    dest = qp.query(v.enums.IBV_QP_DEST_QPN)[0].dest_qp_num
-    return responder.peer_qp(dest), dest
+    dest = qp.query(v.enums.IBV_QP_DEST_QPN)[0].dest_qp_num if qp is not None else None
+    if wr is None:   # (what it was does not matter to who answers)
+        found = emulated.verdicts(qp, v.enums.IBV_WR_RDMA_WRITE, [])
+    else:
+        rkey, remote_addr = _target(wr)
+        found = emulated.verdicts(qp, wr.opcode, list(_sges(wr)), rkey or 0, remote_addr or 0,
+                                  getattr(wr, "imm_data", 0) or 0, getattr(wr, "send_flags", 0) or 0)
+    if found is None:   # a real device: its checks cannot be read
+        return None
+    verdict = next((verdict for _, verdict in found if verdict is not None and verdict.status == status), None)
+    if verdict is not None:
+        return _say(verdict, wr, qp, dest)
+    return _no_answer(dest) if status == 12 else None
 
 
 def _mrs():
-    from rdmalab.verbs.soft.mr import REGISTERED
-    return "; ".join(f"lkey {m.lkey:#x} rkey {m.rkey:#x} [{m.buf:#x}, +{m.length})"
-                     for m in list(REGISTERED.values())[:4]) or "none"
+    return "; ".join(f"lkey {lkey:#x} rkey {rkey:#x} [{buf:#x}, +{length})"
+                     for lkey, rkey, buf, length in emulated.memory_regions()[:4]) or "none"
 
 
-def _local(wr, qp):
-    from rdmalab.verbs.soft.mr import REGISTERED
-    for addr, length, lkey in _sges(wr):
-        if not length:
-            continue
-        mr = REGISTERED.get(lkey)
-        if mr is None:
-            return f"the SGE's lkey {lkey:#x} is no MR of this process (its MRs: {_mrs()})."
-        if qp is not None and qp._pd is not mr._pd:
-            return f"the SGE's MR (lkey {lkey:#x}) is registered in another PD than the QP's."
-        offset = addr - mr.buf
-        if offset < 0 or offset + length > mr.length:
-            over = -offset if offset < 0 else offset + length - mr.length
-            where = "before the start" if offset < 0 else "past the end"
-            return (f"the SGE [{addr:#x}, +{length}) runs {over} bytes {where} of its MR, lkey {lkey:#x} "
-                    f"[{mr.buf:#x}, +{mr.length}).")
-        if wr.opcode in (v.enums.IBV_WR_RDMA_READ, v.enums.IBV_WR_ATOMIC_CMP_AND_SWP,
-                         v.enums.IBV_WR_ATOMIC_FETCH_AND_ADD) and not mr._access & v.enums.IBV_ACCESS_LOCAL_WRITE:
-            return (f"a {_opname(wr.opcode)}'s answer lands in the SGE's MR (lkey {lkey:#x}), registered with "
-                    f"{flags(mr._access)}: the NIC writes it, so it needs LOCAL_WRITE.")
-    return None
+def _say(verdict, wr, qp, dest):
+    """A verdict of soft0's checks as a learner reads it: the rule, the numbers, and what to do."""
+    f = verdict.figures
+    op, (rkey, remote_addr) = (_opname(wr.opcode), _target(wr)) if wr is not None else ("request", (None, None))
+    if verdict.check == "local key":
+        if not f["exists"]:
+            return f"the SGE's lkey {f['lkey']:#x} is no MR of this process (its MRs: {_mrs()})."
+        return f"the SGE's MR (lkey {f['lkey']:#x}) is registered in another PD than the QP's."
+    if verdict.check == "local bounds":
+        return f"the SGE {verdict.rule}."
+    if verdict.check == "local access":
+        return (f"a {op}'s answer lands in the SGE's MR (lkey {f['lkey']:#x}), registered with "
+                f"{flags(f['access'])}: the NIC writes it, so it needs LOCAL_WRITE.")
+    if verdict.check == "rkey":
+        return _remote_access(verdict, op, rkey, remote_addr)
+    if verdict.check == "operation allowed":
+        return (f"the target QP's qp_access_flags are {flags(f['qp_access'])}: an {op.replace('RDMA_', 'RDMA ')} needs "
+                f"{flags(f['need'])} there too (set in its RESET to INIT modify), whatever the MR allows.")
+    if verdict.check == "resources":
+        return ("the target QP has max_dest_rd_atomic 0: no resources for READs and atomics (set it in the "
+                "INIT to RTR modify).")
+    if verdict.check == "receive posted" and qp is not None:
+        return (f"no receive was posted on QP {dest:#x} when the {op} arrived, and the sender's "
+                f"rnr_retry ({qp.query(v.enums.IBV_QP_RNR_RETRY)[0].rnr_retry}) ran out: post_recv before the "
+                f"peer sends, or give rnr_retry=7.")
+    if verdict.status == v.enums.IBV_WC_RETRY_EXC_ERR:   # nobody answered: the target QP, its state, the PSN
+        return _no_answer(dest, verdict)
+    return f"{verdict.rule}."
 
 
-def _remote_access(wr, peer):
-    from rdmalab.verbs.soft import responder
-    from rdmalab.verbs.soft.layout import M_PD, Q_NUM, Q_PD
-    from rdmalab.verbs.soft.mr import REGISTERED
-    op, need = _opname(wr.opcode), _need(wr.opcode)
-    length = 8 if wr.opcode in (v.enums.IBV_WR_ATOMIC_CMP_AND_SWP, v.enums.IBV_WR_ATOMIC_FETCH_AND_ADD) \
-        else sum(sge[1] for sge in _sges(wr))
-    rkey, remote_addr = _target(wr)
-    seg = responder.mr_segment(rkey)
-    if peer is not None:
-        header = peer.header
-    else:   # no target QP given: its PD cannot be compared, so the MR's own stands in
-        header = {Q_PD: seg.header[M_PD] if seg is not None else 0, Q_NUM: 0}
-    found = responder.refusal(seg, remote_addr, length, header, need)
-    if found is None:
-        return None
-    rule, f = found
+def _remote_access(verdict, op, rkey, remote_addr):
+    f = verdict.figures
+    rule, need = f["rule"], f.get("need", 0)
     mr = f"the target's MR (rkey {rkey:#x}, [{f.get('start', 0):#x}, +{f.get('length', 0)}))"
     if rule == "no such key" and rkey == 0:
         return ("rkey 0 is the key of an MR registered without any REMOTE_* flag (rxe and soft0 give such an MR "
                 "rkey 0): the target's MR gives peers no access. Register it with the access the peer needs: "
                 f"{flags(need | v.enums.IBV_ACCESS_LOCAL_WRITE)}.")
     if rule == "no such key":
-        mine = REGISTERED.get(rkey)
+        mine = any(lkey == rkey for lkey, *_ in emulated.memory_regions())
         return (f"rkey {rkey:#x} names no MR or memory window the target may use"
                 + (f"; {rkey:#x} is the lkey of an MR of yours registered without remote access" if mine else "")
                 + f". The MRs here: {_mrs()}.")
@@ -200,30 +183,23 @@ def _remote_access(wr, peer):
         return f"{mr} was registered with {flags(f['access'])}: an {op.replace('RDMA_', 'RDMA ')} needs {flags(need)}."
     if rule == "window of another QP":
         return f"rkey {rkey:#x} is a type 2 memory window bound to QP {f['qp_num']:#x}, not to the target QP."
-    return (f"the {op} of {length} bytes at {remote_addr:#x} runs {f['by']} bytes {rule} of {mr}.")
+    return f"the {op} of {f['reach']} bytes at {remote_addr:#x} runs {f['by']} bytes {rule} of {mr}."
 
 
-def _request_refused(wr, peer):
-    from rdmalab.verbs.soft.layout import Q_ACCESS, Q_MAX_DEST_RD_ATOMIC
-    need, h = _need(wr.opcode), peer.header
-    if need and not h[Q_ACCESS] & need:
-        return (f"the target QP's qp_access_flags are {flags(h[Q_ACCESS])}: an {_opname(wr.opcode).replace('RDMA_', 'RDMA ')} needs "
-                f"{flags(need)} there too (set in its RESET to INIT modify), whatever the MR allows.")
-    if need & (v.enums.IBV_ACCESS_REMOTE_READ | v.enums.IBV_ACCESS_REMOTE_ATOMIC) and not h[Q_MAX_DEST_RD_ATOMIC]:
-        return ("the target QP has max_dest_rd_atomic 0: no resources for READs and atomics (set it in the "
-                "INIT to RTR modify).")
-    return None
-
-
-def _no_answer(peer, dest):
-    from rdmalab.verbs.soft.layout import Q_STATE
+def _no_answer(dest, verdict=None):
+    """Why nobody answered QP `dest`: soft0's verdict (no such QP, a QP not ready, a PSN it does not
+    expect), or without one, what is left: the packets went elsewhere."""
     if dest is None:
         return None
-    if peer is None:
+    check = verdict.check if verdict is not None else None
+    if check == "target QP":
         return (f"no QP numbered {dest:#x} exists on this NIC: the dest_qp_num given in the INIT to RTR modify "
                 f"is wrong, or that QP was destroyed.")
-    state = int(peer.header[Q_STATE])
-    if state not in (v.enums.IBV_QPS_RTR, v.enums.IBV_QPS_RTS):
+    if check == "PSN":
+        return (f"QP {dest:#x} did not take the packets: {verdict.rule} (the sender's sq_psn must be the "
+                f"receiver's rq_psn).")
+    if check == "QP state":
+        state = verdict.figures["state"]
         return (f"QP {dest:#x} is in {QP_STATE_NAMES.get(state, state)}: a QP answers only in RTR or RTS, so every "
                 f"resend went unanswered.")
     return (f"QP {dest:#x} is ready but did not take the packets: their PSN is not the one it expects (the sender's "

@@ -7,7 +7,7 @@
 
 For each QP: its state, its number and the one it sends to, the next PSN it sends and the one it
 expects, its limits on READs and atomics, and its send and receive queues as rings of slots. Those
-come from query_qp() on any device. On soft0, whose NIC is ours to read (rdmalab.verbs.soft.qp.look),
+come from query_qp() on any device. On soft0, whose NIC is ours to read (rdmalab.verbs.emulated.look),
 the view also shows what each waiting WR waits for (an ACK, an RNR timer), the receives posted and the
 completions not yet polled, the completions in the CQ, the PD's MRs with their keys, ranges and
 access. On a real device those live in the NIC's own memory; the view says so. Both show the port's
@@ -23,6 +23,7 @@ import threading
 import weakref
 
 from rdmalab import verbs as v
+from rdmalab.verbs import emulated
 from rdmalab.lessons.explain import flags
 from rdmalab.lessons.failures import ERROR_COUNTERS, port_counters
 from rdmalab.lessons.fixtures import BEFORE_CLOSE, STATE_NAMES
@@ -47,11 +48,8 @@ def snapshot(qp):
             "max_rd_atomic": attr.max_rd_atomic, "max_dest_rd_atomic": attr.max_dest_rd_atomic,
             "access": attr.qp_access_flags, "mtu": 128 << attr.path_mtu if attr.path_mtu else 0,
             "send_slots": init.cap.max_send_wr, "recv_slots": init.cap.max_recv_wr}
-    if v.PROVIDER == "soft":
-        from rdmalab.verbs.soft.qp import look
-        seen.update(look(qp), glass=True)
-    else:
-        seen.update(glass=False)
+    held = emulated.look(qp)   # (None on a real device: its NIC keeps its queues to itself)
+    seen.update(held or {}, glass=held is not None)
     seen["counters"] = {k: n for k, n in port_counters().items() if k in ERROR_COUNTERS or k.endswith("pkts")}
     return seen
 
@@ -242,17 +240,15 @@ GENERIC = [("post_send", "the WR takes a slot of the send queue; the NIC reads i
 class Step:
     """One WR walked through the NIC before it is posted: `stages` [(stage, what happens, passed)], and
     `predicted`, the completion status to expect (None: it waits; "EINVAL": post_send refuses it). On
-    soft0 the stages are its NIC's own checks (rdmalab.verbs.soft.qp.walk); on a real device they are
+    soft0 the stages are its NIC's own checks (emulated.walk); on a real device they are
     what every RC NIC does, with no verdict (passed None). post() then posts it and compares.
     Shown in a notebook: a button reveals the next stage, the last one posts."""
 
     def __init__(self, qp, wr, cq, view=None):
         self.qp, self.wr, self.cq, self.view = qp, wr, cq, view
-        if v.PROVIDER == "soft":
-            from rdmalab.verbs.soft.qp import walk
-            self.stages, self.predicted = walk(qp, wr)
-        else:
-            self.stages, self.predicted = [(stage, what, None) for stage, what in GENERIC], None
+        walked = emulated.walk(qp, wr)   # (None on a real device: its checks cannot be read)
+        self.stages, self.predicted = walked or ([(stage, what, None) for stage, what in GENERIC], None)
+        self.glass = walked is not None
         self.shown, self.completion, self.refused = 0, None, None
 
     def post(self, timeout=5.0):
@@ -285,7 +281,7 @@ class Step:
             if self.completion.status:
                 from rdmalab.lessons.explain import explain
                 got += f": {explain(self.completion, self.wr, self.qp).said}"
-        if v.PROVIDER != "soft":
+        if not self.glass:
             return f"{got} (a real device: its checks cannot be read, so nothing was predicted)"
         return f"{got} ({'as predicted' if same else 'NOT as predicted: please report it'})"
 

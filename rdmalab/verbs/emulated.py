@@ -13,6 +13,9 @@ On the provider this process runs on (rdmalab.verbs.PROVIDER), None on a real de
                           stand-in for DMA: counted, where rxe and hardware count nothing); None on the udp
                           link (its NIC processes copy) and on a real device
     look(qp), walk(qp, wr)  what its NIC holds for a QP, and what it would do with a WR (qp.look, qp.walk)
+    verdicts(qp, opcode, sges, ...)  every check its NIC makes of such a WR, run now without posting it
+                          (qp.verdicts: checks.every), each (check, Verdict or None)
+    memory_regions()      this process's MRs as its NIC holds them: (lkey, rkey, address, length)
 Whatever the provider, choosing none (soft0's segments outlive their processes; its link is a setting):
     rank_hosts(ranks)     each local rank's host on soft0's udp link (a NIC each, as nodes have); None on shm
     nic_counters(host)    the port counters of the udp link's NIC process on `host`, None if none runs
@@ -69,6 +72,20 @@ def walk(qp, wr):
         return None
     from rdmalab.verbs.soft.qp import walk
     return walk(qp, wr)
+
+
+def verdicts(qp, opcode, sges, rkey=0, remote_addr=0, imm=0, flags=0):
+    if not _on_soft0():
+        return None
+    from rdmalab.verbs.soft.qp import verdicts
+    return verdicts(qp, opcode, sges, rkey, remote_addr, imm, flags)
+
+
+def memory_regions():
+    if not _on_soft0():
+        return None
+    from rdmalab.verbs.soft.mr import REGISTERED
+    return [(m.lkey, m.rkey, m.buf, m.length) for m in list(REGISTERED.values())]
 
 
 def rank_hosts(ranks):

@@ -22,13 +22,13 @@ import itertools
 import os
 import struct
 
-from . import counters, requester, responder, shm
+from . import checks, counters, requester, responder, shm
 from .addr import IPV4_MAPPED
 from .hardware import GIDS, active_mtu
-from .operations import UD_OPERATIONS, WITH_IMM
+from .operations import WITH_IMM
 from .psn import PSN_MODULUS
 from .constants import (IBV_QPS_ERR, IBV_QPS_RTR, IBV_QPS_RTS, IBV_QPT_UD, IBV_SEND_SOLICITED, IBV_WC_GRH,
-                    IBV_WC_LOC_QP_OP_ERR, IBV_WC_RECV, IBV_WC_SUCCESS, IBV_WC_WITH_IMM)
+                        IBV_WC_RECV, IBV_WC_SUCCESS, IBV_WC_WITH_IMM)
 from .layout import Q_ALIVE, Q_PD, Q_QKEY, Q_RQ_CONSUMED, Q_RQ_POSTED, Q_STATE, Q_TYPE
 
 GRH_BYTES = 40
@@ -43,8 +43,9 @@ class DatagramQueue(requester.UnansweredQueue):
 
     def send_now(self, wqe):
         """Read our memory, deliver the datagram if the destination takes it, complete."""
-        if wqe.opcode not in UD_OPERATIONS:
-            return requester.fail(self, wqe, IBV_WC_LOC_QP_OP_ERR)   # UD only sends (rxe: the QP goes to ERR)
+        refused = checks.carried_out(IBV_QPT_UD, wqe.opcode)
+        if refused is not None:   # UD only sends (rxe: the QP goes to ERR)
+            return requester.fail(self, wqe, refused.answer)
         payload = requester.gather(self, wqe)
         if type(payload) is int:
             return requester.fail(self, wqe, payload)
@@ -114,13 +115,14 @@ def land(peer, src_qp, qkey, message, imm, solicited):
         consumed = h[Q_RQ_CONSUMED]
         if consumed == h[Q_RQ_POSTED] or not h[Q_ALIVE]:
             return False   # no receive posted: the datagram is lost (no RNR for UD)
-        if peer.rq.scatter(consumed, message, h[Q_PD]):
+        refused = peer.rq.scatter(consumed, message, h[Q_PD])
+        if refused is None:
             peer.rq.complete(consumed, IBV_WC_SUCCESS, IBV_WC_RECV, len(message), imm or 0,
                              IBV_WC_GRH if imm is None else IBV_WC_GRH | IBV_WC_WITH_IMM, src_qp)
         else:   # the receive is too small, or names memory it may not use. As in rxe, the GRH lands if
             # it fits, then the receive fails and the QP enters ERR
             peer.rq.scatter(consumed, message[:GRH_BYTES], h[Q_PD])
-            peer.rq.complete(consumed, IBV_WC_LOC_QP_OP_ERR, 0, 0, 0, 0)
+            peer.rq.complete(consumed, refused.receive, 0, 0, 0, 0)
             responder.enter(h, IBV_QPS_ERR)
     peer.announce(solicited)
     return True

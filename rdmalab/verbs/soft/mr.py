@@ -40,8 +40,35 @@ SEGMENTS = {}    # lkey -> its shared segment, for this process's NIC (and a bou
 WINDOW_KEY = 1 << 31   # set in a memory window's keys, never in an MR's (rxe tells them apart by index range)
 
 
+ATTACHED = {}     # key -> segment of another process's MR (or Window), as this process's NIC found it
+
+
 def segment_name(key):
     return f"mr-{key:08x}"
+
+
+def find(key):
+    """The segment behind a key, wherever its MR lives (a window's binding as a Window, over its MR's bytes),
+    as a NIC finds it in its translation table; None if no valid MR or window has that key."""
+    seg = SEGMENTS.get(key)
+    if seg is not None:
+        return seg
+    seg = ATTACHED.get(key)
+    if seg is not None:
+        if seg.header[M_VALID]:
+            return seg
+        del ATTACHED[key]
+        seg.close()
+    seg = shm.Segment.attach(segment_name(key)) if key else None
+    if seg is None or not seg.header[M_VALID]:
+        return None
+    if seg.header[M_MR]:   # a memory window's binding: its words, over the bytes of the MR it is bound in
+        mr = find(seg.header[M_MR])
+        if mr is None:
+            return None
+        seg = Window(seg, mr)
+    ATTACHED[key] = seg
+    return seg
 
 
 class MR(Resource):

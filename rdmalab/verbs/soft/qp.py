@@ -36,7 +36,7 @@ from .constants import (
 from .libibverbs_enums import ibv_mig_state, ibv_mtu, ibv_qp_state, ibv_qp_type
 from .layout import (Q_ACCESS, Q_ALIVE, Q_EXPECTED_PSN, Q_MAX_DEST_RD_ATOMIC, Q_MIN_RNR_TIMER, Q_PD, Q_QKEY, Q_RECV_CQ,
                      Q_PATH_MTU, Q_RNR_WAITING, Q_RQ_MAX_SGE, Q_RQ_SIZE, Q_STATE, Q_TYPE, Q_NUM, Q_SRQ)
-from .operations import ATOMICS, CARRIES_DATA, MESSAGE, SEND_OPS
+from .operations import ATOMICS, MESSAGE, SEND_OPS
 from .pd import PD
 from .psn import MASK24, packets, positions, psn_add
 from .pyverbs_error import PyverbsRDMAError, PyverbsUserError
@@ -642,99 +642,104 @@ def walk(qp, wr):
     """What soft0's NIC will do with `wr` (an RDMA WRITE, RDMA READ or SEND on an RC QP) if it is posted
     now, stage by stage, without posting it: [(stage, what happens, passed)], and the status its
     completion should have (None: it will wait, for a receive or for an ACK that does not come). The
-    checks are the NIC's own (requester.local_bytes, responder.refusal) in the order it runs them;
+    verdicts are the NIC's own checks (checks.every, run dry), in the order it makes them; this says them.
     rdmalab.lessons.nic_view's step mode then posts the WR and compares."""
-    from .constants import (IBV_SEND_SIGNALED, IBV_WC_LOC_PROT_ERR, IBV_WC_REM_ACCESS_ERR,
-                            IBV_WC_REM_INV_REQ_ERR, IBV_WC_RETRY_EXC_ERR, IBV_WC_RNR_RETRY_EXC_ERR, IBV_WC_SUCCESS,
-                            IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE, IBV_WR_SEND)
-    from .layout import Q_MAX_DEST_RD_ATOMIC, Q_RQ_CONSUMED, Q_RQ_POSTED
-    from .mr import REGISTERED
-    from .operations import NEEDS_ACCESS
-    op, send, stages = WR_OPCODE_NAMES.get(wr.opcode, str(wr.opcode)), qp._send, []
+    from . import checks
+    from .constants import IBV_SEND_SIGNALED, IBV_WC_RETRY_EXC_ERR, IBV_WC_RNR_RETRY_EXC_ERR, IBV_WC_SUCCESS, \
+        IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE, IBV_WR_SEND
+    from rdmalab.errors import status_name
+    send, stages = qp._send, []
     if qp.qp_type != IBV_QPT_RC or wr.opcode not in (IBV_WR_RDMA_WRITE, IBV_WR_RDMA_READ, IBV_WR_SEND):
         raise ValueError("the step mode walks an RDMA WRITE, an RDMA READ or a SEND on an RC QP")
     state = qp._words[Q_STATE]
-    if state != RTS:
+    if state != RTS:   # (post_send's own refusal, before the NIC sees the WR)
         return [("post_send", f"refused at once (errno 22): the QP is in {QP_STATE_NAMES.get(int(state), state)}, and a QP "
                               f"posts sends only in RTS", False)], "EINVAL"
     stages.append(("post_send", f"the WR takes a slot of the send queue ({len(send.pending) + 1} of "
                                 f"{qp._cap.max_send_wr}); the NIC reads it (the doorbell)", True))
-    length, landing = sum(sge[1] for sge in wr._sges), None
-    if wr.opcode == IBV_WR_RDMA_READ:   # its SGEs are where the answer will land: judged when it comes back
-        landing = next((why for addr, size, lkey in wr._sges if size
-                        for why in [requester.unwritable(qp._pd, addr, size, lkey)] if why), None)
+    length, read = sum(sge[1] for sge in wr._sges), wr.opcode == IBV_WR_RDMA_READ
+    count = packets(0 if read else length, send.mtu)
+    peer = send.peer()
+    verdicts = checks.every(checks.Request.of(wr, length, sges=wr._sges, qp_type=IBV_QPT_RC, pd=qp._pd, peer=peer,
+                                              psn=send.psn, count=count, mtu=send.mtu))
+    refused = lambda names: next((v for name, v in verdicts if v is not None and name in names), None)  # noqa: E731
+
+    local = refused([name for name, _ in checks.REQUESTER])
+    if local is not None:
+        return stages + [("requester checks", f"{local.rule}; nothing is sent", False)], local.answer
+    if read:   # its SGEs are where the answer will land: judged when it comes back
         stages.append(("requester checks", f"a READ sends no data: its {len(wr._sges)} SGE(s), {length} bytes, are "
                                            f"where the answer will land, checked when it comes back", True))
     else:
-        for addr, size, lkey in wr._sges:
-            local = requester.local_bytes(send, addr, size, lkey)
-            if type(local) is int:
-                mr = REGISTERED.get(lkey)
-                why = ("no MR of this QP's PD has that lkey" if local != IBV_WC_LOC_PROT_ERR
-                       else f"it runs outside its MR [{mr.buf:#x}, +{mr.length})")
-                return stages + [("requester checks", f"SGE [{addr:#x}, +{size}) lkey {lkey:#x}: {why}; nothing "
-                                                      f"is sent", False)], local
         stages.append(("requester checks", f"{len(wr._sges)} SGE(s), {length} bytes, each inside an MR of the "
                                            f"QP's PD", True))
-    count = packets(length if wr.opcode != IBV_WR_RDMA_READ else 0, send.mtu)
-    kind = MESSAGE[wr.opcode] if wr.opcode in CARRIES_DATA else None   # RDMA_WRITE or SEND: data in packets
-    if kind:
-        names = [f"{kind}_{position}" for position in positions(count)]
-        what = ", ".join(f"{n} (PSN {psn_add(send.psn, i):#x})" for i, n in enumerate(names[:4]))
-        what += f", ... {count} packets" if count > 4 else ""
-        extra = " The first carries the RETH: remote address, rkey, length." if kind == "RDMA_WRITE" else ""
+    if read:
+        what = f"RDMA_READ_REQUEST (PSN {send.psn:#x}), with a RETH: remote address, rkey, length"
     else:
-        what, extra = f"RDMA_READ_REQUEST (PSN {send.psn:#x}), with a RETH: remote address, rkey, length", ""
-    stages.append(("packets", f"path MTU {send.mtu}: {what}.{extra}", True))
-    retries = (f"the requester resends after each ACK timeout, retry_cnt ({send.retry_cnt}) times, then fails "
-               f"with RETRY_EXC_ERR (12)" if send.retry_cnt < 7 else "the requester resends for ever (retry_cnt 7)")
-    unanswered = IBV_WC_RETRY_EXC_ERR if send.retry_cnt < 7 else None
-    peer = send.peer()
-    if peer is None:
-        return stages + [("responder", f"no QP {send.dest_qp_num:#x} answers at that address: nothing comes "
-                                       f"back; {retries}", False)], unanswered
-    h = peer.header
-    if h[Q_STATE] not in (RTR, RTS):
-        return stages + [("responder", f"QP {send.dest_qp_num:#x} is in {QP_STATE_NAMES.get(int(h[Q_STATE]), h[Q_STATE])}: it drops "
-                                       f"the packets; {retries}", False)], unanswered
-    if h[Q_EXPECTED_PSN] != send.psn:
-        return stages + [("responder", f"QP {send.dest_qp_num:#x} expects PSN {int(h[Q_EXPECTED_PSN]):#x}, not "
-                                       f"{send.psn:#x}: it drops them (RC drops a PSN it does not expect); {retries}",
-                          False)], unanswered
-    need = NEEDS_ACCESS[wr.opcode]
-    if need and not h[Q_ACCESS] & need or wr.opcode == IBV_WR_RDMA_READ and not h[Q_MAX_DEST_RD_ATOMIC]:
-        return stages + [("responder", f"QP {send.dest_qp_num:#x} may not serve an {op.replace('RDMA_', 'RDMA ')} "
-                                       f"(its qp_access_flags, or max_dest_rd_atomic 0): it NAKs it and enters "
-                                       f"ERR", False)], IBV_WC_REM_INV_REQ_ERR
+        kind = MESSAGE[wr.opcode]   # RDMA_WRITE or SEND: data in packets
+        what = ", ".join(f"{kind}_{position} (PSN {psn_add(send.psn, i):#x})" for i, position in enumerate(positions(count)[:4]))
+        what += (f", ... {count} packets" if count > 4 else "") + \
+            (". The first carries the RETH: remote address, rkey, length" if kind == "RDMA_WRITE" else "")
+    stages.append(("packets", f"path MTU {send.mtu}: {what}.", True))
+
+    at = f"QP {send.dest_qp_num:#x}"
+    remote = refused([name for name, _ in checks.RESPONDER] + ["receive room"])
+    if remote is not None and remote.answer == checks.NO_ANSWER:
+        retries = (f"the requester resends after each ACK timeout, retry_cnt ({send.retry_cnt}) times, then fails "
+                   f"with RETRY_EXC_ERR (12)" if send.retry_cnt < 7 else "the requester resends for ever (retry_cnt 7)")
+        return stages + [("responder", f"{at}: {remote.rule}: nothing comes back; {retries}", False)], \
+            IBV_WC_RETRY_EXC_ERR if send.retry_cnt < 7 else None
+    if remote is not None and remote.answer == checks.RNR_NAK:
+        then = (f"rnr_retry ({send.rnr_retry}) times, then fails with RNR_RETRY_EXC_ERR (13) unless a receive "
+                f"is posted meanwhile" if send.rnr_retry < 7 else "until a receive is posted (rnr_retry 7)")
+        return stages + [("responder", f"{at}: {remote.rule}, and the requester waits out its min_rnr_timer and "
+                                       f"resends, {then}", False)], IBV_WC_RNR_RETRY_EXC_ERR if send.rnr_retry < 7 else None
+    if remote is not None:
+        landed = "the bytes land in the SGEs before that one" if remote.lands else "it writes nothing"
+        return stages + [("responder", f"{at}: {remote.rule}: it NAKs it ({status_name(remote.answer)}), "
+                                       f"{landed}, and enters ERR", False)], remote.answer
     if wr.opcode == IBV_WR_SEND:
-        if h[Q_RQ_CONSUMED] == h[Q_RQ_POSTED]:
-            then = (f"rnr_retry ({send.rnr_retry}) times, then fails with RNR_RETRY_EXC_ERR (13) unless a receive "
-                    f"is posted meanwhile" if send.rnr_retry < 7 else "until a receive is posted (rnr_retry 7)")
-            return stages + [("responder", f"QP {send.dest_qp_num:#x} has no receive posted: it answers RNR NAK, "
-                                           f"and the requester waits out its min_rnr_timer and resends, {then}",
-                              False)], IBV_WC_RNR_RETRY_EXC_ERR if send.rnr_retry < 7 else None
-        stages.append(("responder", f"QP {send.dest_qp_num:#x} takes its next posted receive and copies the "
-                                    f"{length} bytes into it", True))
-    elif length:
-        refused = responder.refusal(responder.mr_segment(wr._rkey), wr._remote_addr, length, h, need)
-        if refused is not None:
-            return stages + [("responder", f"rkey {wr._rkey:#x} at {wr._remote_addr:#x}, {length} bytes: refused "
-                                           f"({refused[0]}); it NAKs it, writes nothing and enters ERR",
-                              False)], IBV_WC_REM_ACCESS_ERR
-        stages.append(("responder", f"rkey {wr._rkey:#x} names an MR that allows it, and [{wr._remote_addr:#x}, "
-                                    f"+{length}) lies inside: it "
-                                    + ("writes the bytes" if wr.opcode == IBV_WR_RDMA_WRITE else "reads the bytes"),
-                       True))
-    answer = (f"{count} RDMA_READ_RESPONSE packet(s) carry the bytes back" if wr.opcode == IBV_WR_RDMA_READ
+        stages.append(("responder", f"{at} takes its next posted receive and copies the {length} bytes into it", True))
+    else:
+        stages.append(("responder", f"{at}: the rkey {wr._rkey:#x} names an MR that allows it, and "
+                                    f"[{wr._remote_addr:#x}, +{length}) lies inside: it "
+                                    + ("reads the bytes" if read else "writes the bytes"), True))
+    answer = (f"{packets(length, send.mtu)} RDMA_READ_RESPONSE packet(s) carry the bytes back" if read
               else f"an ACK for PSN {psn_add(send.psn, count - 1):#x}")
+    landing = refused(["answer lands"])
     if landing is not None:
-        return stages + [("answer", f"{answer}, but they may not land in your SGE ({landing}): LOC_PROT_ERR",
-                          False)], IBV_WC_LOC_PROT_ERR
+        return stages + [("answer", f"{answer}, but they may not land in your SGE ({landing.rule}): "
+                                    f"{status_name(landing.answer)}", False)], landing.answer
     stages.append(("answer", answer, True))
     signaled = wr.send_flags & IBV_SEND_SIGNALED or send.sig_all
     stages.append(("completion", "a completion with status 0 (SUCCESS) on the send CQ" if signaled
                    else "none: the WR is unsignaled (a later signaled one's completion covers it)", True))
     return stages, IBV_WC_SUCCESS
+
+
+def verdicts(qp, opcode, sges, rkey=0, remote_addr=0, imm=0, flags=0):
+    """Every check of soft0's NIC (checks.every), run dry now on a WR of `opcode` with these SGEs ((addr,
+    length, lkey)) and remote address and key, posted on the RC QP `qp` toward its destination: [(check,
+    verdict or None)], in the NIC's order. What lessons.explain reads after a completion failed. Without a
+    QP, the PD of the first SGE's MR stands in for its PD, and a target QP that is ready and allows any
+    operation, in the rkey's MR's PD, for the target: only the memory's checks can refuse."""
+    from . import checks
+    from .layout import M_PD, Q_RQ_CONSUMED, Q_RQ_POSTED
+    from .mr import REGISTERED, find
+    length = sum(sge[1] for sge in sges)
+    if qp is not None:
+        send = qp._send
+        request = checks.Request(opcode, length, rkey, remote_addr, imm, flags, sges, IBV_QPT_RC, qp._pd,
+                                 peer=send.peer(), psn=send.psn, mtu=send.mtu)
+    else:
+        mine = next((REGISTERED[lkey] for _, _, lkey in sges if lkey in REGISTERED), None)
+        seg = find(rkey)
+        ready = {Q_STATE: RTS, Q_ALIVE: 1, Q_TYPE: IBV_QPT_RC, Q_EXPECTED_PSN: 0, Q_ACCESS: 0xF,
+                 Q_MAX_DEST_RD_ATOMIC: 1, Q_RQ_CONSUMED: 0, Q_RQ_POSTED: 0, Q_SRQ: 0, Q_MIN_RNR_TIMER: 0,
+                 Q_PATH_MTU: 0, Q_NUM: 0, Q_PD: seg.header[M_PD] if seg is not None else 0}
+        request = checks.Request(opcode, length, rkey, remote_addr, imm, flags, sges, IBV_QPT_RC,
+                                 mine._pd if mine is not None else None, h=ready)
+    return checks.every(request)
 
 
 from .qpex import DataBuffer, QPEx  # noqa: E402,F401 (pyverbs.qp has them; QPEx extends QP, defined above)

@@ -34,23 +34,23 @@ import threading
 import time
 from collections import deque
 
-from . import counters, cq as cqmod, responder
+from . import checks, counters, cq as cqmod, mr as mrmod, responder
 from .hardware import GIDS
 from .constants import (
-    IBV_ACCESS_LOCAL_WRITE as LOCAL_WRITE, IBV_QPS_ERR, IBV_SEND_INLINE, IBV_SEND_SIGNALED, IBV_SEND_SOLICITED,
-    IBV_WC_LOC_PROT_ERR, IBV_WC_LOC_QP_OP_ERR,
+    IBV_QPS_ERR, IBV_QPT_RC, IBV_QPT_UC, IBV_SEND_INLINE, IBV_SEND_SIGNALED, IBV_SEND_SOLICITED,
+    IBV_WC_LOC_QP_OP_ERR,
     IBV_WC_RETRY_EXC_ERR, IBV_WC_RNR_RETRY_EXC_ERR, IBV_WC_SUCCESS,
     IBV_WC_WITH_IMM, IBV_WC_WR_FLUSH_ERR,
     IBV_WR_RDMA_READ as READ, IBV_WR_RDMA_WRITE as WRITE, IBV_WR_RDMA_WRITE_WITH_IMM as WRITE_WITH_IMM,
     IBV_WR_SEND as SEND, IBV_WR_SEND_WITH_INV as SEND_WITH_INV,
     IBV_WR_BIND_MW as BIND_MW, IBV_WC_MW_BIND_ERR)
-from .layout import (C_ARMED, M_ADDR, M_LENGTH, M_PD, M_VALID, P_ANSWER, P_COUNT, P_DEST, P_FLAGS, P_IMM, P_LENGTH,
+from .layout import (C_ARMED, M_VALID, P_ANSWER, P_COUNT, P_DEST, P_FLAGS, P_IMM, P_LENGTH,
                      P_NUM_SGE, P_OPCODE, P_PSN, P_REMOTE_ADDR, P_RKEY, P_SGES, P_STATE, Q_EXPECTED_PSN, Q_GENERATION,
-                     Q_NUM, Q_PATH_MTU, Q_PD, Q_RNR_WAITING, Q_RQ_CONSUMED, Q_RQ_POSTED, Q_STATE,
+                     Q_NUM, Q_PD, Q_RNR_WAITING, Q_RQ_CONSUMED, Q_RQ_POSTED, Q_STATE,
                      R_NUM_SGE, R_SGES, R_STATUS, W_BELL, W_SLEEPERS)
 from .mr import REGISTERED
-from .operations import (ATOMICS, CARRIES_DATA, CONSUMES_RECEIVE, LOCAL_OPERATIONS, NEEDS_ACCESS, UC_OPERATIONS,
-                         WC_OPCODE, WITH_IMM)
+from .operations import (ATOMICS, CARRIES_DATA, CONSUMES_RECEIVE, LOCAL_OPERATIONS, NEEDS_ACCESS, WC_OPCODE,
+                         WITH_IMM)
 from .psn import PSN_MODULUS, ack_timeout, packets
 from .responder import ACK, COMPLETION, NO_ANSWER, RNR_NAK, invalidate, respond
 
@@ -74,6 +74,7 @@ class SendQueue:
     """A QP's sending state, which its NIC owns: where it sends (destination QP and GID, path MTU),
     the next PSN, its timers and retry counts, the WQEs waiting for a timer, and the CQ it completes
     on. The QP sets the attributes modify() gives it; the NIC does the rest."""
+    qp_type = IBV_QPT_RC
 
     def __init__(self, header, qp_num, pd, cq, sig_all):
         self.header, self.qp_num, self.pd, self.cq, self.sig_all = header, qp_num, pd, cq, sig_all
@@ -230,6 +231,7 @@ class UnansweredQueue(SendQueue):
     """A send queue whose requests nobody answers (UC, UD): no ACK, no NAK, no RNR, no retry. Each WR
     is carried out when posted and completes at once, successfully unless our own side found it
     wrong; what became of it at the responder, the requester never learns."""
+    qp_type = IBV_QPT_UC
 
     def post(self, wr):
         if self.pending or self.header[Q_STATE] == IBV_QPS_ERR:
@@ -250,10 +252,11 @@ class UnansweredQueue(SendQueue):
     def send_now(self, wqe):
         """UC: SEND and WRITE (with or without immediate) only: READs and atomics need an answer, and UC
         has no SEND with invalidate; and the work our own NIC does (binding and invalidating memory windows)."""
+        refused = checks.carried_out(self.qp_type, wqe.opcode)
+        if refused is not None:
+            return fail(self, wqe, refused.answer)
         if wqe.opcode in LOCAL_OPERATIONS:
             return local_operation(self, wqe)
-        if wqe.opcode not in UC_OPERATIONS:
-            return fail(self, wqe, IBV_WC_LOC_QP_OP_ERR)
         payload = gather(self, wqe)
         if type(payload) is int:
             return fail(self, wqe, payload)
@@ -282,7 +285,7 @@ class Shortcut:
 
     @classmethod
     def remember(cls, sq, wqe, peer, generation):
-        if 128 << peer.header[Q_PATH_MTU] != sq.mtu:   # the two sides disagree on the MTU: a later WRITE may not fit
+        if not checks.mtu_agrees(peer.header, sq.mtu):   # the two sides disagree: a later WRITE may not fit
             return
         addr, length, lkey = wqe._sges[0]
         shortcut, mr = cls(), REGISTERED[lkey]
@@ -290,7 +293,7 @@ class Shortcut:
         shortcut.lkey, shortcut.local, shortcut.local_base, shortcut.local_length = lkey, mr._memory, mr._buf, mr._length
         shortcut.remote = shortcut.receive = None
         if NEEDS_ACCESS[wqe.opcode]:
-            seg = responder.mr_segment(wqe._rkey)
+            seg = mrmod.find(wqe._rkey)
             if seg is None:   # deregistered by its owner since the request was carried out: nothing to remember
                 return
             h = seg.header
@@ -307,7 +310,7 @@ class Shortcut:
                 num_sge, _, _, shortcut.receive_key = RECEIVE_SGE.unpack_from(rq.raw, rq.slot(peer.header[Q_RQ_CONSUMED] - 1) * 8)
                 if num_sge != 1:
                     return
-                seg = responder.mr_segment(shortcut.receive_key)
+                seg = mrmod.find(shortcut.receive_key)
                 if seg is None:   # (the receiver deregistered that buffer as soon as its message arrived)
                     return
                 shortcut.receive, shortcut.receive_header = seg.bytes, seg.header
@@ -407,8 +410,11 @@ def attempt(sq, wqe, pending):
     """Carry out one WQE. Returns None when it completed (well or not), else (deadline, rnr_left,
     retries_left, acking) for the timer it now waits on (acking: an ACK timeout, else an RNR timer)."""
     opcode = wqe.opcode
-    if opcode not in NEEDS_ACCESS:
-        return local_operation(sq, wqe) if opcode in LOCAL_OPERATIONS else fail(sq, wqe, IBV_WC_LOC_QP_OP_ERR)
+    refused = checks.carried_out(IBV_QPT_RC, opcode)
+    if refused is not None:
+        return fail(sq, wqe, refused.answer)
+    if opcode in LOCAL_OPERATIONS:
+        return local_operation(sq, wqe)
     sges = wqe._sges
     if opcode in CARRIES_DATA:
         payload = local_bytes(sq, *sges[0]) if len(sges) == 1 and not wqe.send_flags & IBV_SEND_INLINE \
@@ -427,8 +433,9 @@ def attempt(sq, wqe, pending):
         sq.connected_to, answer, data = None, NO_ANSWER, None
     if answer == ACK:
         sq.psn = (sq.psn + count) % PSN_MODULUS
-        if data is not None and not _scatter(sq, wqe, data):   # a READ's or atomic's answer, into our memory
-            return fail(sq, wqe, IBV_WC_LOC_PROT_ERR)
+        refused = _scatter(sq, wqe, data) if data is not None else None   # a READ's or atomic's answer, into our memory
+        if refused is not None:
+            return fail(sq, wqe, refused.answer)
         if wqe.send_flags & IBV_SEND_SIGNALED or sq.sig_all:
             complete(sq, wqe, IBV_WC_SUCCESS, length)
         if len(sges) == 1 and length and not wqe.send_flags & IBV_SEND_INLINE and pending is None \
@@ -491,55 +498,37 @@ def gather(sq, wqe):
 
 
 def local_bytes(sq, addr, length, lkey):
-    """Our memory that an SGE names, as a view; or LOC_QP_OP_ERR (no such key in our PD) or
-    LOC_PROT_ERR (out of its bounds). An SGE of length 0 names nothing: rxe checks no key for it."""
+    """Our memory that an SGE names, as a view; or the status checks.local_sge gives it (LOC_QP_OP_ERR: no such
+    key in our PD; LOC_PROT_ERR: out of its bounds). An SGE of length 0 names nothing."""
+    refused = checks.local_sge(sq.pd, addr, length, lkey)
+    if refused is not None:
+        return refused.answer
     if not length:
         return memoryview(b"")
-    mr = REGISTERED.get(lkey)
-    if mr is None or mr._pd is not sq.pd:
-        return IBV_WC_LOC_QP_OP_ERR
+    mr = REGISTERED[lkey]
     offset = addr - mr._buf
-    if offset < 0 or offset + length > mr._length:
-        return IBV_WC_LOC_PROT_ERR
     return mr._memory[offset:offset + length]
 
 
-def unwritable(pd, addr, length, lkey):
-    """Why the NIC may not write an answer (a READ's bytes, an atomic's old value) into the SGE [addr,
-    +length) of `lkey`, or None: its MR must be in the QP's PD, allow LOCAL_WRITE and hold the range."""
-    mr = REGISTERED.get(lkey)
-    if mr is None or mr._pd is not pd:
-        return f"lkey {lkey:#x} is no MR of this QP's PD"
-    if not mr._access & LOCAL_WRITE:
-        return f"the MR of lkey {lkey:#x} lacks LOCAL_WRITE"
-    if not 0 <= addr - mr._buf <= mr._length - length:
-        return f"[{addr:#x}, +{length}) runs outside the MR of lkey {lkey:#x}"
-    return None
-
-
 def _scatter(sq, wqe, data):
-    """Write a READ's bytes or an atomic's old value into the local SGEs; False if they forbid it or are
-    too small (an atomic's 8 bytes into fewer: the remote word has changed all the same, as on rxe)."""
-    if sum(sge[1] for sge in wqe._sges) < len(data):
-        return False
-    targets = []
-    for addr, length, lkey in wqe._sges:
-        if not length:
-            continue
-        if unwritable(sq.pd, addr, length, lkey):
-            return False
-        mr = REGISTERED[lkey]
-        targets.append((mr._memory, addr - mr._buf, length))
+    """Write a READ's bytes or an atomic's old value into the local SGEs; None, or checks.landing's verdict
+    when it may not land (an atomic's 8 bytes into fewer: the remote word has changed all the same, as on rxe)."""
+    refused = checks.landing(checks.Request(wqe.opcode, len(data), sges=wqe._sges, pd=sq.pd))
+    if refused is not None:
+        return refused
     done = 0
-    for memory, offset, length in targets:
+    for addr, length, lkey in wqe._sges:
         take = min(length, len(data) - done)
         if take <= 0:
-            break
-        memory[offset:offset + take] = data[done:done + take]
+            if done == len(data):
+                break
+            continue
+        mr = REGISTERED[lkey]
+        mr._memory[addr - mr._buf:addr - mr._buf + take] = data[done:done + take]
         done += take
     if wqe.opcode == READ:   # (an atomic's old value is an answer, not a payload)
         counters.copied_bytes += done
-    return True
+    return None
 
 
 def _wait_for_receive(sq, wqe, pending, timer_ms):
@@ -633,11 +622,11 @@ def parked_payload(seg):
         addr, length, lkey = p[P_SGES + 3 * i], p[P_SGES + 3 * i + 1], p[P_SGES + 3 * i + 2]
         if not length:
             continue
-        mr = responder.mr_segment(lkey)
-        m = mr.header if mr is not None else None
-        if m is None or not m[M_VALID] or m[M_PD] != p[Q_PD] or not 0 <= addr - m[M_ADDR] <= m[M_LENGTH] - length:
+        mr = mrmod.find(lkey)
+        offset, refused = checks.memory(mr, addr, length, p[Q_PD], 0)
+        if refused is not None:
             return None
-        pieces.append(bytes(mr.bytes[addr - m[M_ADDR]:addr - m[M_ADDR] + length]))
+        pieces.append(bytes(mr.bytes[offset:offset + length]))
     payload = b"".join(pieces)
     counters.copied_bytes += len(payload) * (1 if len(pieces) == 1 else 2)   # out of each MR; then joined
     return payload

@@ -22,14 +22,13 @@ import threading
 import time
 from collections import deque
 
-from .. import cq as cqmod, requester
+from .. import checks, cq as cqmod, requester
 from ..datagram import MULTICAST_QPN, DatagramQueue
 from ..constants import (IBV_QPS_ERR, IBV_QPS_RTS, IBV_SEND_INLINE, IBV_SEND_SOLICITED, IBV_WC_FATAL_ERR,
-                     IBV_WC_LOC_QP_OP_ERR, IBV_WC_WR_FLUSH_ERR,
-                     IBV_QPT_UC)
+                         IBV_WC_WR_FLUSH_ERR, IBV_QPT_UC)
 from ..layout import Q_RECV_CQ, Q_RQ_POLLED, Q_RQ_POSTED, Q_STATE, Q_TYPE
 from ..pyverbs_error import PyverbsRDMAError
-from ..operations import ANSWERS_DATA, ATOMICS, LOCAL_OPERATIONS, NEEDS_ACCESS, UC_OPERATIONS, WITH_IMM
+from ..operations import ATOMICS, LOCAL_OPERATIONS, WITH_IMM
 from ..psn import PSN_MODULUS, packets
 from ..responder import enter
 from rdmalab.proc import waiting
@@ -341,18 +340,13 @@ class WireDatagramQueue(DatagramQueue):
 
 
 def local_check(sq, wr):
-    """What the program's side finds wrong with a WR before anything is sent (0: nothing): an unknown
-    lkey (LOC_QP_OP_ERR) or an SGE out of its MR (LOC_PROT_ERR), for the data a WRITE or SEND carries.
-    READs and atomics are checked when their answer comes back, as on the shared-memory link."""
-    if wr.opcode not in NEEDS_ACCESS or sq.header[Q_TYPE] == IBV_QPT_UC and wr.opcode not in UC_OPERATIONS:
-        return IBV_WC_LOC_QP_OP_ERR   # no such operation (on UC: SENDs and WRITEs only)
-    if wr.opcode in ANSWERS_DATA or wr.send_flags & IBV_SEND_INLINE:
-        return 0
-    for sge in wr._sges:
-        found = requester.local_bytes(sq, *sge)
-        if type(found) is int:
-            return found
-    return 0
+    """What the program's side finds wrong with a WR before anything is sent (0: nothing): checks.REQUESTER's
+    verdict (an operation the QP type does not carry out, an unknown lkey, an SGE out of its MR), for the
+    data a WRITE or SEND carries. READs and atomics are checked when their answer comes back, as on the
+    shared-memory link."""
+    refused = checks.first(checks.REQUESTER, checks.Request(wr.opcode, flags=wr.send_flags, sges=wr._sges,
+                                                            qp_type=sq.header[Q_TYPE], pd=sq.pd))
+    return refused.answer if refused is not None else 0
 
 
 def nic_counters(host=None):

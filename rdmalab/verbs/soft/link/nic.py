@@ -31,9 +31,9 @@ import sys
 import time
 import traceback
 
-from .. import cq as cqmod, datagram, responder as verbs_responder
+from .. import checks, cq as cqmod, datagram, mr, responder as verbs_responder
 from ..constants import IBV_QPS_ERR, IBV_QPS_RESET, IBV_QPS_RTR, IBV_QPS_RTS, IBV_WC_WR_FLUSH_ERR
-from ..layout import M_ACCESS, M_ADDR, M_LENGTH, M_PD, M_VALID, Q_PD, Q_STATE
+from ..layout import Q_PD, Q_STATE
 from ..wire import DETH, BadICRC, Flow, ImmDt, Packet, PcapWriter, WireError, encap
 from ..wire.icrc import ICRC_SIZE, icrc_bytes, icrc_of_trailer, ip_id_delta
 from ..wire.packet import sender_ip_id
@@ -166,17 +166,13 @@ class Connection:
             verbs_responder.enter(peer.header, IBV_QPS_ERR)
 
     def local_memory(self, addr, length, lkey, need):
-        """The program's registered memory an SGE names (a writable view), if the key is valid in the
-        QP's PD, grants `need` and holds [addr, addr+length); else None."""
-        seg, peer = verbs_responder.mr_segment(lkey), self.peer()
-        if seg is None or peer is None:
+        """The program's registered memory an SGE names (a writable view), if checks.memory allows it: the key
+        valid in the QP's PD, granting `need`, holding [addr, addr+length); else None."""
+        seg, peer = mr.find(lkey), self.peer()
+        if peer is None:
             return None
-        h = seg.header
-        offset = addr - h[M_ADDR]
-        if not h[M_VALID] or h[M_PD] != peer.header[Q_PD] or h[M_ACCESS] & need != need or offset < 0 \
-                or offset + length > h[M_LENGTH]:
-            return None
-        return seg.bytes[offset:offset + length]
+        offset, refused = checks.memory(seg, addr, length, peer.header[Q_PD], need)
+        return None if refused is not None else seg.bytes[offset:offset + length]
 
     def completion(self, wr_id, status, opcode, byte_len, flags):
         """A send completion for the program: queued in the order completions happen, across its QPs."""

@@ -1,0 +1,388 @@
+"""Every check soft0's NIC makes of a request, in one ordered list, as rxe's requester and responder walk
+their states (rxe_req.c; rxe_resp.c: CHK_PSN, CHK_OP_VALID, CHK_RESOURCE, CHK_LENGTH, CHK_RKEY, EXECUTE).
+
+A check reads a request (`Request`: the WR's fields, and the QPs and memory it names) and passes (None) or
+gives a `Verdict`: which check, what the NIC answers (a completion status; NO_ANSWER: the packets are
+dropped and the requester times out; RNR_NAK), the rule in words, the figures it compared, and for a
+message that had taken a receive, the status that receive completes with.
+
+REQUESTER holds the checks of the initiator's own NIC, RESPONDER the target's, each in the order the NIC
+makes them. Who runs them:
+- requester.attempt and responder.respond, on every request the fast path does not carry; they act on
+  the first verdict. Nothing else in soft0 decides a refusal.
+- requester.Shortcut repeats a request shape these checks passed, at the target QP's generation; it
+  re-tests what belongs to one request (its PSN, its bounds) and, on any doubt, hands the WR back here.
+- qp.walk (the step mode's prediction) runs them without posting; lessons.explain runs them after a
+  completion failed, and names the verdict that gave its status.
+Checks marked LANDING are made as the data lands (ReceiveQueue.scatter, SGE by SGE, as rxe's copy_data:
+the SGEs before a bad one keep their bytes); the step mode and explain run them without landing anything.
+
+Adding a rule: a function here, its place in REQUESTER or RESPONDER, and its test (tests/soft/test_checks.py).
+"""
+from typing import NamedTuple
+
+from . import mr as mrmod
+from .constants import (
+    IBV_ACCESS_LOCAL_WRITE as LOCAL_WRITE, IBV_ACCESS_REMOTE_ATOMIC as REMOTE_ATOMIC,
+    IBV_ACCESS_REMOTE_READ as REMOTE_READ, IBV_MW_TYPE_2, IBV_QPS_RTR, IBV_QPS_RTS, IBV_QPT_RC, IBV_QPT_UC,
+    IBV_SEND_INLINE, IBV_WC_LOC_PROT_ERR, IBV_WC_LOC_QP_OP_ERR, IBV_WC_REM_ACCESS_ERR, IBV_WC_REM_INV_REQ_ERR,
+    IBV_WC_REM_OP_ERR, IBV_WC_RETRY_EXC_ERR, IBV_WC_RNR_RETRY_EXC_ERR, IBV_WC_SUCCESS, IBV_WR_RDMA_READ as READ, IBV_WR_RDMA_WRITE as WRITE,
+    IBV_WR_SEND_WITH_INV as SEND_WITH_INV)
+from .layout import (M_ACCESS, M_ADDR, M_LENGTH, M_MW_TYPE, M_PD, M_QP, M_VALID, Q_ACCESS, Q_ALIVE,
+                     Q_EXPECTED_PSN, Q_MAX_DEST_RD_ATOMIC, Q_MIN_RNR_TIMER, Q_NUM, Q_PATH_MTU, Q_PD, Q_RQ_CONSUMED,
+                     Q_RQ_POSTED, Q_SRQ, Q_STATE, Q_TYPE, R_NUM_SGE, R_SGES)
+from .operations import ATOMICS, CONSUMES_RECEIVE, NEEDS_ACCESS, OPERATIONS
+from .psn import PSN_MODULUS
+
+ACK, NO_ANSWER, RNR_NAK = IBV_WC_SUCCESS, -1, -2   # what a responder answers, besides a NAK's status
+# min_rnr_timer encodings (IB spec table 45), in milliseconds
+RNR_TIMER_MS = [655.36, 0.01, 0.02, 0.03, 0.04, 0.06, 0.08, 0.12, 0.16, 0.24, 0.32, 0.48, 0.64, 0.96,
+                1.28, 1.92, 2.56, 3.84, 5.12, 7.68, 10.24, 15.36, 20.48, 30.72, 40.96, 61.44, 81.92,
+                122.88, 163.84, 245.76, 327.68, 491.52]
+ACCESS_NAMES = (("LOCAL_WRITE", 1), ("REMOTE_WRITE", 2), ("REMOTE_READ", 4), ("REMOTE_ATOMIC", 8))
+
+
+def access_names(access):
+    return " | ".join(name for name, bit in ACCESS_NAMES if access & bit) or "no access flags"
+
+
+class Verdict(NamedTuple):
+    check: str            # the rule's name ("local key", "rkey", "receive room"...: an entry of the lists may
+                          # make several checks, as "local keys" checks each SGE's key, access and bounds)
+    answer: int           # a completion status for the requester (a NAK's), NO_ANSWER or RNR_NAK
+    rule: str             # the rule, in words, with the figures
+    figures: dict         # what it compared
+    receive: int = None   # the status the target's receive completes with, when the message had taken one
+    lands: bool = False   # the data lands before the refusal takes effect (the refusal comes after it)
+
+    @property
+    def status(self):
+        """The status the requester's completion ends with, once its retries are spent: RETRY_EXC_ERR when
+        nobody answers, RNR_RETRY_EXC_ERR after RNR NAKs, else the answer."""
+        return {NO_ANSWER: IBV_WC_RETRY_EXC_ERR, RNR_NAK: IBV_WC_RNR_RETRY_EXC_ERR}.get(self.answer, self.answer)
+
+
+class Request:
+    """A request as the checks read it. The requester's side: its QP type and PD (a PD object), its SGEs
+    and flags. The responder's: `peer` (responder.PeerQP, or None: no QP answers) or a bare header `h`, the
+    PSN and packet count it arrives with, and the requester's path MTU (None: not compared). The memory
+    checks leave what they found in `seg` and `offset`: what the responder then copies to or from."""
+    __slots__ = ("opcode", "qp_type", "pd", "sges", "flags", "rkey", "remote_addr", "imm", "length", "peer", "h",
+                 "psn", "count", "mtu", "dry", "seg", "offset")
+
+    def __init__(self, opcode, length=0, rkey=0, remote_addr=0, imm=0, flags=0, sges=(), qp_type=IBV_QPT_RC,
+                 pd=None, peer=None, h=None, psn=0, count=1, mtu=None, dry=False):
+        self.opcode, self.length, self.rkey, self.remote_addr, self.imm, self.flags = \
+            opcode, length, rkey, remote_addr, imm, flags
+        self.sges, self.qp_type, self.pd, self.peer = sges, qp_type, pd, peer
+        self.h = peer.header if h is None and peer is not None else h
+        self.psn, self.count, self.mtu, self.dry, self.seg, self.offset = psn, count, mtu, dry, None, None
+
+    @classmethod
+    def of(cls, wqe, length, **more):
+        """A request from a WR (or a WQE with a WR's fields: opcode, send_flags, imm_data, _rkey, _remote_addr)."""
+        return cls(wqe.opcode, length, wqe._rkey, wqe._remote_addr, wqe.imm_data, wqe.send_flags, **more)
+
+
+# ---------------------------------------------------------------- the requester's checks (our own memory)
+
+def operation(r):
+    """The QP type carries the operation out (operations.TABLE); else the WR fails with LOC_QP_OP_ERR."""
+    return carried_out(r.qp_type, r.opcode)
+
+
+def carried_out(qp_type, opcode):
+    """operation() for a QP type and an opcode."""
+    op = OPERATIONS.get(opcode)
+    if op is None or qp_type not in op.qp_types:
+        return Verdict("operation", IBV_WC_LOC_QP_OP_ERR, "this QP type does not carry that operation out",
+                       {"opcode": opcode, "qp_type": qp_type})
+    return None
+
+
+def local_sge(pd, addr, length, lkey, need=0):
+    """An SGE of our own memory: its lkey names an MR of the QP's PD (else LOC_QP_OP_ERR), granting `need`
+    (the NIC writes a READ's or atomic's answer there: LOCAL_WRITE) and holding [addr, addr+length) (else
+    LOC_PROT_ERR). An SGE of length 0 names nothing: rxe checks no key for it."""
+    if not length:
+        return None
+    mr = mrmod.REGISTERED.get(lkey)
+    if mr is None or mr._pd is not pd:
+        return Verdict("local key", IBV_WC_LOC_QP_OP_ERR, f"lkey {lkey:#x} is no MR of this QP's PD",
+                       {"lkey": lkey, "exists": mr is not None})
+    figures = {"lkey": lkey, "start": mr._buf, "length": mr._length, "access": mr._access, "need": need}
+    if need and not mr._access & need:
+        return Verdict("local access", IBV_WC_LOC_PROT_ERR, f"the MR of lkey {lkey:#x} lacks {access_names(need)}",
+                       figures)
+    offset = addr - mr._buf
+    if offset < 0 or offset + length > mr._length:
+        by = -offset if offset < 0 else offset + length - mr._length
+        where = "before the start" if offset < 0 else "past the end"
+        return Verdict("local bounds", IBV_WC_LOC_PROT_ERR,
+                       f"[{addr:#x}, +{length}) runs {by} bytes {where} of the MR of lkey {lkey:#x} "
+                       f"[{mr._buf:#x}, +{mr._length})", {**figures, "by": by, "where": where})
+    return None
+
+
+def sources(r):
+    """A WRITE's or SEND's SGEs, read by our NIC (inline data was copied at post time: nothing to check)."""
+    if r.opcode in READS_BACK or r.flags & IBV_SEND_INLINE:
+        return None
+    for addr, length, lkey in r.sges:
+        verdict = local_sge(r.pd, addr, length, lkey)
+        if verdict is not None:
+            return verdict
+    return None
+
+
+def landing(r):
+    """Where a READ's bytes or an atomic's old value land (checked when the answer comes back): our SGEs
+    hold it all, and each is writable by the NIC; else LOC_PROT_ERR (the remote side has done its part)."""
+    if r.opcode not in READS_BACK:
+        return None
+    room = sum(sge[1] for sge in r.sges)
+    if room < (8 if r.opcode in ATOMICS else r.length):
+        return Verdict("local room", IBV_WC_LOC_PROT_ERR, f"the SGEs hold {room} bytes, fewer than the answer",
+                       {"room": room})
+    for addr, length, lkey in r.sges:
+        verdict = local_sge(r.pd, addr, length, lkey, LOCAL_WRITE)
+        if verdict is not None:
+            return verdict._replace(answer=IBV_WC_LOC_PROT_ERR)   # (an answer that cannot land: always LOC_PROT_ERR)
+    return None
+
+
+READS_BACK = frozenset(op for op in NEEDS_ACCESS if op == READ or op in ATOMICS)
+
+
+# ---------------------------------------------------------------- the responder's checks (the target's QP and memory)
+
+def target(r):
+    """A QP answers at the destination number and GID; else nobody answers."""
+    if r.h is None:
+        return Verdict("target QP", NO_ANSWER, "no QP answers at that number and address", {})
+    return None
+
+
+def state(r):
+    """The target QP is in RTR or RTS (and alive); else it drops the packets, unanswered."""
+    h = r.h
+    if h is not None and (h[Q_STATE] not in (IBV_QPS_RTR, IBV_QPS_RTS) or not h[Q_ALIVE]):
+        return Verdict("QP state", NO_ANSWER, "a QP takes requests only in RTR or RTS",
+                       {"state": int(h[Q_STATE]), "alive": bool(h[Q_ALIVE])})
+    return None
+
+
+def sequence(r):
+    """The request starts at the PSN the RC QP expects (UC takes a message from whatever PSN it starts at).
+    Behind it: duplicates, dropped (rxe counts each such packet), or, if the message began behind and runs
+    into the expected PSN, an invalid request. Ahead: a sequence error, dropped (the requester resends)."""
+    h = r.h
+    if h is None or h[Q_TYPE] == IBV_QPT_UC or h[Q_EXPECTED_PSN] == r.psn:
+        return None
+    expected = int(h[Q_EXPECTED_PSN])
+    behind = (expected - r.psn) % PSN_MODULUS
+    figures = {"expected": expected, "psn": r.psn, "behind": behind, "count": r.count}
+    if behind >= PSN_MODULUS // 2:
+        return Verdict("PSN", NO_ANSWER, f"PSN {r.psn:#x} is ahead of the expected {expected:#x}", figures)
+    if behind < r.count:
+        return Verdict("PSN", IBV_WC_REM_INV_REQ_ERR, f"the message began {behind} packets behind the expected PSN "
+                       f"{expected:#x}: the packet at that PSN continues a message never seen to begin", figures)
+    return Verdict("PSN", NO_ANSWER, f"PSN {r.psn:#x} was taken already (the QP expects {expected:#x}): a duplicate",
+                   figures)
+
+
+def allowed(r):
+    """The target QP's qp_access_flags allow the operation (set in its RESET to INIT modify, whatever the MR
+    allows); else an invalid request."""
+    need, h = NEEDS_ACCESS.get(r.opcode, 0), r.h
+    if h is not None and need and not h[Q_ACCESS] & need:
+        return Verdict("operation allowed", IBV_WC_REM_INV_REQ_ERR,
+                       f"the target QP's qp_access_flags are {access_names(h[Q_ACCESS])}: the operation needs "
+                       f"{access_names(need)} there too", {"qp_access": int(h[Q_ACCESS]), "need": need})
+    return None
+
+
+def resources(r):
+    """A READ or an atomic needs responder resources (max_dest_rd_atomic > 0, set in the INIT to RTR modify)."""
+    h = r.h
+    if h is not None and NEEDS_ACCESS.get(r.opcode, 0) & (REMOTE_READ | REMOTE_ATOMIC) and not h[Q_MAX_DEST_RD_ATOMIC]:
+        return Verdict("resources", IBV_WC_REM_INV_REQ_ERR,
+                       "the target QP has max_dest_rd_atomic 0: no resources for READs and atomics", {})
+    return None
+
+
+def receive(r):
+    """A SEND or a WRITE_WITH_IMM takes the target's next posted receive (from its SRQ, if it has one:
+    taking it is this check's one act, as in rxe's check_resource; not when dry); none posted: RNR NAK."""
+    h = r.h
+    if h is None or r.opcode not in CONSUMES_RECEIVE or h[Q_RQ_CONSUMED] != h[Q_RQ_POSTED]:
+        return None
+    if h[Q_SRQ] and (r.peer.shared_receives() if r.dry else r.peer.take_shared_receive()):
+        return None
+    timer = RNR_TIMER_MS[h[Q_MIN_RNR_TIMER] % 32]
+    return Verdict("receive posted", RNR_NAK, "no receive is posted: the responder answers RNR NAK",
+                   {"timer_ms": timer})
+
+
+def memory(seg, addr, length, pd, need, qp_num=0):
+    """The checks of a key's memory, in rxe's order (check_rkey): the key names a valid MR or window
+    (mr.find found `seg`), of the QP's PD, granting `need`, holding [addr, addr+length), and if it is a
+    type 2 window, bound to this QP (qp_num; 0: not asked). (offset, None) when all pass, else (None, (rule,
+    figures)). The responder's keys, a receive's buffers and the udp link's local memory all pass here."""
+    if seg is None:
+        return None, ("no such key", {})
+    m = seg.header
+    start, size = m[M_ADDR], m[M_LENGTH]
+    offset = addr - start
+    if m[M_VALID] and m[M_PD] == pd and m[M_ACCESS] & need == need and offset >= 0 and offset + length <= size \
+            and not (qp_num and m[M_QP] and m[M_QP] != qp_num):
+        return offset, None
+    figures = {"start": int(start), "length": int(size), "access": int(m[M_ACCESS]), "need": need}
+    if not m[M_VALID]:
+        return None, ("key invalidated", figures)
+    if m[M_PD] != pd:
+        return None, ("another PD", figures)
+    if m[M_ACCESS] & need != need:
+        return None, ("access", figures)
+    if offset < 0:
+        return None, ("before the start", {**figures, "by": -offset})
+    if offset + length > size:
+        return None, ("past the end", {**figures, "by": offset + length - size})
+    return None, ("window of another QP", {**figures, "qp_num": int(m[M_QP])})
+
+
+def rkey(r):
+    """The request's rkey and range: memory() for the target QP (a WRITE's, READ's, atomic's or
+    WRITE_WITH_IMM's). A zero-length WRITE or READ names no memory: no key is checked. Refused: REM_ACCESS_ERR
+    (for an RC WRITE_WITH_IMM, whose receive was taken, that receive fails too)."""
+    need, h = NEEDS_ACCESS.get(r.opcode, 0), r.h
+    if h is None or not need:
+        return None
+    reach = 8 if r.opcode in ATOMICS else r.length
+    if not reach:
+        return None
+    seg = r.seg = mrmod.find(r.rkey)
+    r.offset, refused = memory(seg, r.remote_addr, reach, h[Q_PD], need, h[Q_NUM])
+    if refused is None:
+        return None
+    rule, figures = refused
+    said = {"no such key": f"rkey {r.rkey:#x} names no MR or memory window the target may use",
+            "key invalidated": f"rkey {r.rkey:#x} was invalidated or its MR deregistered",
+            "another PD": "the rkey's MR is registered in another PD than the target QP's",
+            "access": f"the rkey's MR allows {access_names(figures.get('access', 0))}, not {access_names(need)}",
+            "window of another QP": f"rkey {r.rkey:#x} is a type 2 window bound to another QP",
+            }.get(rule) or f"{reach} bytes at {r.remote_addr:#x} run {figures['by']} bytes {rule} of the rkey's MR"
+    takes_receive = r.opcode in CONSUMES_RECEIVE and h[Q_TYPE] != IBV_QPT_UC
+    return Verdict("rkey", IBV_WC_REM_ACCESS_ERR, said,
+                   {**figures, "rule": rule, "rkey": r.rkey, "reach": reach, "need": need},
+                   receive=IBV_WC_REM_ACCESS_ERR if takes_receive else None)
+
+
+def path_mtu(r):
+    """A WRITE sent in packets of the requester's MTU fits the responder's path MTU as rxe checks it: while
+    more than one MTU is left, a packet carries exactly one MTU; the last, all that is left. So both sides
+    must agree on the MTU for a WRITE of more than the smaller one (else an invalid request)."""
+    h = r.h
+    if h is None or r.opcode != WRITE or not r.mtu or not r.length:
+        return None
+    own = 128 << h[Q_PATH_MTU]
+    first = min(r.length, r.mtu)
+    if (first == own) if r.length > own else (first == r.length):
+        return None
+    return Verdict("path MTU", IBV_WC_REM_INV_REQ_ERR,
+                   f"packets of {r.mtu} bytes do not fit the target's path MTU of {own} bytes",
+                   {"mtu": r.mtu, "responder_mtu": own, "length": r.length})
+
+
+def mtu_agrees(h, mtu):
+    """The two sides' path MTUs are the same: every later WRITE passes path_mtu (requester.Shortcut asks)."""
+    return 128 << h[Q_PATH_MTU] == mtu
+
+
+def alignment(r):
+    """An atomic names an 8-byte-aligned word (post_send refuses others; an extended QP's wr_atomic_* sends
+    them); else an invalid request."""
+    if r.opcode in ATOMICS and r.h is not None and r.remote_addr & 7:
+        return Verdict("alignment", IBV_WC_REM_INV_REQ_ERR, f"an atomic needs an 8-byte-aligned address, not "
+                       f"{r.remote_addr:#x}", {"remote_addr": r.remote_addr})
+    return None
+
+
+def receive_room(r):
+    """LANDING. The receive's SGEs hold the SEND's bytes (else nothing lands: REM_OP_ERR, and the receive
+    fails with LOC_QP_OP_ERR), and each takes its bytes (its lkey an MR of the QP's PD with LOCAL_WRITE,
+    the range inside: the SGEs before a bad one keep theirs)."""
+    h = r.h
+    if h is None or r.opcode not in CONSUMES_RECEIVE or NEEDS_ACCESS.get(r.opcode) or h[Q_RQ_CONSUMED] == h[Q_RQ_POSTED]:
+        return None
+    return receive_buffers(r.peer.rq, h[Q_RQ_CONSUMED], r.length, h[Q_PD])
+
+
+def receive_buffers(rq, n, length, pd, landing=None):
+    """receive_room() for receive number n of `rq`: None, or the verdict. `landing`, a list, gets (segment,
+    offset, bytes) for each SGE the bytes may land in, in order (ReceiveQueue.scatter copies into those)."""
+    w, base = rq.words, rq.slot(n)
+    sges = [w[base + R_SGES + 3 * i:base + R_SGES + 3 * i + 3] for i in range(w[base + R_NUM_SGE])]
+    room = sum(size for _, size, _ in sges)
+    if room < length:
+        return Verdict("receive room", IBV_WC_REM_OP_ERR, f"the receive holds {room} bytes, fewer than the "
+                       f"message's {length}", {"room": room, "length": length}, receive=IBV_WC_LOC_QP_OP_ERR)
+    done = 0
+    for addr, size, lkey in sges:
+        take = min(size, length - done)
+        if take <= 0:
+            if done == length:
+                break
+            continue
+        seg = mrmod.find(lkey)
+        offset, refused = memory(seg, addr, take, pd, LOCAL_WRITE)
+        if refused is not None:
+            return Verdict("receive buffer", IBV_WC_REM_OP_ERR, f"the receive's SGE [{addr:#x}, +{size}) lkey "
+                           f"{lkey:#x} may not take the bytes ({refused[0]})", {**refused[1], "landed": done},
+                           receive=IBV_WC_LOC_QP_OP_ERR, lands=True)
+        if landing is not None:
+            landing.append((seg, offset, take))
+        done += take
+    return None
+
+
+def invalidation(r):
+    """LANDING. A SEND_WITH_INV's key may be invalidated (invalidable()). Else the data has landed all the
+    same and the SEND is ACKed, but the receive fails with REM_INV_REQ_ERR and the target QP enters ERR
+    (as rxe does)."""
+    if r.opcode != SEND_WITH_INV or r.h is None:
+        return None
+    return invalidable(r.imm)
+
+
+def invalidable(key):
+    """A key LOCAL_INV or SEND_WITH_INV may invalidate: a valid type 2 memory window's (rxe invalidates only
+    those and fast-registered MRs, which soft0 has not). None, or the verdict of a SEND_WITH_INV."""
+    seg = mrmod.find(key) if key & mrmod.WINDOW_KEY else None
+    if seg is not None and seg.header[M_MW_TYPE] == IBV_MW_TYPE_2 and seg.header[M_VALID]:
+        return None
+    return Verdict("key to invalidate", ACK, f"key {key:#x} is no valid type 2 memory window: it cannot be "
+                   "invalidated", {"key": key}, receive=IBV_WC_REM_INV_REQ_ERR, lands=True)
+
+
+REQUESTER = (("operation", operation), ("local keys", sources))
+RESPONDER = (("target QP", target), ("QP state", state), ("PSN", sequence), ("operation allowed", allowed),
+             ("resources", resources), ("receive posted", receive), ("rkey", rkey), ("path MTU", path_mtu),
+             ("alignment", alignment))
+LANDING = (("receive room", receive_room), ("key to invalidate", invalidation), ("answer lands", landing))
+
+
+def first(checks, r):
+    """The first verdict of `checks` (REQUESTER, RESPONDER, LANDING) on request `r`, or None: all passed."""
+    for _, check in checks:
+        verdict = check(r)
+        if verdict is not None:
+            return verdict
+    return None
+
+
+def every(r):
+    """Every check, in order, run dry on `r` (nothing taken, nothing landed): [(name, verdict or None)].
+    What the step mode and explain read; a refusal does not stop the ones after it."""
+    r.dry = True
+    return [(name, check(r)) for name, check in REQUESTER + RESPONDER + LANDING]

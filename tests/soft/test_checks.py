@@ -1,0 +1,86 @@
+"""soft0's one list of checks (rdmalab.verbs.soft.checks): what the NIC decides when it carries a request out
+is what the same list says when it is run dry beforehand (the step mode and explain read it so). On random
+WRITEs, READs, SENDs, WRITE_WITH_IMMs, SEND_WITH_INVs and atomics (wrong keys, offsets in and out of the
+target MR, target QPs and MRs without the access asked for, receives missing or too small, lengths 0 to
+5000), the first verdict of the dry run gives the status the completion then has, the target's receive
+fails with the status the verdict names, and a refusal made before anything lands leaves the target's memory
+as it was. And the order is rxe's: a request that breaks two rules is refused by the first in that order."""
+import random
+
+import pytest
+
+from rdmalab import lessons
+from rdmalab import verbs as v
+from rdmalab.verbs import emulated, rc
+
+pytestmark = pytest.mark.skipif(v.PROVIDER != "soft", reason="the checks are soft0's own: a real NIC's cannot "
+                                                             "be run dry")
+e = v.enums
+OPCODES = [e.IBV_WR_RDMA_WRITE, e.IBV_WR_RDMA_READ, e.IBV_WR_SEND, e.IBV_WR_RDMA_WRITE_WITH_IMM,
+           e.IBV_WR_SEND_WITH_INV, e.IBV_WR_ATOMIC_FETCH_AND_ADD, e.IBV_WR_ATOMIC_CMP_AND_SWP]
+ATOMICS = (e.IBV_WR_ATOMIC_FETCH_AND_ADD, e.IBV_WR_ATOMIC_CMP_AND_SWP)
+REMOTE = e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ | e.IBV_ACCESS_REMOTE_ATOMIC
+
+
+def random_case(chosen, pair):
+    """A WR for pair.a, and the receive and access changes on pair.b it meets. Returns (wr, its fields)."""
+    opcode = chosen.choice(OPCODES)
+    length = 8 if opcode in ATOMICS else chosen.choice([0, 8, 1024, 1500, 4096])
+    lkey = pair.a_mr.lkey if chosen.random() > 0.1 else 0x4242
+    sges = [(pair.a_mr.buf + chosen.choice([0, 0, 8, 4090]) * (length < 4096), length, lkey)]
+    w = v.wr.SendWR(wr_id=1, opcode=opcode, num_sge=1, sg=[v.wr.SGE(*sges[0])], send_flags=e.IBV_SEND_SIGNALED)
+    rkey = chosen.choice([pair.b_mr.rkey] * 4 + [0x1234, 0])
+    remote_addr = pair.b_mr.buf + chosen.choice([0, 0, 8, 2048, 4088, 4096, -8])
+    imm = 0
+    if opcode in ATOMICS:
+        w.set_wr_atomic(rkey, remote_addr, 5, 0)
+    elif opcode == e.IBV_WR_SEND_WITH_INV:
+        imm = w.imm_data = chosen.choice([0x1234, pair.b_mr.rkey])   # (no window's: the invalidation fails)
+    elif opcode != e.IBV_WR_SEND:
+        w.set_wr_rdma(rkey, remote_addr)
+    if opcode in (e.IBV_WR_SEND, e.IBV_WR_SEND_WITH_INV, e.IBV_WR_RDMA_WRITE_WITH_IMM) and chosen.random() < 0.8:
+        room = chosen.choice([4096, 4096, 600, 8])   # sometimes too small
+        pair.b.post_recv(v.wr.RecvWR(wr_id=9, num_sge=1, sg=[v.wr.SGE(pair.b_mr.buf, room, pair.b_mr.lkey)]))
+    if chosen.random() < 0.15:   # the target QP's access flags (RTS to RTS): without one the request needs
+        a = v.qp.QPAttr(qp_state=e.IBV_QPS_RTS)
+        a.qp_access_flags = chosen.choice([e.IBV_ACCESS_LOCAL_WRITE, e.IBV_ACCESS_REMOTE_WRITE, REMOTE])
+        pair.b.modify(a, e.IBV_QP_STATE | e.IBV_QP_ACCESS_FLAGS)
+    if opcode in (e.IBV_WR_SEND, e.IBV_WR_SEND_WITH_INV):
+        rkey, remote_addr = 0, 0
+    return w, (opcode, sges, rkey, remote_addr, imm, e.IBV_SEND_SIGNALED)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_dry_run_gives_what_the_nic_then_does(ctx_pd, seed):
+    chosen, seen = random.Random(seed), set()
+    accesses = [None, None, None, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_READ]
+    for n in range(60):
+        with lessons.Pair(*ctx_pd, b_access=chosen.choice(accesses), rnr_retry=0) as pair:
+            w, fields = random_case(chosen, pair)
+            pair.b_mr.write(b"\xab" * 4096, 4096)
+            name, first = next(((name, verdict) for name, verdict in emulated.verdicts(pair.a, *fields)
+                                if verdict is not None), (None, None))
+            pair.a.post_send(w)
+            wc = rc.wait_for_completion(pair.cq_a)
+            case = (seed, n, fields, first, wc.status)
+            assert wc.status == (first.status if first is not None else e.IBV_WC_SUCCESS), case
+            if first is not None and first.receive is not None:
+                assert rc.wait_for_completion(pair.cq_b).status == first.receive, case
+            if first is not None and not first.lands and name != "answer lands":   # (a READ's or atomic's answer
+                assert pair.b_mr.read(4096, 0) == b"\xab" * 4096, case   # lands after the target did its part)
+            seen.add(name or "none")
+    assert {"none", "rkey", "receive posted", "local keys"} <= seen, seen   # the cases reached several checks
+
+
+def test_a_request_that_breaks_two_rules_is_refused_by_the_first_in_rxes_order(ctx_pd):
+    """rxe's responder checks the QP's access flags (CHK_OP_VALID) before the rkey (CHK_RKEY): a WRITE with a
+    bad rkey to a QP that takes no WRITEs is an invalid request, not a remote access error."""
+    with lessons.Pair(*ctx_pd) as pair:
+        a = v.qp.QPAttr(qp_state=e.IBV_QPS_RTS)
+        a.qp_access_flags = e.IBV_ACCESS_REMOTE_READ
+        pair.b.modify(a, e.IBV_QP_STATE | e.IBV_QP_ACCESS_FLAGS)
+        fields = (e.IBV_WR_RDMA_WRITE, [(pair.a_mr.buf, 8, pair.a_mr.lkey)], 0x1234, pair.b_mr.buf)
+        found = [name for name, verdict in emulated.verdicts(pair.a, *fields) if verdict is not None]
+        assert found == ["operation allowed", "rkey"]   # both broken, in this order
+        wc = lessons.one_sided(pair, e.IBV_WR_RDMA_WRITE, rkey=0x1234)
+        assert wc.status == e.IBV_WC_REM_INV_REQ_ERR   # the first decides
