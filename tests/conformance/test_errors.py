@@ -11,8 +11,8 @@ import pytest
 
 from rdmalab import verbs as v
 
-from .conftest import (ALL_ACCESS, RETRY_FOREVER, e, poll, rdma_error, recv_wr, send_wr, states, to_init, to_rtr,
-                       to_rts)
+from .conftest import (ALL_ACCESS, RETRY_FOREVER, RTR_MASK, e, poll, rdma_error, recv_wr, rtr_attr, send_wr, states,
+                       to_init, to_rtr, to_rts)
 
 RTS, ERR = e.IBV_QPS_RTS, e.IBV_QPS_ERR
 NO_WRITE = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_READ | e.IBV_ACCESS_REMOTE_ATOMIC
@@ -328,6 +328,31 @@ def test_a_message_that_begins_behind_the_expected_psn_is_an_invalid_request(ctx
     assert [(c["wr_id"], c["status"]) for c in poll(p.cq_b)] == [(9, e.IBV_WC_WR_FLUSH_ERR)]
     assert (states(p.a)[1], states(p.b)[1]) == (ERR, ERR)
     assert p.dst.read(3000, 0) == bytes(3000)
+
+
+@pytest.mark.parametrize("length, landed", [(3000, False), (1000, True)])
+def test_a_write_with_imm_must_fit_the_responders_path_mtu(ctx, gid_index, make_pair, length, landed):
+    # The sender's path MTU is 4096, the responder's 1024. 3000 bytes go as one packet, which the responder
+    # does not take (more than one of its MTUs left, so a packet must carry exactly 1024): as for a WRITE,
+    # an invalid request, both QPs in ERR, nothing lands. The message had taken the posted receive, which
+    # fails with the request's status. 1000 bytes fit both MTUs: the receive completes with the immediate.
+    p = make_pair(connect=False)
+    to_init(p.a)
+    to_init(p.b)
+    wide = rtr_attr(ctx, gid_index, p.b.qp_num)
+    wide.path_mtu = e.IBV_MTU_4096
+    p.a.modify(wide, RTR_MASK)
+    to_rtr(ctx, gid_index, p.b, p.a.qp_num)
+    to_rts(p.a)
+    to_rts(p.b)
+    p.src.write(b"M" * length, length)
+    p.b.post_recv(recv_wr(p.dst, 8, wr_id=9))
+    p.a.post_send(rdma(p, e.IBV_WR_RDMA_WRITE_WITH_IMM, length=length, imm=7))
+    status = e.IBV_WC_SUCCESS if landed else e.IBV_WC_REM_INV_REQ_ERR
+    assert [c["status"] for c in poll(p.cq_a, 1, 10)] == [status]
+    assert [(c["wr_id"], c["status"]) for c in poll(p.cq_b)] == [(9, status)]
+    assert (states(p.a)[1], states(p.b)[1]) == ((RTS, RTS) if landed else (ERR, ERR))
+    assert p.dst.read(length, 0) == (b"M" * length if landed else bytes(length))
 
 
 def test_a_full_receive_queue_is_enomem(make_pair):

@@ -26,7 +26,7 @@ from .constants import (
     IBV_ACCESS_LOCAL_WRITE as LOCAL_WRITE, IBV_ACCESS_REMOTE_ATOMIC as REMOTE_ATOMIC,
     IBV_ACCESS_REMOTE_READ as REMOTE_READ, IBV_MW_TYPE_2, IBV_QPS_RTR, IBV_QPS_RTS, IBV_QPT_RC, IBV_QPT_UC,
     IBV_SEND_INLINE, IBV_WC_LOC_PROT_ERR, IBV_WC_LOC_QP_OP_ERR, IBV_WC_REM_ACCESS_ERR, IBV_WC_REM_INV_REQ_ERR,
-    IBV_WC_REM_OP_ERR, IBV_WC_RETRY_EXC_ERR, IBV_WC_RNR_RETRY_EXC_ERR, IBV_WC_SUCCESS, IBV_WR_RDMA_READ as READ, IBV_WR_RDMA_WRITE as WRITE,
+    IBV_WC_REM_OP_ERR, IBV_WC_RETRY_EXC_ERR, IBV_WC_RNR_RETRY_EXC_ERR, IBV_WC_SUCCESS, IBV_WR_RDMA_READ as READ, IBV_WR_RDMA_WRITE as WRITE, IBV_WR_RDMA_WRITE_WITH_IMM as WRITE_WITH_IMM,
     IBV_WR_SEND_WITH_INV as SEND_WITH_INV)
 from .layout import (M_ACCESS, M_ADDR, M_LENGTH, M_MW_TYPE, M_PD, M_QP, M_VALID, Q_ACCESS, Q_ALIVE,
                      Q_EXPECTED_PSN, Q_MAX_DEST_RD_ATOMIC, Q_MIN_RNR_TIMER, Q_NUM, Q_PATH_MTU, Q_PD, Q_RQ_CONSUMED,
@@ -279,11 +279,12 @@ def rkey(r):
 
 
 def path_mtu(r):
-    """A WRITE sent in packets of the requester's MTU fits the responder's path MTU as rxe checks it: while
-    more than one MTU is left, a packet carries exactly one MTU; the last, all that is left. So both sides
-    must agree on the MTU for a WRITE of more than the smaller one (else an invalid request)."""
+    """A WRITE (or WRITE_WITH_IMM) sent in packets of the requester's MTU fits the responder's path MTU as rxe
+    (Linux 6.1's check_rkey) checks it: while more than one MTU is left, a packet carries exactly one MTU;
+    the last, all that is left. So both sides must agree on the MTU for a WRITE of more than the smaller one
+    (else an invalid request; a WRITE_WITH_IMM had taken a receive, which fails with it)."""
     h = r.h
-    if h is None or r.opcode != WRITE or not r.mtu or not r.length:
+    if h is None or r.opcode not in (WRITE, WRITE_WITH_IMM) or not r.mtu or not r.length:
         return None
     own = 128 << h[Q_PATH_MTU]
     first = min(r.length, r.mtu)
@@ -291,7 +292,8 @@ def path_mtu(r):
         return None
     return Verdict("path MTU", IBV_WC_REM_INV_REQ_ERR,
                    f"packets of {r.mtu} bytes do not fit the target's path MTU of {own} bytes",
-                   {"mtu": r.mtu, "responder_mtu": own, "length": r.length})
+                   {"mtu": r.mtu, "responder_mtu": own, "length": r.length},
+                   receive=IBV_WC_REM_INV_REQ_ERR if r.opcode == WRITE_WITH_IMM else None)
 
 
 def mtu_agrees(h, mtu):
