@@ -196,8 +196,8 @@ def _no_answer(dest, verdict=None):
         return (f"no QP numbered {dest:#x} exists on this NIC: the dest_qp_num given in the INIT to RTR modify "
                 f"is wrong, or that QP was destroyed.")
     if check == "PSN":
-        return (f"QP {dest:#x} did not take the packets: {verdict.rule} (the sender's sq_psn must be the "
-                f"receiver's rq_psn).")
+        return (f"QP {dest:#x} did not take the packets: their PSN is not the one it expects ({verdict.rule}); the "
+                f"sender's sq_psn must be the receiver's rq_psn.")
     if check == "QP state":
         state = verdict.figures["state"]
         return (f"QP {dest:#x} is in {QP_STATE_NAMES.get(state, state)}: a QP answers only in RTR or RTS, so every "

@@ -271,7 +271,8 @@ def rkey(r):
             "another PD": "the rkey's MR is registered in another PD than the target QP's",
             "access": f"the rkey's MR allows {access_names(figures.get('access', 0))}, not {access_names(need)}",
             "window of another QP": f"rkey {r.rkey:#x} is a type 2 window bound to another QP",
-            }.get(rule) or f"{reach} bytes at {r.remote_addr:#x} run {figures['by']} bytes {rule} of the rkey's MR"
+            }.get(rule) or (f"{reach} bytes at {r.remote_addr:#x} run {figures['by']} bytes {rule} of the MR of rkey "
+                            f"{r.rkey:#x} [{figures['start']:#x}, +{figures['length']})")
     takes_receive = r.opcode in CONSUMES_RECEIVE and h[Q_TYPE] != IBV_QPT_UC
     return Verdict("rkey", IBV_WC_REM_ACCESS_ERR, said,
                    {**figures, "rule": rule, "rkey": r.rkey, "reach": reach, "need": need},

@@ -695,9 +695,9 @@ def walk(qp, wr):
         return stages + [("responder", f"{at}: {remote.rule}, and the requester waits out its min_rnr_timer and "
                                        f"resends, {then}", False)], IBV_WC_RNR_RETRY_EXC_ERR if send.rnr_retry < 7 else None
     if remote is not None:
-        landed = "the bytes land in the SGEs before that one" if remote.lands else "it writes nothing"
+        landed = "the SGEs before that one keep their bytes" if remote.lands else "writes nothing"
         return stages + [("responder", f"{at}: {remote.rule}: it NAKs it ({status_name(remote.answer)}), "
-                                       f"{landed}, and enters ERR", False)], remote.answer
+                                       f"{landed} and enters ERR", False)], remote.answer
     if wr.opcode == IBV_WR_SEND:
         stages.append(("responder", f"{at} takes its next posted receive and copies the {length} bytes into it", True))
     else:

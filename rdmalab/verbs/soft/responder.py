@@ -84,15 +84,12 @@ def enter(header, state):
 
 # ---------------------------------------------------------------- finding the target's QP and memory
 
-mr_segment = mrmod.find   # the segment behind a key (an MR's, or a window's binding): mr.find
-
-
 def invalidate(key):
     """LOCAL_INV or SEND_WITH_INV of `key`: a valid type 2 window's key is invalidated (checks.invalidation
     says which keys may be). Returns success."""
     if checks.invalidable(key) is not None:
         return False
-    mr_segment(key).header[M_VALID] = 0
+    mrmod.find(key).header[M_VALID] = 0
     return True
 
 
