@@ -32,6 +32,20 @@ WR_OPCODE_NAMES = {**dict(enumerate((
     "RDMA_WRITE", "RDMA_WRITE_WITH_IMM", "SEND", "SEND_WITH_IMM", "RDMA_READ", "ATOMIC_CMP_AND_SWP",
     "ATOMIC_FETCH_AND_ADD", "LOCAL_INV", "BIND_MW", "SEND_WITH_INV", "TSO", "DRIVER1"))), 14: "FLUSH", 15: "ATOMIC_WRITE"}
 
+# What the port counters a broken connection moves are called: rxe's hw_counters (soft0 keeps the same
+# names, verbs/soft/counters.py) and mlx5's (Linux's drivers/infiniband/hw/mlx5/counters.c)
+RXE_ERROR_COUNTERS = (
+    "completer_retry_err",     # a request resent after an ACK timeout
+    "retry_exceeded_err",      # ... retry_cnt times already: RETRY_EXC_ERR
+    "rcvd_rnr_err",            # an RNR NAK received (the requester)
+    "send_rnr_err",            # an RNR NAK sent (the responder: no receive posted)
+    "retry_rnr_exceeded_err",  # ... rnr_retry times already: RNR_RETRY_EXC_ERR
+    "out_of_seq_request",      # a request ahead of the PSN expected (rxe NAKs the first, then drops)
+    "duplicate_request")       # a request behind it: one already taken
+MLX5_ERROR_COUNTERS = ("local_ack_timeout_err", "packet_seq_err", "out_of_sequence", "rnr_nak_retry_err",
+                       "implied_nak_seq_err", "duplicate_request", "out_of_buffer", "req_cqe_error", "resp_cqe_error",
+                       "req_remote_invalid_request", "req_remote_access_errors", "resp_remote_access_errors",
+                       "resp_local_length_error", "req_transport_retries_exceeded", "req_rnr_retries_exceeded")
 STATUS_HINTS = {
     1: "a receive buffer is smaller than the message sent into it, or an SGE is longer than its MR",
     2: "a work request names an lkey that is not a registered MR of this PD (Soft-RoCE and soft0 say so "

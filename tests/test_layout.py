@@ -98,8 +98,35 @@ def test_the_errors_load_neither_the_emulator_nor_numpy_and_a_cluster_not_the_em
 def test_importing_the_lessons_picks_no_provider():
     """A program may set RDMALAB_SOFT_LINK (lesson 08's wire_demo does) after importing rdmalab.lessons: soft0
     reads its link as it loads, so importing the lessons must not load it (nor choose a provider)."""
-    loaded = loaded_by("import rdmalab.lessons, rdmalab.lessons.failures, rdmalab.lessons.nic_view")
-    assert "rdmalab.verbs.soft.hardware" not in loaded and "'pyverbs" not in loaded, loaded
+    every = [m for m in modules() if m.startswith("rdmalab.lessons")]
+    loaded = loaded_by("import " + ", ".join(every))
+    assert "rdmalab.verbs.soft" not in loaded and "'pyverbs" not in loaded, loaded   # (no module of soft0 at all)
+
+
+def test_the_lessons_import_rdmalab_verbs_at_their_top():
+    """Importing rdmalab.verbs, rc and emulated chooses no provider, so the lessons import them where a reader
+    looks, at the top; a provider's module is read when used (v.enums, v.wr)."""
+    hidden = []
+    for module, path in modules().items():
+        if module.startswith("rdmalab.lessons"):
+            tree = ast.parse(open(path).read())
+            top = {id(node) for node in tree.body}
+            hidden += [f"{module}:{node.lineno}" for node in ast.walk(tree)
+                       if isinstance(node, ast.ImportFrom) and id(node) not in top and names_verbs(node)]
+    assert hidden == []
+
+
+def names_verbs(node):
+    """Whether `from X import a, b` imports rdmalab.verbs or a module of it."""
+    named = [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
+    return any(n == "rdmalab.verbs" or n.startswith("rdmalab.verbs.") for n in named)
+
+
+def test_the_wire_codec_imports_nothing_of_the_lab_but_itself():
+    """rdmalab.wire is read by soft0's udp link and by the lessons alike: a codec that chooses no provider."""
+    outside = {module: sorted(t for t in targets if t.startswith("rdmalab") and not t.startswith("rdmalab.wire"))
+               for module, targets in imports(modules()).items() if module.startswith("rdmalab.wire")}
+    assert {m: t for m, t in outside.items() if t} == {}
 
 
 # Who imports soft0 (rdmalab.verbs.soft) besides its own modules: the provider switch (provider.py, by name
@@ -108,15 +135,6 @@ def test_importing_the_lessons_picks_no_provider():
 # emulated it would make a circle: capture stops its child through proc.children, which reaps through emulated).
 SOFT_IMPORTERS = {"rdmalab.verbs.emulated": None, "rdmalab.verbs.run": {"rdmalab.verbs.soft.pyverbs_generation"},
                   "rdmalab.verbs.rdmacore": {"rdmalab.verbs.soft.device"}, "rdmalab.cli": {"rdmalab.verbs.soft.link.capture"}}
-# The lessons' imports of soft0 that issue 36 leaves to their rewrite: these may shrink, never grow.
-LESSONS_NOT_YET = {
-    "rdmalab.lessons.checks.on_the_wire": {"rdmalab.verbs.soft.wire"},
-    "rdmalab.lessons.failures": {"rdmalab.verbs.soft.counters", "rdmalab.verbs.soft.hardware",
-                                 "rdmalab.verbs.soft.link.doorbell"},
-    "rdmalab.lessons.packets": {"rdmalab.verbs.soft.wire", "rdmalab.verbs.soft.wire.encap",
-                                "rdmalab.verbs.soft.wire.headers"},
-    "rdmalab.lessons.wire_demo": {"rdmalab.verbs.soft.link.doorbell"},
-}
 
 
 def test_only_the_provider_switch_and_verbs_emulated_import_soft0():
@@ -125,7 +143,7 @@ def test_only_the_provider_switch_and_verbs_emulated_import_soft0():
         if module == "rdmalab.verbs.soft" or module.startswith("rdmalab.verbs.soft."):
             continue
         soft = {t for t in targets if t == "rdmalab.verbs.soft" or t.startswith("rdmalab.verbs.soft.")}
-        allowed = SOFT_IMPORTERS.get(module, LESSONS_NOT_YET.get(module, set()))
+        allowed = SOFT_IMPORTERS.get(module, set())
         if allowed is not None and soft - allowed:
             wrong[module] = sorted(soft - allowed)
     assert wrong == {}, f"import these through rdmalab.verbs.emulated: {wrong}"

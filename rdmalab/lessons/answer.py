@@ -24,6 +24,7 @@ from rdmalab.bench.results import BY_DESIGN, device_kind
 from rdmalab.lessons import evidence
 from rdmalab.lessons.quiz import ANSWER, CHOICES, WHY, load_answers
 from rdmalab.lessons.series import number, title
+from rdmalab import verbs
 
 RECORDING = ("socket-path", "one-sided", "allreduce", "on-the-wire", "when-it-breaks")   # the lessons that record
 LESSONS = {slug: title(slug) for slug in RECORDING}
@@ -66,7 +67,6 @@ def allreduce_figures(ring, tcp, mpi, provider):
 
 def record_allreduce(ring, tcp, mpi):
     """Keep the AllReduce lesson's figures (evidence "allreduce"), for the closing view and the scaling lesson."""
-    from rdmalab import verbs
     return evidence.record("allreduce", **allreduce_figures(ring, tcp, mpi, verbs.PROVIDER))
 
 

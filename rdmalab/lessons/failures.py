@@ -19,21 +19,17 @@ import textwrap
 import time
 
 from rdmalab import verbs as v
-from rdmalab.errors import explain_status, status_name
+from rdmalab.errors import MLX5_ERROR_COUNTERS, RXE_ERROR_COUNTERS as ERROR_COUNTERS, explain_status, status_name
 from rdmalab.lessons.fixtures import state_of
-from rdmalab.verbs.soft.counters import NAMES as ERROR_COUNTERS   # rxe's names of what a broken connection moves
+from rdmalab.verbs import emulated
+from rdmalab.wire.psn import psn_add
+from rdmalab.verbs import rc
 
 KINDS = ("wrong address", "wrong PSN", "path MTUs differ", "no REMOTE_WRITE", "no receive", "flushed")
 RETRY_CNT = 2      # resends before RETRY_EXC_ERR: a wrong address or PSN shows in 3 ACK timeouts
 TIMEOUT = 12       # 4.096 us * 2**12 = 16.8 ms per ACK timeout
 RNR_RETRY = 2      # resends of a SEND that finds no receive, before RNR_RETRY_EXC_ERR
 HANG_S = 5.0       # break_pair's wait for the WRITE's completion: none by then is a hang
-# mlx5's names for what a broken connection moves (Linux's drivers/infiniband/hw/mlx5/counters.c): the table
-# shows these too, so that it says something on a ConnectX NIC
-MLX5_ERROR_COUNTERS = ("local_ack_timeout_err", "packet_seq_err", "out_of_sequence", "rnr_nak_retry_err",
-                       "implied_nak_seq_err", "duplicate_request", "out_of_buffer", "req_cqe_error", "resp_cqe_error",
-                       "req_remote_invalid_request", "req_remote_access_errors", "resp_remote_access_errors",
-                       "resp_local_length_error", "req_transport_retries_exceeded", "req_rnr_retries_exceeded")
 SHOWN_COUNTERS = (*ERROR_COUNTERS, "rcvd_seq_err", *MLX5_ERROR_COUNTERS)
 
 
@@ -41,12 +37,9 @@ def port_counters(device=None, port=1):
     """The port's counters now: the device's hw_counters in sysfs on a real device (rxe's names on rxe,
     mlx5's on a ConnectX), soft0's own on soft0 (its shared-memory link names them as rxe does; its udp
     link's NIC process counts under names of its own); {} where there are none."""
-    if v.PROVIDER == "soft":
-        from rdmalab.verbs.soft import counters, hardware
-        if hardware.LINK == "udp":   # the NIC process counts every packet
-            from rdmalab.verbs.soft.link.doorbell import nic_counters
-            return nic_counters() or {}
-        return counters.read()
+    found = emulated.counters()   # (None on a real device)
+    if found is not None:
+        return found
     device = device or v.choose_route().device
     folder = f"/sys/class/infiniband/{device}/ports/{port}/hw_counters"
     found = {}
@@ -125,7 +118,6 @@ def _unused_gid(gid):
 
 def _pair(ctx, pd, b_mr_access=None):
     """Two sides (Resources), a and b, not connected yet."""
-    from rdmalab.verbs import rc   # (here, as every lesson module does: importing the lessons picks no provider)
     e = v.enums
     full = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
     a = rc.Resources(ctx=ctx, pd=pd, access=full, cq_depth=16, max_send_wr=8, max_recv_wr=8)
@@ -146,7 +138,6 @@ def _post(side, rkey, addr, opcode, wr_id=1, length=64):
 def settings(side, remote, cls=Side):
     """What side.qp is given to connect to `remote` (its endpoint): the lesson's short timers (RETRY_CNT
     resends TIMEOUT apart, RNR_RETRY after an RNR NAK), the port's path MTU; the peer may write and read."""
-    from rdmalab.verbs import rc
     e = v.enums
     route = v.route_of(side.ctx, "this device")
     s = cls()
@@ -162,7 +153,6 @@ def settings(side, remote, cls=Side):
 
 def _to_rts(side, s):
     """side.qp through INIT and RTR to RTS with what `s` (a Side) gives it."""
-    from rdmalab.verbs import rc
     route = v.route_of(side.ctx, "this device")
     a = v.qp.QPAttr(port_num=route.port, path_mtu=s.path_mtu)
     a.pkey_index, a.qp_access_flags = 0, s.qp_access_flags
@@ -196,7 +186,7 @@ def _wrong_address(sender, target):
 
 CHANGES = {   # what each kind changes in a working pair (the others change the MR, or post a SEND)
     "wrong address": _wrong_address,
-    "wrong PSN": lambda sender, target: setattr(target, "rq_psn", (sender.sq_psn - 1000) % (1 << 24)),
+    "wrong PSN": lambda sender, target: setattr(target, "rq_psn", psn_add(sender.sq_psn, -1000)),
     "path MTUs differ": lambda sender, target: (setattr(sender, "path_mtu", _other_mtu(target.path_mtu)),
                                                 setattr(sender, "length", 4096)),
 }
@@ -221,7 +211,6 @@ def run(kind, ctx, pd, timeout=30.0):
 
 
 def _run(kind, ctx, pd, change=None, wait_s=30.0, b_mr_access=None, opcode=None):
-    from rdmalab.verbs import rc
     e = v.enums
     opcode = e.IBV_WR_RDMA_WRITE if opcode is None else opcode
     out = Broken(kind)
@@ -258,7 +247,7 @@ def _run(kind, ctx, pd, change=None, wait_s=30.0, b_mr_access=None, opcode=None)
         if kind == "flushed":   # the way back: RESET, then INIT, RTR and RTS again, with fresh PSNs
             for side in (a, b):
                 side.qp.modify(v.qp.QPAttr(qp_state=e.IBV_QPS_RESET), e.IBV_QP_STATE)
-                side.psns[0] = (side.psns[0] + 4096) % (1 << 24)
+                side.psns[0] = psn_add(side.psns[0], 4096)
             connect(a, b.endpoint(mr=b.mr))
             connect(b, a.endpoint(mr=a.mr))
             _post(a, b_end["rkey"], b_end["addr"], e.IBV_WR_RDMA_READ)   # b's MR allows READs

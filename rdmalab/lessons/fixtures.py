@@ -9,6 +9,9 @@ from typing import NamedTuple
 import matplotlib.pyplot as plt
 
 from rdmalab.errors import QP_STATE_NAMES
+from rdmalab import verbs as v
+from rdmalab.verbs import choose_route, rc, route_of
+from rdmalab.verbs.rc import Resources
 
 # ---------------------------------------------------------------- the QP state machine
 
@@ -31,7 +34,7 @@ MEANING = {"RESET": "just created", "INIT": "may post receives", "RTR": "ready t
 
 def state_of(qp):
     """The state the device reports (query), as a name."""
-    from rdmalab.verbs import enums as e
+    e = v.enums
     attr, _ = qp.query(e.IBV_QP_STATE)
     return STATE_NAMES.get(attr.qp_state, str(attr.qp_state))
 
@@ -87,8 +90,7 @@ class Pair:
     posted = None   # what one_sided() last posted on a (a Posted)
 
     def __init__(self, ctx, pd, b_access=None, rnr_retry=7, max_inline_data=0, max_send_wr=8, sq_sig_all=1):
-        from rdmalab.verbs import enums as e
-        from rdmalab.verbs.rc import Resources
+        e = v.enums
         full = (e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
                 | e.IBV_ACCESS_REMOTE_ATOMIC)
         side = dict(ctx=ctx, pd=pd, cq_depth=32, max_send_wr=max_send_wr, max_recv_wr=8,   # a CQ, a QP, a 4 KiB MR
@@ -122,8 +124,8 @@ class Pair:
 def one_sided(pair, opcode, length=8, target=None, rkey=None, remote_offset=0, lkey=None):
     """Post one signaled RDMA operation from pair.a into `target` (default pair.b_mr), optionally with a
     wrong rkey, offset or lkey; returns its completion (what it posted is pair.posted, for lessons.explain)."""
-    from rdmalab.verbs import enums as e
-    from rdmalab.verbs import rc, wr
+    e = v.enums
+    wr = v.wr
     target = target or pair.b_mr
     sge = wr.SGE(pair.a_mr.buf, length, pair.a_mr.lkey if lkey is None else lkey)
     request = wr.SendWR(wr_id=1, opcode=opcode, num_sge=1, sg=[sge], send_flags=e.IBV_SEND_SIGNALED)
@@ -144,9 +146,7 @@ class QPLab:
     posted = None   # what from_peer() last posted on the peer's QP (a Posted, for lessons.explain)
 
     def __init__(self, ctx, pd):
-        from rdmalab.verbs import choose_route, route_of
-        from rdmalab.verbs import enums as e
-        from rdmalab.verbs.rc import Resources
+        e = v.enums
         self.ctx, self.route = ctx, route_of(ctx, choose_route().device)
         side = dict(ctx=ctx, pd=pd, cq_depth=16, max_send_wr=4, max_recv_wr=4)   # a CQ, a QP, a 4 KiB MR
         self._mine = self._theirs = None
@@ -164,16 +164,16 @@ class QPLab:
 
     def connect_peer(self):
         """(Re)connect the peer's QP to yours, from whatever state it is in (after an error: ERR)."""
-        from rdmalab.verbs import enums as e
-        from rdmalab.verbs import qp as qpmod
+        e = v.enums
+        qpmod = v.qp
         self.peer.modify(qpmod.QPAttr(qp_state=e.IBV_QPS_RESET), e.IBV_QP_STATE)
         self._theirs.connect(self.local, retry_cnt=self.PEER_RETRIES)
 
     def send_and_receive(self, payload, timeout=10):
         """The peer posts a receive; your QP SENDs `payload`. Returns your send completion; on success
         the peer's buffer holds the payload."""
-        from rdmalab.verbs import enums as e
-        from rdmalab.verbs import rc, wr
+        e = v.enums
+        wr = v.wr
         self.peer.post_recv(wr.RecvWR(wr_id=2, num_sge=1, sg=[wr.SGE(self.peer_mr.buf, 4096, self.peer_mr.lkey)]))
         self.mr.write(payload, len(payload))
         self.qp.post_send(wr.SendWR(wr_id=1, opcode=e.IBV_WR_SEND, num_sge=1,
@@ -187,8 +187,8 @@ class QPLab:
         """The peer's QP sends to yours: a SEND of `payload` (into a receive posted on your QP), an RDMA
         WRITE of `payload` into your MR, or an RDMA READ of len(payload) bytes from it. Returns the peer's
         completion; after a READ the bytes read are at the start of the peer's MR."""
-        from rdmalab.verbs import enums as e
-        from rdmalab.verbs import rc, wr
+        e = v.enums
+        wr = v.wr
         length = len(payload)
         if opcode == e.IBV_WR_SEND:
             self.qp.post_recv(wr.RecvWR(wr_id=3, num_sge=1, sg=[wr.SGE(self.mr.buf + 2048, 2048, self.mr.lkey)]))
@@ -225,7 +225,7 @@ def wait_for_sends(target, qp, cq, mr, messages=20, gap_s=0.005, channel=None):
     for each one, by busy polling `cq` (channel None: what NCCL and perftest do) or by sleeping on
     completion events through `channel`. Returns the median latency from the target's post to our
     seeing the completion (us), and the CPU this thread used per message (us)."""
-    from rdmalab.verbs import rc, wr
+    wr = v.wr
     receive = wr.RecvWR(wr_id=9, num_sge=1, sg=[wr.SGE(mr.buf + mr.length // 2, 64, mr.lkey)])
     for _ in range(min(messages, 4)):
         qp.post_recv(receive)
@@ -255,8 +255,7 @@ def poll_or_sleep(ctx, pd, messages=40, gap_s=0.005):
     sleeping on completion events. Returns {"busy polling": {...}, "completion events": {...}}, each
     as wait_for_sends() measures it."""
     from rdmalab.lessons.target import RemoteBuffer
-    from rdmalab.verbs import enums as e
-    from rdmalab.verbs import rc
+    e = v.enums
     ours = rc.Resources(access=e.IBV_ACCESS_LOCAL_WRITE, events=True, ctx=ctx, pd=pd)
     try:
         with RemoteBuffer() as target:
@@ -274,8 +273,8 @@ def post_writes(qp, cq, mr, remote, count=16, chained=False):
     and addr), the last one signaled, posted one post_send each or as one chain linked by next_wr.
     Returns the write() syscalls this thread made meanwhile (Soft-RoCE's doorbell is one; the notebook
     kernel's other threads write to their sockets at any time, so they are not counted)."""
-    from rdmalab.verbs import enums as e
-    from rdmalab.verbs import rc, wr
+    e = v.enums
+    wr = v.wr
     wrs = []
     for i in reversed(range(count)):               # built back to front: each WR points at the next
         w = wr.SendWR(wr_id=i, opcode=e.IBV_WR_RDMA_WRITE, num_sge=1, sg=[wr.SGE(mr.buf, 64, mr.lkey)],

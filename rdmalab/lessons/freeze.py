@@ -34,6 +34,7 @@ import time
 
 from rdmalab.errors import RequestError
 from rdmalab.proc import procstat
+from rdmalab import verbs as v
 
 PATTERN_AT, READ_AT, ADD_AT = 0, 64, 128       # in the initiator's buffer: the pattern, the READ's and the atomic's
 REMOTE_PATTERN, REMOTE_COUNTER = 1024, 3072    # in the target's 4 KiB: where the pattern goes, the 8-byte counter
@@ -79,7 +80,7 @@ class _Post:
         self.remote_size, self.local_size = remote_size, local_size
 
     def __call__(self, opcode, length, remote_offset=0, local_offset=0, **more):
-        from rdmalab.verbs import enums as e
+        e = v.enums
         if not (0 <= remote_offset and remote_offset + length <= self.remote_size and 0 <= local_offset
                 and local_offset + length <= self.local_size and length > 0):
             raise ValueError(f"{length} bytes at remote offset {remote_offset} and local offset {local_offset} do not "
@@ -190,7 +191,6 @@ def poster(qp, local, target):
     """post(opcode, length, remote_offset=0, local_offset=0, imm=0) as lesson 04 defines it: one signaled WR
     from `local` into the target's buffer (an atomic adds 1); `signaled=False` for one of a stream whose
     every n-th WR alone is. For the benchmark and the tests, which run the experiment outside the lesson."""
-    from rdmalab import verbs as v
     e = v.enums
 
     def post(opcode, length, remote_offset=0, local_offset=0, imm=0, signaled=True):
@@ -209,7 +209,6 @@ def run(fn, post, cq, local, target):
     """Call fn(pid, post, cq, local, sock) as described above; returns a FreezeResult. The target runs on this
     host: the learner's code signals its pid here (on two machines, tests/twohost shows the same experiment
     with ssh doing the signalling)."""
-    from rdmalab import verbs as v
     if getattr(target, "host", None):
         raise RequestError(f"freeze.run stops the target with os.kill on this machine, and this target runs on "
                            f"{target.host}: start it here (RemoteBuffer()), or signal it there over ssh "
@@ -272,7 +271,7 @@ def _poll_the_rest(cq, missing, timeout=2.0):
 
 
 def _name(opcode):
-    from rdmalab.verbs import enums as e
+    e = v.enums
     return {int(e.IBV_WR_RDMA_WRITE): "RDMA WRITE", int(e.IBV_WR_RDMA_READ): "RDMA READ",
             int(e.IBV_WR_ATOMIC_FETCH_AND_ADD): "FETCH_AND_ADD", int(e.IBV_WR_ATOMIC_CMP_AND_SWP): "COMPARE_AND_SWAP",
             int(e.IBV_WR_RDMA_WRITE_WITH_IMM): "RDMA WRITE_WITH_IMM", int(e.IBV_WR_SEND): "SEND"}.get(opcode, f"opcode {opcode}")

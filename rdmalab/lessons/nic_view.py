@@ -27,6 +27,7 @@ from rdmalab.verbs import emulated
 from rdmalab.lessons.explain import flags
 from rdmalab.lessons.failures import ERROR_COUNTERS, port_counters
 from rdmalab.lessons.fixtures import BEFORE_CLOSE, STATE_NAMES
+from rdmalab.verbs import rc
 
 STATE_COLOURS = {"RESET": "#9e9e9e", "INIT": "#1e88e5", "RTR": "#00897b", "RTS": "#43a047", "SQD": "#fb8c00",
                  "SQE": "#e53935", "ERR": "#e53935"}
@@ -254,7 +255,6 @@ class Step:
     def post(self, timeout=5.0):
         """Post the WR and wait for its completion (None if none comes within `timeout` s, or the post was
         refused: then `refused` holds the error). Returns the completion."""
-        from rdmalab.verbs import rc
         try:
             self.qp.post_send(self.wr)
         except v.pyverbs_error.PyverbsRDMAError as error:

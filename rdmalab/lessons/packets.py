@@ -1,4 +1,4 @@
-"""The on-the-wire lesson's packets: captures read back with soft0's RoCEv2 codec (rdmalab.verbs.soft.wire),
+"""The on-the-wire lesson's packets: captures read back with soft0's RoCEv2 codec (rdmalab.wire),
 shown as Wireshark shows them, and the bytes a message puts on an Ethernet link.
 
     capture()          the packets of a pcap file: the one shipped with the lab (RXE_CAPTURE, a real
@@ -23,9 +23,10 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
-from rdmalab.verbs.soft.wire import LINKTYPE_ETHERNET, Flow, Packet, decode_ipv4, message_opcodes, read_pcap, segments
-from rdmalab.verbs.soft.wire.encap import ROCEV2_PORT, ipv4_udp
-from rdmalab.verbs.soft.wire.headers import AETH, RETH, AtomicETH
+from rdmalab.wire import LINKTYPE_ETHERNET, Flow, Packet, decode_ipv4, message_opcodes, read_pcap, segments
+from rdmalab.wire.encap import ROCEV2_PORT, ipv4_udp
+from rdmalab.wire.headers import AETH, RETH, AtomicETH
+from rdmalab.wire.psn import psn_add
 
 CAPTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "captures")
 # Captured in the lab's Soft-RoCE guest (tests/wire/test_rxe_interop.py): rxe1, Linux's rdma_rxe, at 10.20.0.1,
@@ -176,7 +177,7 @@ def psn_plot(packets, sender, ax=None, title="Request PSNs in time: a drop is th
         raise ValueError(f"no request packets from {sender} in this capture")
     base, seen, first, again = requests[0].packet.psn, set(), [], []
     for c in requests:
-        (again if c.packet.psn in seen else first).append((c.time * 1e3, (c.packet.psn - base) % (1 << 24)))
+        (again if c.packet.psn in seen else first).append((c.time * 1e3, psn_add(c.packet.psn, -base)))
         seen.add(c.packet.psn)
     for points, colour, label in ((first, "#0969da", "sent"), (again, "#d4a72c", "sent again")):
         if points:

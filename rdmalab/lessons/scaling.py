@@ -24,6 +24,7 @@ from rdmalab.lessons.live import status_line
 from rdmalab.lessons.nccl import Table
 from rdmalab.lessons.series import number
 from rdmalab.proc.cpus import usable_cpus
+from rdmalab import verbs
 
 MiB = 1 << 20
 TOLERANCE = 0.25       # the error under which a prediction counts as holding
@@ -124,7 +125,6 @@ def two_ranks(sizes, quick, attempts=3):
     can make a small size slower than a large one, and then no fit has a positive beta: the times are checked
     with the model's own fit on the smallest and the largest size (gamma from numpy's add rate), and measured
     again with twice the rounds; at the last attempt the fastest round of each size (the least disturbed)."""
-    from rdmalab import verbs
     gamma, rounds, iters = 1 / model.reduction_rate(), 3 if quick else 5, 3 if quick else 10
     say = status_line()
     with _ranks_on_one_cpu(2, sizes, say) as (cluster, cpus):

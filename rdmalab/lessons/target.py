@@ -17,6 +17,8 @@ import time
 from rdmalab import sockets
 from rdmalab.proc import waiting
 from rdmalab.proc.children import Helper, answer, end_with_parent, serve
+from rdmalab import verbs as v
+from rdmalab.verbs import rc
 
 SIZE = 4096
 RECEIVES = 16
@@ -107,8 +109,6 @@ def main():
     end_with_parent()
     import numpy as np
 
-    from rdmalab import verbs as v
-    from rdmalab.verbs import rc
     e = v.enums
     access = (e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
               | e.IBV_ACCESS_REMOTE_ATOMIC)

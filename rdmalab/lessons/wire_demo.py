@@ -19,6 +19,8 @@ import os
 import subprocess
 import sys
 import time
+from rdmalab import verbs as v
+from rdmalab.verbs import emulated, rc
 
 def hosts(uid=None):
     """The initiator's and the target's addresses: 127.0.8.1 and .2 for root, 127.N.8.1 and .2 for another user
@@ -36,7 +38,7 @@ PATH_MTU = 3             # IBV_MTU_1024: an Ethernet LAN's (MTU 1500). The hosts
 
 
 def _side(size):
-    from rdmalab.verbs import enums as e, rc
+    e = v.enums
     access = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
     return rc.Resources(mr_sizes=(size,), access=access, sq_sig_all=0, max_send_wr=16, max_recv_wr=16)
 
@@ -50,13 +52,11 @@ def _wait(cq, what, timeout=30.0):
 
 
 def _rnr_naks_sent():
-    from rdmalab.verbs.soft.link.doorbell import nic_counters
-    return (nic_counters() or {}).get("send_rnr_err", 0)
+    return (emulated.nic_counters() or {}).get("send_rnr_err", 0)
 
 
 def target(size):
     """The target's program: set up, connect, then do nothing but what the initiator asks on the pipe."""
-    from rdmalab import verbs
     with _side(size) as res:
         print(json.dumps(res.endpoint(mr=res.mr)), flush=True)
         res.connect(json.loads(sys.stdin.readline()), path_mtu=PATH_MTU)
@@ -69,8 +69,8 @@ def target(size):
                 while _rnr_naks_sent() == rnr_naks and time.monotonic() < deadline:
                     time.sleep(0.001)
                 time.sleep(RECEIVE_LATE_S)
-                sge = verbs.wr.SGE(res.mr.buf, command["length"], res.mr.lkey)
-                res.qp.post_recv(verbs.wr.RecvWR(wr_id=7, num_sge=1, sg=[sge]))
+                sge = v.wr.SGE(res.mr.buf, command["length"], res.mr.lkey)
+                res.qp.post_recv(v.wr.RecvWR(wr_id=7, num_sge=1, sg=[sge]))
                 wc = _wait(res.cq, "the SEND")
                 print(json.dumps({"received": wc.byte_len}), flush=True)
             elif command["do"] == "read":
@@ -78,8 +78,7 @@ def target(size):
 
 
 def initiator(write, read, rnr):
-    from rdmalab import verbs
-    e = verbs.enums
+    e = v.enums
     size = max(write, read, 4096)
     env = {**os.environ, "RDMALAB_SOFT_HOST": TARGET}
     peer = subprocess.Popen([sys.executable, "-m", "rdmalab.lessons.wire_demo", "--target", "--size", str(size)],
@@ -96,8 +95,8 @@ def initiator(write, read, rnr):
                    "target": {key: theirs[key] for key in ("addr", "rkey", "qp_num")}}
 
             def post(opcode, length, remote=True):
-                sge = verbs.wr.SGE(res.mr.buf, length, res.mr.lkey)
-                wr = verbs.wr.SendWR(opcode=opcode, num_sge=1, sg=[sge], send_flags=e.IBV_SEND_SIGNALED)
+                sge = v.wr.SGE(res.mr.buf, length, res.mr.lkey)
+                wr = v.wr.SendWR(opcode=opcode, num_sge=1, sg=[sge], send_flags=e.IBV_SEND_SIGNALED)
                 if remote:
                     wr.set_wr_rdma(theirs["rkey"], theirs["addr"])
                 start = time.perf_counter()

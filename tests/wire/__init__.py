@@ -1,1 +1,1 @@
-"""Tests of rdmalab.verbs.soft.wire, the RoCEv2 packet layer, judged by tshark and by a real rxe."""
+"""Tests of rdmalab.wire, the RoCEv2 packet layer, judged by tshark and by a real rxe."""

@@ -1,4 +1,4 @@
-"""rdmalab.verbs.soft.wire: headers, opcodes, packets, ICRC, segmentation, IPv4/UDP and pcap.
+"""rdmalab.wire: headers, opcodes, packets, ICRC, segmentation, IPv4/UDP and pcap.
 
 Pure byte-level tests; tshark's dissector judges the same packets in test_tshark.py, a real rxe
 device in test_rxe_interop.py.
@@ -9,11 +9,11 @@ import zlib
 
 import pytest
 
-from rdmalab.verbs.soft.wire import (
+from rdmalab.wire import (
     AETH, BTH, DETH, IETH, NAK, OPCODES, RETH, RNR_NAK, AtomicAckETH, AtomicETH, BadICRC, Flow, ImmDt, Op,
     Packet, PcapWriter, WireError, compute_icrc, decode_ipv4, encode_ipv4, ipv4_udp, message_opcodes, packet_count,
     parse_ipv4_udp, psn_add, psn_compare, psn_diff, read_pcap, segments)
-from rdmalab.verbs.soft.wire import encap, headers
+from rdmalab.wire import encap, headers
 
 pytestmark = pytest.mark.host_only
 
@@ -298,8 +298,8 @@ def test_header_field_ranges_are_checked():
 
 
 def test_encode_fast_gives_the_bytes_packet_encode_gives():
-    from rdmalab.verbs.soft.wire.packet import encode_fast
-    from rdmalab.verbs.soft.wire.headers import IETH
+    from rdmalab.wire.packet import encode_fast
+    from rdmalab.wire.headers import IETH
     flow = Flow("127.0.0.1", "127.0.0.2", sport=4791)
     rng = random.Random(15)
     for _ in range(300):
@@ -339,8 +339,8 @@ def test_the_nics_fast_ack_is_the_ack_packet_encode_gives():
 
 
 def test_the_ipv4_identification_a_udp_socket_hides_is_found_from_the_icrc():
-    from rdmalab.verbs.soft.wire.icrc import ip_id_for
-    from rdmalab.verbs.soft.wire.packet import _flow_headers
+    from rdmalab.wire.icrc import ip_id_for
+    from rdmalab.wire.packet import _flow_headers
     rng = random.Random(17)
     for ip_id in [0, 1, 255, 256, 0x1234, 0xFFFF] + [rng.getrandbits(16) for _ in range(20)]:
         sent = Flow("10.20.0.1", "10.20.0.2", sport=rng.randrange(49152, 65536), ip_id=ip_id)

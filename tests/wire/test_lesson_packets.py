@@ -6,7 +6,7 @@ import subprocess
 import pytest
 
 from rdmalab.lessons import packets
-from rdmalab.verbs.soft.wire import BadICRC, PcapWriter, read_pcap
+from rdmalab.wire import BadICRC, PcapWriter, read_pcap
 
 
 def test_the_capture_of_rxe_decodes_packet_by_packet_with_every_icrc_checked():

@@ -19,7 +19,7 @@ import pytest
 from rdmalab import verbs as v
 from rdmalab.proc.procstat import pid_alive
 from rdmalab.verbs.soft import shm
-from rdmalab.verbs.soft.wire import read_pcap
+from rdmalab.wire import read_pcap
 
 pytestmark = pytest.mark.skipif(v.PROVIDER != "soft", reason="the udp link belongs to the emulated NIC, soft0")
 e = v.enums
@@ -490,7 +490,7 @@ def test_rnr_retry_exhaustion():
 
 def test_bad_packets_are_counted_and_dropped(hosts):
     import socket
-    from rdmalab.verbs.soft.wire import Flow, Op, Packet, RETH
+    from rdmalab.wire import Flow, Op, Packet, RETH
     a, b = hosts
     before = b("digest", offset=0, length=1 << 16)
     qpn, addr, rkey = b.info["qpn"], b.info["addr"], b.info["rkey"]
@@ -726,7 +726,7 @@ def test_a_packet_whose_sender_numbered_its_ipv4_header_is_taken(hosts):
     not show: the NIC finds the Identification from the ICRC. Sent here through a raw socket, as rxe
     would send it."""
     import socket
-    from rdmalab.verbs.soft.wire import Flow, Op, Packet, RETH, encode_ipv4
+    from rdmalab.wire import Flow, Op, Packet, RETH, encode_ipv4
     if os.geteuid() != 0:
         pytest.skip("sending a whole IPv4 packet (a raw socket) needs root")
     a, b = hosts

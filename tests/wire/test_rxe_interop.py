@@ -1,4 +1,4 @@
-"""Real rxe as the judge: rdmalab's RoCEv2 codec (rdmalab.verbs.soft.wire) talks to Linux's rdma_rxe.
+"""Real rxe as the judge: rdmalab's RoCEv2 codec (rdmalab.wire) talks to Linux's rdma_rxe.
 
 Runs in the Soft-RoCE guest (make test-softroce; alone: make test-softroce PYTEST_ARGS="-m interop"),
 as root. What it sets up, and why:
@@ -48,10 +48,10 @@ import time
 
 import pytest
 
-from rdmalab.verbs.soft.wire import (
+from rdmalab.wire import (
     AETH, NAK, NAK_REMOTE_ACCESS_ERROR, RETH, AtomicETH, Flow, Op, Packet, PcapWriter, decode_ipv4,
     message_opcodes, parse_ipv4_udp, psn_add, segments)
-from rdmalab.verbs.soft.wire.encap import dont_fragment
+from rdmalab.wire.encap import dont_fragment
 
 NETNS, DEV, VETH_A, VETH_B = "rdmalab-wire", "rxe1", "wireA", "wireB"
 RXE_IP, PEER_IP = "10.20.0.1", "10.20.0.2"

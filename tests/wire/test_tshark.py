@@ -1,4 +1,4 @@
-"""tshark as the judge: pcaps of every kind of packet rdmalab.verbs.soft.wire encodes, dissected by
+"""tshark as the judge: pcaps of every kind of packet rdmalab.wire encodes, dissected by
 Wireshark's InfiniBand dissector, field by field, with no malformed packet and no expert warning.
 
 Wireshark's RoCEv2 dissector (4.0, Debian 12's tshark) shows the ICRC (infiniband.invariant.crc)
@@ -15,7 +15,7 @@ import subprocess
 
 import pytest
 
-from rdmalab.verbs.soft.wire import (
+from rdmalab.wire import (
     AETH, OPCODES, RETH, Flow, Op, Packet, PcapWriter, decode_ipv4, encode_ipv4, message_opcodes,
     parse_ipv4_udp, read_pcap, segments)
 

@@ -3,6 +3,8 @@ with a hint) and a reference solution."""
 from rdmalab.lessons.exercises import Wrong, exercise, reference
 from rdmalab.lessons.explain import explain
 from rdmalab.lessons.fixtures import Pair, one_sided
+from rdmalab import verbs as v
+from rdmalab.verbs import rc
 
 SECRET = b"weights!"   # what the check puts in the learner's buffer before a peer tries to read it
 
@@ -11,8 +13,8 @@ def fetch_and_add(pair, target, add=0):
     """A peer's ATOMIC FETCH_AND_ADD of `add` on the first 8 bytes of `target`: the old value lands in
     the peer's own MR. Adding 0 changes nothing, so it is a READ of 8 bytes by another name.
     Returns (its completion, the 8 bytes the peer got back)."""
-    from rdmalab.verbs import enums as e
-    from rdmalab.verbs import rc, wr
+    e = v.enums
+    wr = v.wr
     pair.a_mr.write(bytes(8), 8)
     request = wr.SendWR(wr_id=3, opcode=e.IBV_WR_ATOMIC_FETCH_AND_ADD, num_sge=1,
                         sg=[wr.SGE(pair.a_mr.buf, 8, pair.a_mr.lkey)], send_flags=e.IBV_SEND_SIGNALED)
@@ -25,7 +27,7 @@ def fetch_and_add(pair, target, add=0):
           hints=["Access flags are OR-ed IBV_ACCESS_* values; remote write also needs local write "
                  "(the kernel refuses REMOTE_WRITE without LOCAL_WRITE with errno 22)."])
 def _check_write_not_read(mr, ctx, pd):
-    from rdmalab.verbs import enums as e
+    e = v.enums
     if mr.length < 4096:
         raise Wrong(f"the MR is {mr.length} bytes; register at least 4096.")
     with Pair(ctx, pd) as pair:
@@ -52,6 +54,6 @@ def _check_write_not_read(mr, ctx, pd):
 
 @reference("memory-registration.write-not-read")
 def _write_not_read(ctx, pd):
-    from rdmalab.verbs import enums as e
-    from rdmalab.verbs import mr
+    e = v.enums
+    mr = v.mr
     return mr.MR(pd, 4096, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE)

@@ -2,12 +2,12 @@
 
 on-the-wire.packets: predict the packets of an RDMA WRITE of `length` bytes at path MTU `mtu`, as a list of
 (kind, payload bytes), kind one of "only", "first", "middle", "last". The check compares the prediction
-with what the codec segments (rdmalab.verbs.soft.wire.segment, itself checked against packets captured
+with what the codec segments (rdmalab.wire.segment, itself checked against packets captured
 from Linux's rxe) for several sizes, the edges included: a message of exactly one MTU, one byte more, and
 a zero-length WRITE, which still takes one packet.
 """
 from rdmalab.lessons.exercises import NotYet, Wrong, exercise, reference
-from rdmalab.verbs.soft.wire import message_opcodes, segments
+from rdmalab.wire import message_opcodes, segments
 
 CASES = [(10240, 1024), (10000, 4096), (1024, 1024), (1025, 1024), (100, 256), (0, 1024)]
 KINDS = ("only", "first", "middle", "last")

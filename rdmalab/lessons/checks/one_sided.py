@@ -12,6 +12,8 @@ failed completions, what the function says it found against what happened (the R
 value, the bytes the kernel took), a push stopped before the socket would block, and a target left stopped.
 """
 from rdmalab.lessons.exercises import NotYet, Wrong, exercise, reference
+from rdmalab import verbs as v
+from rdmalab.verbs import rc
 
 HINT = ("Stop the target first (os.kill(pid, signal.SIGSTOP)); post each WR and poll its completion "
         "(rc.wait_for_completion(cq)) before you read what it brought; then sock.setblocking(False) and send() "
@@ -34,7 +36,7 @@ def _judge(result):
     """Wrong (or NotYet) with what this run showed, in the order a learner would fix it."""
     from rdmalab.errors import status_name
     from rdmalab.lessons import freeze
-    from rdmalab.verbs import enums as e
+    e = v.enums
     d, rec, error, answer = result.data, result.record, result.error, result.answer
     names = {int(e.IBV_WR_RDMA_WRITE): "WRITE", int(e.IBV_WR_RDMA_READ): "READ",
              int(e.IBV_WR_ATOMIC_FETCH_AND_ADD): "FETCH_AND_ADD"}
@@ -129,7 +131,7 @@ def _freeze():
 def stop_and_reach(pid, post, cq, local, sock):
     import os
     import signal
-    from rdmalab.verbs import enums as e, rc
+    e = v.enums
     os.kill(pid, signal.SIGSTOP)                              # from here on the target runs no instruction
     statuses = []
     for opcode, length, remote_offset, local_offset in ((e.IBV_WR_RDMA_WRITE, 64, 1024, 0),   # the pattern in

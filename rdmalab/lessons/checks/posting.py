@@ -12,6 +12,8 @@ there and fails on hardware. So the check counts, rather than waiting for the de
 from collections import deque
 
 from rdmalab.lessons.exercises import NotYet, Wrong, exercise, reference
+from rdmalab import verbs as v
+from rdmalab.verbs import rc
 
 COUNT, DEPTH, SIZE = 64, 16, 64   # 64 WRITEs of 64 bytes: the 4 KiB of a Pair's MR
 HINT = ("Signal every k-th WRITE (k <= 16, say 8) and the last one. Before the 17th WR after the last "
@@ -33,9 +35,8 @@ class SmallQueue:
 
     def post(self, i, signaled=False):
         """Post WRITE number i (slot i of a's MR to slot i of b's), with a completion if `signaled`."""
-        from rdmalab import verbs
-        from rdmalab.verbs import enums as e
-        from rdmalab.verbs import wr
+        e = v.enums
+        wr = v.wr
         if i != self.posted or i >= self.count:
             raise Wrong(f"post({i}) after {self.posted} posts: post WRITEs 0 to {self.count - 1}, in order, "
                         "each once.")
@@ -52,7 +53,7 @@ class SmallQueue:
         request.set_wr_rdma(pair.b_mr.rkey, pair.b_mr.buf + i * SIZE)
         try:
             pair.a.post_send(request)
-        except verbs.pyverbs_error.PyverbsRDMAError as error:
+        except v.pyverbs_error.PyverbsRDMAError as error:
             raise Wrong(f"post_send of WRITE {i} failed: {error}", HINT) from None
         self.posted += 1
         self.most_held = max(self.most_held, held + 1)
@@ -61,8 +62,7 @@ class SmallQueue:
 
     def wait(self):
         """Poll the next completion: that of the oldest signaled WRITE not polled yet."""
-        from rdmalab.verbs import enums as e
-        from rdmalab.verbs import rc
+        e = v.enums
         if not self.unpolled:
             raise Wrong(f"wait() after {self.posted} posts, with no signaled WRITE left to complete: unsignaled "
                         "WRs make no completion, so this wait would never end (on any device).", HINT)

@@ -3,6 +3,7 @@ reference solution."""
 from rdmalab.lessons.exercises import Wrong, exercise, reference
 from rdmalab.lessons.explain import explain
 from rdmalab.lessons.fixtures import state_of
+from rdmalab import verbs as v
 
 
 @exercise("queue-pairs.to-rts", "Bring a QP from RESET to RTS by hand, connected to its peer",
@@ -20,7 +21,7 @@ def _check_to_rts(qp, _qp, local, remote, route, lab):
 
 
 def _check_both_ways(qp, local, remote, route, lab):
-    from rdmalab.verbs import enums as e
+    e = v.enums
     state = state_of(qp)
     if state != "RTS":
         advice = {"RESET": "it never left RESET: start with a modify to INIT.",
@@ -50,7 +51,7 @@ def _check_both_ways(qp, local, remote, route, lab):
 def _check_from_peer(qp, lab):
     """The other direction: what your RTR attributes (rq_psn, max_dest_rd_atomic) and INIT's access
     flags decide."""
-    from rdmalab.verbs import enums as e
+    e = v.enums
     steps = [("a SEND from the peer into your QP", e.IBV_WR_SEND, b"hello from the peer",
               "rq_psn must be remote['psn'], the PSN the peer sends from: a request with any other PSN is dropped."),
              ("an RDMA WRITE from the peer into your MR", e.IBV_WR_RDMA_WRITE, b"written by the peer",
@@ -76,9 +77,9 @@ def _check_from_peer(qp, lab):
 
 @reference("queue-pairs.to-rts")
 def _to_rts(qp, local, remote, route):
-    from rdmalab.verbs import addr
-    from rdmalab.verbs import enums as e
-    from rdmalab.verbs import qp as qpmod
+    addr = v.addr
+    e = v.enums
+    qpmod = v.qp
     qp.modify(qpmod.QPAttr(qp_state=e.IBV_QPS_RESET), e.IBV_QP_STATE)        # start clean, whatever went before
 
     init = qpmod.QPAttr(qp_state=e.IBV_QPS_INIT, port_num=route.port)        # what the peer may do through it:

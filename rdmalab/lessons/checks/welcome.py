@@ -1,5 +1,7 @@
 """The welcome lesson (welcome): its exercise, a check (raising Wrong with a hint) and a reference solution."""
 from rdmalab.lessons.exercises import Wrong, exercise, reference
+from rdmalab import verbs as v
+from rdmalab.verbs import rc
 
 OFFSET = 64   # where in the peer's buffer the learner's WRITE must land
 
@@ -11,8 +13,7 @@ def _check_write(request, qp, local_mr, length, remote, pair):
     """Run by attempt() after the learner's function posted `request` on pair.a: its completion, what
     landed in the peer's memory, and that the peer's CQ stayed empty."""
     from rdmalab.errors import status_name
-    from rdmalab.verbs import enums as e
-    from rdmalab.verbs import rc
+    e = v.enums
     try:
         wc = rc.wait_for_completion(pair.cq_a, timeout=5)
     except TimeoutError:
@@ -44,7 +45,6 @@ def _check_write(request, qp, local_mr, length, remote, pair):
 
 @reference("welcome.write")
 def _write(qp, local_mr, length, remote):
-    from rdmalab import verbs as v
     e = v.enums
     sge = v.wr.SGE(local_mr.buf, length, local_mr.lkey)                  # my bytes: my address, my lkey
     request = v.wr.SendWR(wr_id=2, opcode=e.IBV_WR_RDMA_WRITE, num_sge=1, sg=[sge])

@@ -13,7 +13,7 @@ host carries every request as RoCEv2 packets, with loss and retransmission.
 Checks, completion statuses, errno values and QP states follow real Soft-RoCE (rxe), which the
 conformance suite (tests/conformance) checks on both.
 
-The rule of the package: it imports rdmalab.errors, rdmalab.proc and rdmalab.settings only, and the rest of
+The rule of the package: it imports rdmalab.errors, rdmalab.proc, rdmalab.settings and rdmalab.wire only, and the rest of
 the lab reaches it through rdmalab.verbs (its provider switch, and emulated.py for what only soft0 tells).
 """
 __version__ = "rdmalab-soft"

@@ -32,7 +32,7 @@ from .layout import (M_ACCESS, M_ADDR, M_LENGTH, M_MW_TYPE, M_PD, M_QP, M_VALID,
                      Q_EXPECTED_PSN, Q_MAX_DEST_RD_ATOMIC, Q_MIN_RNR_TIMER, Q_NUM, Q_PATH_MTU, Q_PD, Q_RQ_CONSUMED,
                      Q_RQ_POSTED, Q_SRQ, Q_STATE, Q_TYPE, R_NUM_SGE, R_SGES)
 from .operations import ATOMICS, CONSUMES_RECEIVE, NEEDS_ACCESS, OPERATIONS
-from .psn import PSN_MODULUS
+from rdmalab.wire.psn import PSN_MODULUS
 
 ACK, NO_ANSWER, RNR_NAK = IBV_WC_SUCCESS, -1, -2   # what a responder answers, besides a NAK's status
 # min_rnr_timer encodings (IB spec table 45), in milliseconds

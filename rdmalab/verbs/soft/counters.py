@@ -7,13 +7,8 @@ error counters: counting every packet would put a store on the data path. On the
 process counts every packet (link/nic.py's COUNTERS: link.doorbell.nic_counters() reads them).
 """
 
-NAMES = ("completer_retry_err",     # a request resent after an ACK timeout
-         "retry_exceeded_err",      # ... retry_cnt times already: RETRY_EXC_ERR
-         "rcvd_rnr_err",            # an RNR NAK received (the requester)
-         "send_rnr_err",            # an RNR NAK sent (the responder: no receive posted)
-         "retry_rnr_exceeded_err",  # ... rnr_retry times already: RNR_RETRY_EXC_ERR
-         "out_of_seq_request",      # a request ahead of the PSN expected (rxe NAKs the first, then drops)
-         "duplicate_request")       # a request behind it: one already taken
+from rdmalab.errors import RXE_ERROR_COUNTERS as NAMES   # rxe's names, each explained there
+
 _counts = dict.fromkeys(NAMES, 0)
 
 # soft0's own count, which no rxe counter keeps: payload bytes this process's CPU copied from one memory

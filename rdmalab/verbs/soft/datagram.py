@@ -26,7 +26,7 @@ from . import checks, counters, requester, responder, shm
 from .addr import IPV4_MAPPED
 from .hardware import GIDS, active_mtu
 from .operations import WITH_IMM
-from .psn import PSN_MODULUS
+from rdmalab.wire.psn import PSN_MODULUS
 from .constants import (IBV_QPS_ERR, IBV_QPS_RTR, IBV_QPS_RTS, IBV_QPT_UD, IBV_SEND_SOLICITED, IBV_WC_GRH,
                         IBV_WC_RECV, IBV_WC_SUCCESS, IBV_WC_WITH_IMM)
 from .layout import Q_ALIVE, Q_PD, Q_QKEY, Q_RQ_CONSUMED, Q_RQ_POSTED, Q_STATE, Q_TYPE

@@ -38,7 +38,7 @@ from .layout import (Q_ACCESS, Q_ALIVE, Q_EXPECTED_PSN, Q_MAX_DEST_RD_ATOMIC, Q_
                      Q_PATH_MTU, Q_RNR_WAITING, Q_RQ_MAX_SGE, Q_RQ_SIZE, Q_STATE, Q_TYPE, Q_NUM, Q_SRQ)
 from .operations import ATOMICS, MESSAGE, SEND_OPS
 from .pd import PD
-from .psn import MASK24, packets, positions, psn_add
+from rdmalab.wire.psn import MASK24, packets, positions, psn_add
 from .pyverbs_error import PyverbsRDMAError, PyverbsUserError
 from .pyverbs_generation import returns
 from .srq import SRQ

@@ -51,7 +51,7 @@ from .layout import (C_ARMED, M_VALID, P_ANSWER, P_COUNT, P_DEST, P_FLAGS, P_IMM
 from .mr import REGISTERED
 from .operations import (ATOMICS, CARRIES_DATA, CONSUMES_RECEIVE, LOCAL_OPERATIONS, NEEDS_ACCESS, WC_OPCODE,
                          WITH_IMM)
-from .psn import PSN_MODULUS, ack_timeout, packets
+from rdmalab.wire.psn import PSN_MODULUS, ack_timeout, packets
 from .responder import ACK, COMPLETION, NO_ANSWER, RNR_NAK, invalidate, respond
 
 # a receive slot's R_NUM_SGE and first SGE (addr, length, lkey), in one read (the words between skipped)

@@ -34,7 +34,7 @@ from .constants import (
     IBV_WR_RDMA_WRITE as WRITE, IBV_WR_RDMA_WRITE_WITH_IMM as WRITE_WITH_IMM, IBV_WR_SEND as SEND,
     IBV_WR_SEND_WITH_INV as SEND_WITH_INV)
 from .operations import CONSUMES_RECEIVE
-from .psn import PSN_MODULUS
+from rdmalab.wire.psn import PSN_MODULUS
 from .layout import (M_ADDR, M_LENGTH, M_VALID, Q_ALIVE, Q_EXPECTED_PSN, Q_GENERATION, Q_PD, Q_RECV_CQ,
                      Q_RQ_CONSUMED, Q_RQ_MAX_SGE, Q_RQ_POLLED, Q_RQ_POSTED, Q_RQ_SIZE, Q_SEQ_NAKED, Q_SRQ, Q_STATE,
                      Q_TYPE, R_SGES, R_STATUS, R_WR_ID, S_ALIVE, W_OWNER_PID)

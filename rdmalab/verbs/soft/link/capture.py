@@ -22,8 +22,8 @@ from rdmalab import settings
 from rdmalab.errors import RequestError
 from rdmalab.proc import children
 
-from ..wire import PcapWriter, read_pcap
-from ..wire.encap import parse_ipv4_udp
+from rdmalab.wire import PcapWriter, read_pcap
+from rdmalab.wire.encap import parse_ipv4_udp
 from .nic import doorbell_name
 
 NIC_EXIT_WAIT_S = 15

@@ -29,7 +29,7 @@ from ..constants import (IBV_QPS_ERR, IBV_QPS_RTS, IBV_SEND_INLINE, IBV_SEND_SOL
 from ..layout import Q_RECV_CQ, Q_RQ_POLLED, Q_RQ_POSTED, Q_STATE, Q_TYPE
 from ..pyverbs_error import PyverbsRDMAError
 from ..operations import ATOMICS, LOCAL_OPERATIONS, WITH_IMM
-from ..psn import PSN_MODULUS, packets
+from rdmalab.wire.psn import PSN_MODULUS, packets
 from ..responder import enter
 from rdmalab.proc import waiting
 from rdmalab.proc.procstat import pid_alive

@@ -34,10 +34,10 @@ import traceback
 from .. import checks, cq as cqmod, datagram, mr, responder as verbs_responder
 from ..constants import IBV_QPS_ERR, IBV_QPS_RESET, IBV_QPS_RTR, IBV_QPS_RTS, IBV_WC_WR_FLUSH_ERR
 from ..layout import Q_PD, Q_STATE
-from ..wire import DETH, BadICRC, Flow, ImmDt, Packet, PcapWriter, WireError, encap
-from ..wire.icrc import ICRC_SIZE, icrc_bytes, icrc_of_trailer, ip_id_delta
-from ..wire.packet import sender_ip_id
-from ..wire.opcodes import Op
+from rdmalab.wire import DETH, BadICRC, Flow, ImmDt, Packet, PcapWriter, WireError, encap
+from rdmalab.wire.icrc import ICRC_SIZE, icrc_bytes, icrc_of_trailer, ip_id_delta
+from rdmalab.wire.packet import sender_ip_id
+from rdmalab.wire.opcodes import Op
 from . import gid_of, transport
 from rdmalab import settings
 from rdmalab.proc.cpus import usable_cpus

@@ -42,11 +42,11 @@ from ..constants import (
     IBV_WR_SEND_WITH_INV as SEND_WITH_INV)
 from ..layout import Q_EXPECTED_PSN, Q_MIN_RNR_TIMER, Q_STATE
 from ..operations import ATOMICS, CARRIES_DATA, MESSAGE, OPERATIONS, WC_OPCODE, WITH_IMM
-from ..psn import MASK24, POSITIONS, ack_timeout, packets, psn_add, psn_diff
+from rdmalab.wire.psn import MASK24, POSITIONS, ack_timeout, packets, psn_add, psn_diff
 from ..responder import ACK, NO_ANSWER, RNR_NAK, RNR_TIMER_MS
-from ..wire import AETH, RETH, AtomicAckETH, AtomicETH, ImmDt, Op, Packet
-from ..wire.packet import encode_fast
-from ..wire.headers import (ACK as AETH_ACK, CREDITS_INVALID, IETH, NAK as AETH_NAK, NAK_INVALID_REQUEST, NAK_PSN_SEQUENCE_ERROR,
+from rdmalab.wire import AETH, RETH, AtomicAckETH, AtomicETH, ImmDt, Op, Packet
+from rdmalab.wire.packet import encode_fast
+from rdmalab.wire.headers import (ACK as AETH_ACK, CREDITS_INVALID, IETH, NAK as AETH_NAK, NAK_INVALID_REQUEST, NAK_PSN_SEQUENCE_ERROR,
                             NAK_REMOTE_ACCESS_ERROR, NAK_REMOTE_OPERATIONAL_ERROR, RNR_NAK as AETH_RNR_NAK)
 
 WINDOW = 128          # packets a requester may have unacknowledged

@@ -1,4 +1,4 @@
-"""RC's packet arithmetic, in one place for soft0's two links and its wire codec (wire/).
+"""RC's packet arithmetic, in one place for the wire codec, soft0's two links and the lessons.
 
 A message goes out as packets, as many as its length needs at the path MTU (packets(): an empty one
 takes one too), each at a position: FIRST, MIDDLE..., LAST, or ONLY when one packet carries it all

@@ -16,7 +16,7 @@ import struct
 import sys
 from dataclasses import dataclass
 
-from ..psn import MASK24   # QPNs, PSNs and MSNs are 24-bit numbers
+from .psn import MASK24   # QPNs, PSNs and MSNs are 24-bit numbers
 
 
 class WireError(ValueError):

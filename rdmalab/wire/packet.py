@@ -15,7 +15,7 @@ import struct
 from dataclasses import dataclass, field
 
 from . import encap
-from ..psn import MASK24
+from .psn import MASK24
 from .headers import AETH, BTH, DETH, IETH, RETH, AtomicAckETH, AtomicETH, ImmDt, WireError
 from .icrc import ICRC_SIZE, compute_icrc, icrc_bytes, icrc_of_trailer, ip_id_for
 from .opcodes import Op, opcode

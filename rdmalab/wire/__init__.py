@@ -1,4 +1,6 @@
-"""soft0 on the wire: RoCEv2 packets, byte for byte, as Linux's rxe and real NICs send them.
+"""RoCEv2 packets, byte for byte, as Linux's rxe and real NICs send them: the codec soft0's udp link sends
+and receives with, and the lessons read captures with. It imports nothing of the lab but itself: a codec,
+it chooses no provider and opens no device.
 
 Read it next to a Wireshark capture, top to bottom as Wireshark shows a packet:
 
@@ -7,7 +9,9 @@ Read it next to a Wireshark capture, top to bottom as Wireshark shows a packet:
     opcodes.py   which opcode carries which headers, named as Wireshark names them
     packet.py    a whole packet: encode from opcode + fields + payload, decode into a Packet
     icrc.py      the end-to-end CRC that closes every packet
-    segment.py   a message cut into packets at the path MTU (its PSN arithmetic: ../psn.py)
+    psn.py       RC's packet arithmetic: a message's packets and their positions, 24-bit PSNs, the ACK
+                 timeout (soft0's requester and responder use it too)
+    segment.py   a message cut into packets at the path MTU, by psn.py's arithmetic
     pcap.py      pcap files that tshark and Wireshark open
 
 Anything malformed raises WireError (a ValueError), never another exception.

@@ -11,9 +11,9 @@ the responses it asks for, since each READ response packet carries its own PSN.
     10
 
 PSNs wrap at 2**24; psn_add, psn_diff and psn_compare (which decides, as rxe does, whether one PSN
-is before another) are soft0's, in rdmalab/verbs/soft/psn.py, with the packets' count and positions.
+is before another) are in psn.py, with the packets' count and positions.
 """
-from ..psn import packets, positions, psn_add, psn_compare, psn_diff  # noqa: F401 (the codec's PSN arithmetic)
+from .psn import packets, positions, psn_add, psn_compare, psn_diff  # noqa: F401 (the codec's PSN arithmetic)
 from .headers import WireError
 from .opcodes import Op
 
