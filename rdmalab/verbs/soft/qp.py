@@ -13,7 +13,7 @@ with errno 22 and changes nothing.
 import random
 from errno import EINVAL, ENODATA, ENOMEM, EPERM
 
-from rdmalab.errors import QP_STATE_NAMES, WR_OPCODE_NAMES
+from rdmalab.errors import QP_STATE_NAMES
 
 from . import datagram, requester, responder, shm
 from .addr import AHAttr, GlobalRoute, ah_attr_lines
@@ -338,10 +338,8 @@ class QP(Resource):
         if target == RESET:
             self._reset_attributes()
         responder.enter(self._words, target)   # peers' shortcuts to this QP are dropped
-        self._send.shortcuts.clear()              # and so are ours: the destination or MTU may change
         self._cached_state = target
-        if self._wire:
-            self._send.modified(target, self._kept["max_rd_atomic"])   # the NIC learns where the QP sends
+        self._send.modified(target, self._kept["max_rd_atomic"])   # and the send queue learns where it sends
         if target == ERR:
             self._send.progress()  # flush the send queue
             if not self._rq.flushed:
@@ -444,7 +442,7 @@ class QP(Resource):
         if not isinstance(wr, SendWR) or bad_wr is not None and not isinstance(bad_wr, SendWR):
             typed(wr, SendWR, "wr", none=False), typed(bad_wr, SendWR, "bad_wr")
         state, send = self._words[Q_STATE], self._send
-        free = self._cap.max_send_wr - len(send.pending)
+        free = self._cap.max_send_wr - send.slots_held()
         if state != RTS and state != ERR:  # rxe's kernel refuses the doorbell before RTS
             first = wr
             while wr is not None and free > 0 and not self._send_error(wr):   # (but the chain stays in the ring)
@@ -457,7 +455,7 @@ class QP(Resource):
         while wr is not None:
             error = self._send_error(wr) or (ENOMEM if free <= 0 else 0)
             if error:
-                if send.pending:
+                if send.slots_held():
                     send.progress()   # the doorbell rang: what waited in the ring runs
                 _report(bad_wr, wr)
                 raise PyverbsRDMAError("Failed to post send", error)
@@ -534,8 +532,7 @@ class QP(Resource):
         self._words[Q_ALIVE] = 0
         responder.enter(self._words, self._words[Q_STATE])
         self._send.reset()
-        if self._wire:
-            self._send.close()
+        self._send.close()
         responder.LOCAL_QPS.pop(self._qp_num, None)
         self._recv_cq.forget_receives(self._rq)
         self._send_cq.wait_for_timer(self._send, False)
@@ -617,18 +614,7 @@ def look(qp):
     from .cq import entries
     from .mr import REGISTERED
     send, rq = qp._send, qp._rq
-    waiting = []
-    if hasattr(send, "outstanding"):   # the udp link: the NIC process has them
-        waiting += [(wr_id, "", "with the NIC process") for _, wr_id, _ in list(send.outstanding)]
-        waiting += [(wr.wr_id, WR_OPCODE_NAMES.get(wr.opcode, "?"), "posted before RTS") for wr in list(send.held)]
-    else:
-        before_rts = qp._words[Q_STATE] in (RESET, INIT, RTR)
-        for n, p in enumerate(list(send.pending)):
-            stage = ("posted before RTS: carried out at the first post in RTS" if before_rts
-                     else "queued behind the WR before it" if n or not p.deadline
-                     else f"waiting for an ACK ({p.retries_left} resends left)" if p.acking
-                     else "waiting out an RNR NAK")
-            waiting.append((p.wqe.wr_id, WR_OPCODE_NAMES.get(p.wqe.opcode, "?"), stage))
+    waiting = send.waiting(qp._words[Q_STATE] in (RESET, INIT, RTR))
     return {"expected_psn": int(qp._words[Q_EXPECTED_PSN]), "sq_psn": send.psn, "send_slots": qp._cap.max_send_wr,
             "send_waiting": waiting, "recv_slots": rq.size, "recv_posted": rq.posted_ids(),
             "recv_completed": int(rq.waiting()),
@@ -655,7 +641,7 @@ def walk(qp, wr):
     if state != RTS:   # (post_send's own refusal, before the NIC sees the WR)
         return [("post_send", f"refused at once (errno 22): the QP is in {QP_STATE_NAMES.get(int(state), state)}, and a QP "
                               f"posts sends only in RTS", False)], "EINVAL"
-    stages.append(("post_send", f"the WR takes a slot of the send queue ({len(send.pending) + 1} of "
+    stages.append(("post_send", f"the WR takes a slot of the send queue ({send.slots_held() + 1} of "
                                 f"{qp._cap.max_send_wr}); the NIC reads it (the doorbell)", True))
     length, read = sum(sge[1] for sge in wr._sges), wr.opcode == IBV_WR_RDMA_READ
     count = packets(0 if read else length, send.mtu)

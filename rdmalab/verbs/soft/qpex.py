@@ -110,7 +110,7 @@ class QPEx(QP):
         """An empty doorbell (rxe writes one to the kernel): refused before RTS, and it runs what waits."""
         if self._words[Q_STATE] not in (RTS, ERR):
             raise PyverbsRDMAError("Failed to post send", EINVAL)
-        if self._send.pending:
+        if self._send.slots_held():
             self._send.progress()
 
     def _send_error(self, wr):
@@ -134,7 +134,7 @@ class QPEx(QP):
             raise PyverbsUserError("A wr_* builder outside a batch: call wr_start() first")
         if self._error:
             return
-        if len(self._batch) + len(self._send.pending) >= self._cap.max_send_wr:
+        if len(self._batch) + self._send.slots_held() >= self._cap.max_send_wr:
             self._error = ENOSPC   # the send queue has no free slot for it
             return
         draft = _Draft(self.wr_id, opcode, self.wr_flags)

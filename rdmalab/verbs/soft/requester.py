@@ -34,6 +34,8 @@ import threading
 import time
 from collections import deque
 
+from rdmalab.errors import WR_OPCODE_NAMES
+
 from . import checks, counters, cq as cqmod, mr as mrmod, responder
 from .hardware import GIDS
 from .constants import (
@@ -61,6 +63,54 @@ PEER_CHECK_S = 0.02   # how often a send queue makes sure its peer's process sti
 IDLE, PARKED, ANSWERED = 0, 1, 2   # a QP's parked message (layout.P_STATE): none, waiting, carried out by the peer
 
 
+class Queue:
+    """A send queue as its QP (qp.py) and CQ (cq.py) use it, whichever link carries its work: the interface
+    of SendQueue and UnansweredQueue here, datagram.DatagramQueue, and the udp link's WireSendQueue and
+    WireDatagramQueue (link/doorbell.py). modify() sets where it sends and how: dest_qp_num, psn, timeout,
+    retry_cnt, rnr_retry, dgid, mtu (qp.APPLIED); the rest it asks through these methods."""
+    qp_type = None
+
+    def post(self, wr):
+        """A WR post_send checked, with the QP in RTS or ERR: carry it out, or queue it."""
+        raise NotImplementedError
+
+    def hold(self, wr):
+        """A WR posted before RTS (refused, yet kept as rxe keeps it): it runs at the first post in RTS, and
+        a move to ERR flushes it."""
+        raise NotImplementedError
+
+    def progress(self):
+        """Do what is due (retries, flushes, the NIC's news): the CQ calls it as it is polled."""
+        raise NotImplementedError
+
+    def next_retry(self):
+        """When progress() is due again for a timer (monotonic seconds), or None."""
+        return None
+
+    def slots_held(self):
+        """Send-queue slots its WRs hold now (post_send counts the free ones from it)."""
+        raise NotImplementedError
+
+    def waiting(self, before_rts):
+        """[(wr_id, its opcode, what it waits for)] of the WRs it holds: the glass-box view (qp.look)."""
+        raise NotImplementedError
+
+    def peer(self):
+        """The QP it sends to as this process's NIC reaches it (responder.PeerQP), or None: what the checks
+        read of the target when they are run without posting (qp.walk, qp.verdicts)."""
+        return None
+
+    def modified(self, state, max_rd_atomic=1):
+        """modify() moved the QP to `state`: what the queue knew of its destination may be stale."""
+
+    def reset(self):
+        """RESET: emptied, without completions."""
+        raise NotImplementedError
+
+    def close(self):
+        """The QP is destroyed."""
+
+
 class Pending:
     """A send WQE that is waiting: for an RNR timer, or for an ACK that did not come (acking). A WQE
     waiting out RNR NAKs is parked at its peer (SendQueue.park)."""
@@ -70,7 +120,7 @@ class Pending:
         self.parked = False
 
 
-class SendQueue:
+class SendQueue(Queue):
     """A QP's sending state, which its NIC owns: where it sends (destination QP and GID, path MTU),
     the next PSN, its timers and retry counts, the WQEs waiting for a timer, and the CQ it completes
     on. The QP sets the attributes modify() gives it; the NIC does the rest."""
@@ -91,7 +141,20 @@ class SendQueue:
         self.dgid, self.mtu = None, 1024
         self.connected, self.connected_to = None, None   # the peer's PeerQP, and its number, once found
 
-    # ------------------------------------------------------------ what the QP and its CQ call
+    # ------------------------------------------------------------ what the QP and its CQ call (Queue)
+
+    def slots_held(self):
+        return len(self.pending)
+
+    def waiting(self, before_rts):
+        return [(p.wqe.wr_id, WR_OPCODE_NAMES.get(p.wqe.opcode, "?"),
+                 "posted before RTS: carried out at the first post in RTS" if before_rts
+                 else "queued behind the WR before it" if n or not p.deadline
+                 else f"waiting for an ACK ({p.retries_left} resends left)" if p.acking else "waiting out an RNR NAK")
+                for n, p in enumerate(list(self.pending))]
+
+    def modified(self, state, max_rd_atomic=1):
+        self.shortcuts.clear()   # the destination or the MTU may have changed
 
     def post(self, wr):
         """Ring the doorbell for one checked WR: carry it out now if nothing waits before it, else queue it."""

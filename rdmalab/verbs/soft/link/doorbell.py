@@ -22,7 +22,9 @@ import threading
 import time
 from collections import deque
 
-from .. import checks, cq as cqmod, requester
+from rdmalab.errors import WR_OPCODE_NAMES
+
+from .. import checks, cq as cqmod, requester, responder
 from ..datagram import MULTICAST_QPN, DatagramQueue
 from ..constants import (IBV_QPS_ERR, IBV_QPS_RTS, IBV_SEND_INLINE, IBV_SEND_SOLICITED, IBV_WC_FATAL_ERR,
                          IBV_WC_WR_FLUSH_ERR, IBV_QPT_UC)
@@ -182,13 +184,12 @@ class NIC:
             pass
 
 
-class WireSendQueue:
+class WireSendQueue(requester.Queue):
     """An RC (or UC) QP's send queue on the udp link: what requester.SendQueue is on the shared-memory link,
     with the NIC process doing the sending, the retries and the timers."""
 
     def __init__(self, header, qp_num, pd, cq, sig_all):
         self.header, self.qp_num, self.pd, self.cq, self.sig_all = header, qp_num, pd, cq, sig_all
-        self.shortcuts = {}   # (qp.modify clears it; nothing is cached on this side of the link)
         self.outstanding = deque()   # (seq, wr_id, local WR or None) handed to the NIC and not yet retired
         self.held = []               # WRs posted before RTS: rxe keeps them in its ring
         self.seq = 0
@@ -203,13 +204,24 @@ class WireSendQueue:
         self.held.clear()
         self.outstanding.clear()
 
-    @property
-    def pending(self):
-        """What the send queue holds (qp.post_send counts its free slots from this)."""
-        self.progress()
-        return self.outstanding if not self.held else list(self.outstanding) + self.held
+    # ------------------------------------------------------------ what the QP and its CQ call (requester.Queue)
 
-    # ------------------------------------------------------------ what the QP calls
+    @property
+    def qp_type(self):
+        return self.header[Q_TYPE]
+
+    def slots_held(self):
+        self.progress()
+        return len(self.outstanding) + len(self.held)
+
+    def waiting(self, before_rts):
+        return ([(wr_id, "", "with the NIC process") for _, wr_id, _ in list(self.outstanding)]
+                + [(wr.wr_id, WR_OPCODE_NAMES.get(wr.opcode, "?"), "posted before RTS") for wr in list(self.held)])
+
+    def peer(self):
+        """The target QP where this process reaches it (a QP of this machine), else None."""
+        found = responder.peer_qp(self.dest_qp_num) if self.dest_qp_num else None
+        return found if found is not None and found.alive() else None
 
     def modified(self, state, max_rd_atomic=1):
         """modify() moved the QP: tell the NIC where it now sends, from which PSN, and how many READs and
@@ -331,9 +343,6 @@ class WireDatagramQueue(DatagramQueue):
         with_imm = wqe.opcode in WITH_IMM
         self.nic.ring(("datagram", self.qp_num, dest, wqe._remote_qpn, wqe._remote_qkey, self.psn,
                        wqe.imm_data if with_imm else None, bool(wqe.send_flags & IBV_SEND_SOLICITED), bytes(payload)))
-
-    def modified(self, state, max_rd_atomic=1):
-        pass   # a UD QP has no destination: each WR names one
 
     def close(self):
         self.nic.ring(("destroy", self.qp_num))
