@@ -122,6 +122,33 @@ def names_verbs(node):
     return any(n == "rdmalab.verbs" or n.startswith("rdmalab.verbs.") for n in named)
 
 
+# docs/architecture.md's table "Who may import whom", by package (a module at the top, or a folder)
+MAY_IMPORT = {
+    "errors": set(), "sockets": set(), "settings": set(), "wire": set(),
+    "proc": {"errors", "settings", "verbs"},   # (verbs: only through verbs.emulated, below)
+    "verbs": {"errors", "proc", "settings", "wire"},
+    "bench": {"verbs", "proc", "sockets", "errors"},
+    "allreduce": {"verbs", "proc", "sockets", "errors", "settings"},
+}
+PROC_INTO_VERBS = {"rdmalab.verbs.emulated"}   # the watchdog and children.stop reap soft0's segments through it
+
+
+def test_each_package_imports_only_what_the_architecture_page_allows():
+    def package(module):
+        parts = module.split(".")
+        return parts[1] if len(parts) > 1 else module
+    wrong = []
+    for module, targets in imports(modules()).items():
+        allowed = MAY_IMPORT.get(package(module))
+        if allowed is None:   # lessons, cli, doctor, lab: everything
+            continue
+        for target in targets:
+            if package(target) != package(module) and (package(target) not in allowed or package(module) == "proc"
+                                                       and package(target) == "verbs" and target not in PROC_INTO_VERBS):
+                wrong.append(f"{module} -> {target}")
+    assert wrong == []
+
+
 def test_the_wire_codec_imports_nothing_of_the_lab_but_itself():
     """rdmalab.wire is read by soft0's udp link and by the lessons alike: a codec that chooses no provider."""
     outside = {module: sorted(t for t in targets if t.startswith("rdmalab") and not t.startswith("rdmalab.wire"))
