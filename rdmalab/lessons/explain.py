@@ -110,6 +110,8 @@ def _need(opcode):
 def _checked(status, wr, qp):
     """A sentence from soft0's own checks (run dry now on what the WR named: emulated.verdicts): the first
     verdict that gives this status. None when none does (the inferred one is used)."""
+    if emulated.link() is None:   # a real device: its checks cannot be read
+        return None
     if wr is None and status != 12:   # (only a request nobody answered is explained without its WR)
         return None
     dest = qp.query(v.enums.IBV_QP_DEST_QPN)[0].dest_qp_num if qp is not None else None
@@ -119,8 +121,6 @@ def _checked(status, wr, qp):
         rkey, remote_addr = _target(wr)
         found = emulated.verdicts(qp, wr.opcode, list(_sges(wr)), rkey or 0, remote_addr or 0,
                                   getattr(wr, "imm_data", 0) or 0, getattr(wr, "send_flags", 0) or 0)
-    if found is None:   # a real device: its checks cannot be read
-        return None
     verdict = next((verdict for _, verdict in found if verdict is not None and verdict.status == status), None)
     if verdict is not None:
         return _say(verdict, wr, qp, dest)

@@ -330,12 +330,14 @@ def test_a_message_that_begins_behind_the_expected_psn_is_an_invalid_request(ctx
     assert p.dst.read(3000, 0) == bytes(3000)
 
 
-@pytest.mark.parametrize("length, landed", [(3000, False), (1000, True)])
-def test_a_write_with_imm_must_fit_the_responders_path_mtu(ctx, gid_index, make_pair, length, landed):
+@pytest.mark.parametrize("length, landed, receive_late", [(3000, False, False), (1000, True, False), (3000, False, True)])
+def test_a_write_with_imm_must_fit_the_responders_path_mtu(ctx, gid_index, make_pair, length, landed, receive_late):
     # The sender's path MTU is 4096, the responder's 1024. 3000 bytes go as one packet, which the responder
     # does not take (more than one of its MTUs left, so a packet must carry exactly 1024): as for a WRITE,
     # an invalid request, both QPs in ERR, nothing lands. The message had taken the posted receive, which
     # fails with the request's status. 1000 bytes fit both MTUs: the receive completes with the immediate.
+    # Posted before its receive, the message is first RNR NAKed (the receive is checked before the key and
+    # the length), and refused the same way once the receive comes.
     p = make_pair(connect=False)
     to_init(p.a)
     to_init(p.b)
@@ -343,11 +345,15 @@ def test_a_write_with_imm_must_fit_the_responders_path_mtu(ctx, gid_index, make_
     wide.path_mtu = e.IBV_MTU_4096
     p.a.modify(wide, RTR_MASK)
     to_rtr(ctx, gid_index, p.b, p.a.qp_num)
-    to_rts(p.a)
+    to_rts(p.a, retry_cnt=RETRY_FOREVER)   # (rxe keeps its ACK timer running through RNR NAKs: see conftest)
     to_rts(p.b)
     p.src.write(b"M" * length, length)
-    p.b.post_recv(recv_wr(p.dst, 8, wr_id=9))
+    if not receive_late:
+        p.b.post_recv(recv_wr(p.dst, 8, wr_id=9))
     p.a.post_send(rdma(p, e.IBV_WR_RDMA_WRITE_WITH_IMM, length=length, imm=7))
+    if receive_late:
+        assert poll(p.cq_a, 1, 0.3) == []   # RNR NAKed: it waits for a receive
+        p.b.post_recv(recv_wr(p.dst, 8, wr_id=9))
     status = e.IBV_WC_SUCCESS if landed else e.IBV_WC_REM_INV_REQ_ERR
     assert [c["status"] for c in poll(p.cq_a, 1, 10)] == [status]
     assert [(c["wr_id"], c["status"]) for c in poll(p.cq_b)] == [(9, status)]

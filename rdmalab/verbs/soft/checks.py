@@ -8,8 +8,9 @@ message that had taken a receive, the status that receive completes with.
 
 REQUESTER holds the checks of the initiator's own NIC, RESPONDER the target's, each in the order the NIC
 makes them. Who runs them:
-- requester.attempt and responder.respond, on every request the fast path does not carry; they act on
-  the first verdict. Nothing else in soft0 decides a refusal.
+- requester.attempt and responder.respond, on every request the fast path does not carry (and the udp
+  link's doorbell and responder, through the same two); they act on the first verdict. (UD's datagrams,
+  datagram.land, and memory-window binds, mr.MW._bind, keep their own rules.)
 - requester.Shortcut repeats a request shape these checks passed, at the target QP's generation; it
   re-tests what belongs to one request (its PSN, its bounds) and, on any doubt, hands the WR back here.
 - qp.walk (the step mode's prediction) runs them without posting; lessons.explain runs them after a
@@ -26,12 +27,12 @@ from .constants import (
     IBV_ACCESS_LOCAL_WRITE as LOCAL_WRITE, IBV_ACCESS_REMOTE_ATOMIC as REMOTE_ATOMIC,
     IBV_ACCESS_REMOTE_READ as REMOTE_READ, IBV_MW_TYPE_2, IBV_QPS_RTR, IBV_QPS_RTS, IBV_QPT_RC, IBV_QPT_UC,
     IBV_SEND_INLINE, IBV_WC_LOC_PROT_ERR, IBV_WC_LOC_QP_OP_ERR, IBV_WC_REM_ACCESS_ERR, IBV_WC_REM_INV_REQ_ERR,
-    IBV_WC_REM_OP_ERR, IBV_WC_RETRY_EXC_ERR, IBV_WC_RNR_RETRY_EXC_ERR, IBV_WC_SUCCESS, IBV_WR_RDMA_READ as READ, IBV_WR_RDMA_WRITE as WRITE, IBV_WR_RDMA_WRITE_WITH_IMM as WRITE_WITH_IMM,
+    IBV_WC_REM_OP_ERR, IBV_WC_RETRY_EXC_ERR, IBV_WC_RNR_RETRY_EXC_ERR, IBV_WC_SUCCESS, IBV_WR_RDMA_WRITE as WRITE, IBV_WR_RDMA_WRITE_WITH_IMM as WRITE_WITH_IMM,
     IBV_WR_SEND_WITH_INV as SEND_WITH_INV)
 from .layout import (M_ACCESS, M_ADDR, M_LENGTH, M_MW_TYPE, M_PD, M_QP, M_VALID, Q_ACCESS, Q_ALIVE,
                      Q_EXPECTED_PSN, Q_MAX_DEST_RD_ATOMIC, Q_MIN_RNR_TIMER, Q_NUM, Q_PATH_MTU, Q_PD, Q_RQ_CONSUMED,
                      Q_RQ_POSTED, Q_SRQ, Q_STATE, Q_TYPE, R_NUM_SGE, R_SGES)
-from .operations import ATOMICS, CONSUMES_RECEIVE, NEEDS_ACCESS, OPERATIONS
+from .operations import ANSWERS_DATA, ATOMICS, CONSUMES_RECEIVE, NEEDS_ACCESS, OPERATIONS
 from rdmalab.wire.psn import PSN_MODULUS
 
 ACK, NO_ANSWER, RNR_NAK = IBV_WC_SUCCESS, -1, -2   # what a responder answers, besides a NAK's status
@@ -126,7 +127,7 @@ def local_sge(pd, addr, length, lkey, need=0):
 
 def sources(r):
     """A WRITE's or SEND's SGEs, read by our NIC (inline data was copied at post time: nothing to check)."""
-    if r.opcode in READS_BACK or r.flags & IBV_SEND_INLINE:
+    if r.opcode in ANSWERS_DATA or r.flags & IBV_SEND_INLINE:
         return None
     for addr, length, lkey in r.sges:
         verdict = local_sge(r.pd, addr, length, lkey)
@@ -138,7 +139,7 @@ def sources(r):
 def landing(r):
     """Where a READ's bytes or an atomic's old value land (checked when the answer comes back): our SGEs
     hold it all, and each is writable by the NIC; else LOC_PROT_ERR (the remote side has done its part)."""
-    if r.opcode not in READS_BACK:
+    if r.opcode not in ANSWERS_DATA:
         return None
     room = sum(sge[1] for sge in r.sges)
     if room < (8 if r.opcode in ATOMICS else r.length):
@@ -149,9 +150,6 @@ def landing(r):
         if verdict is not None:
             return verdict._replace(answer=IBV_WC_LOC_PROT_ERR)   # (an answer that cannot land: always LOC_PROT_ERR)
     return None
-
-
-READS_BACK = frozenset(op for op in NEEDS_ACCESS if op == READ or op in ATOMICS)
 
 
 # ---------------------------------------------------------------- the responder's checks (the target's QP and memory)
@@ -294,7 +292,7 @@ def path_mtu(r):
     return Verdict("path MTU", IBV_WC_REM_INV_REQ_ERR,
                    f"packets of {r.mtu} bytes do not fit the target's path MTU of {own} bytes",
                    {"mtu": r.mtu, "responder_mtu": own, "length": r.length},
-                   receive=IBV_WC_REM_INV_REQ_ERR if r.opcode == WRITE_WITH_IMM else None)
+                   receive=IBV_WC_REM_INV_REQ_ERR if r.opcode == WRITE_WITH_IMM and h[Q_TYPE] != IBV_QPT_UC else None)
 
 
 def mtu_agrees(h, mtu):
@@ -316,9 +314,12 @@ def receive_room(r):
     fails with LOC_QP_OP_ERR), and each takes its bytes (its lkey an MR of the QP's PD with LOCAL_WRITE,
     the range inside: the SGEs before a bad one keep theirs)."""
     h = r.h
-    if h is None or r.opcode not in CONSUMES_RECEIVE or NEEDS_ACCESS.get(r.opcode) or h[Q_RQ_CONSUMED] == h[Q_RQ_POSTED]:
+    if h is None or r.peer is None or r.opcode not in CONSUMES_RECEIVE or NEEDS_ACCESS.get(r.opcode):
         return None
-    return receive_buffers(r.peer.rq, h[Q_RQ_CONSUMED], r.length, h[Q_PD])
+    if h[Q_RQ_CONSUMED] != h[Q_RQ_POSTED]:   # the receive it takes: the QP's own next one
+        return receive_buffers(r.peer.rq, h[Q_RQ_CONSUMED], r.length, h[Q_PD])
+    ring = r.peer.shared_ring() if r.dry and h[Q_SRQ] else None   # (dry: the SRQ's next one, not taken)
+    return receive_buffers(ring, ring.next_receive(), r.length, h[Q_PD]) if ring is not None and ring.count() else None
 
 
 def receive_buffers(rq, n, length, pd, landing=None):

@@ -40,6 +40,7 @@ _ip_ids = itertools.count(1)   # the IPv4 header's identification, one per packe
 
 class DatagramQueue(requester.UnansweredQueue):
     """A UD QP's send queue: each WR goes out at once, as one packet, and completes at once."""
+    qp_type = IBV_QPT_UD
 
     def send_now(self, wqe):
         """Read our memory, deliver the datagram if the destination takes it, complete."""

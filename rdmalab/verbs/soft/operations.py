@@ -82,8 +82,6 @@ ATOMICS = _opcodes(lambda op: op.message == "ATOMIC")
 CONSUMES_RECEIVE = _opcodes(lambda op: op.consumes_receive)
 WITH_IMM = _opcodes(lambda op: op.imm)
 LOCAL_OPERATIONS = _opcodes(lambda op: op.message == "" and op.qp_types)      # done by our own NIC, in order
-UC_OPERATIONS = _opcodes(lambda op: UC in op.qp_types and op.message)         # UC's requester has an opcode for
-UD_OPERATIONS = _opcodes(lambda op: UD in op.qp_types)
 WC_OPCODE = {op.opcode: op.completion for op in TABLE if op.qp_types}
 MESSAGE = {op.opcode: op.message for op in TABLE}
 # the send operations an extended QP of each type may ask for (send_ops_flags, IBV_QP_EX_WITH_*)

@@ -289,7 +289,7 @@ class QP(Resource):
         self._reset_attributes()
         responder.LOCAL_QPS[self._qp_num] = responder.PeerQP(self._segment, self._rq)
         rcq.watch_receives(self._rq)
-        if self._wire:
+        if self._send.nic is not None:
             rcq.watch_nic(self._send.nic)
         self._depend_on(creator, scq, rcq, srq)
         if qp_attr is not None:   # pyverbs goes as far as it can: RTS for UD, INIT for a connected QP
@@ -644,11 +644,9 @@ def walk(qp, wr):
     stages.append(("post_send", f"the WR takes a slot of the send queue ({send.slots_held() + 1} of "
                                 f"{qp._cap.max_send_wr}); the NIC reads it (the doorbell)", True))
     length, read = sum(sge[1] for sge in wr._sges), wr.opcode == IBV_WR_RDMA_READ
-    count = packets(0 if read else length, send.mtu)
-    peer = send.peer()
-    verdicts = checks.every(checks.Request.of(wr, length, sges=wr._sges, qp_type=IBV_QPT_RC, pd=qp._pd, peer=peer,
-                                              psn=send.psn, count=count, mtu=send.mtu))
-    refused = lambda names: next((v for name, v in verdicts if v is not None and name in names), None)  # noqa: E731
+    count = 1 if read else packets(length, send.mtu)   # the request's packets (a READ's responses take its PSNs too)
+    found = verdicts(qp, wr.opcode, wr._sges, wr._rkey, wr._remote_addr, wr.imm_data, wr.send_flags)
+    refused = lambda names: next((v for name, v in found if v is not None and name in names), None)  # noqa: E731
 
     local = refused([name for name, _ in checks.REQUESTER])
     if local is not None:
@@ -686,6 +684,9 @@ def walk(qp, wr):
                                        f"{landed} and enters ERR", False)], remote.answer
     if wr.opcode == IBV_WR_SEND:
         stages.append(("responder", f"{at} takes its next posted receive and copies the {length} bytes into it", True))
+    elif not length:
+        stages.append(("responder", f"{at}: a zero-length {'READ' if read else 'WRITE'} names no memory: no key is "
+                                    f"checked", True))
     else:
         stages.append(("responder", f"{at}: the rkey {wr._rkey:#x} names an MR that allows it, and "
                                     f"[{wr._remote_addr:#x}, +{length}) lies inside: it "
@@ -705,26 +706,28 @@ def walk(qp, wr):
 
 def verdicts(qp, opcode, sges, rkey=0, remote_addr=0, imm=0, flags=0):
     """Every check of soft0's NIC (checks.every), run dry now on a WR of `opcode` with these SGEs ((addr,
-    length, lkey)) and remote address and key, posted on the RC QP `qp` toward its destination: [(check,
-    verdict or None)], in the NIC's order. What lessons.explain reads after a completion failed. Without a
-    QP, the PD of the first SGE's MR stands in for its PD, and a target QP that is ready and allows any
-    operation, in the rkey's MR's PD, for the target: only the memory's checks can refuse."""
+    length, lkey)) and remote address and key, posted on the RC or UC QP `qp` toward its destination:
+    [(check, verdict or None)], in the NIC's order. What lessons.explain reads after a completion failed.
+    Without a QP, the PD of the first SGE's MR stands in for the QP's, and for the target a QP that is ready,
+    in order, allows every operation and has a receive posted, in the rkey's MR's PD: what can refuse is
+    then the WR's own keys, ranges and alignment."""
     from . import checks
     from .layout import M_PD, Q_RQ_CONSUMED, Q_RQ_POSTED
     from .mr import REGISTERED, find
     length = sum(sge[1] for sge in sges)
+    count = packets(8 if opcode in ATOMICS else length, qp._send.mtu if qp is not None else 1024)
     if qp is not None:
         send = qp._send
-        request = checks.Request(opcode, length, rkey, remote_addr, imm, flags, sges, IBV_QPT_RC, qp._pd,
-                                 peer=send.peer(), psn=send.psn, mtu=send.mtu)
+        request = checks.Request(opcode, length, rkey, remote_addr, imm, flags, sges, send.qp_type, qp._pd,
+                                 peer=send.peer(), psn=send.psn, count=count, mtu=send.checked_mtu())
     else:
         mine = next((REGISTERED[lkey] for _, _, lkey in sges if lkey in REGISTERED), None)
         seg = find(rkey)
         ready = {Q_STATE: RTS, Q_ALIVE: 1, Q_TYPE: IBV_QPT_RC, Q_EXPECTED_PSN: 0, Q_ACCESS: 0xF,
-                 Q_MAX_DEST_RD_ATOMIC: 1, Q_RQ_CONSUMED: 0, Q_RQ_POSTED: 0, Q_SRQ: 0, Q_MIN_RNR_TIMER: 0,
+                 Q_MAX_DEST_RD_ATOMIC: 1, Q_RQ_CONSUMED: 0, Q_RQ_POSTED: 1, Q_SRQ: 0, Q_MIN_RNR_TIMER: 0,
                  Q_PATH_MTU: 0, Q_NUM: 0, Q_PD: seg.header[M_PD] if seg is not None else 0}
         request = checks.Request(opcode, length, rkey, remote_addr, imm, flags, sges, IBV_QPT_RC,
-                                 mine._pd if mine is not None else None, h=ready)
+                                 mine._pd if mine is not None else None, h=ready, count=count)
     return checks.every(request)
 
 

@@ -48,7 +48,7 @@ from .constants import (
     IBV_WR_BIND_MW as BIND_MW, IBV_WC_MW_BIND_ERR)
 from .layout import (C_ARMED, M_VALID, P_ANSWER, P_COUNT, P_DEST, P_FLAGS, P_IMM, P_LENGTH,
                      P_NUM_SGE, P_OPCODE, P_PSN, P_REMOTE_ADDR, P_RKEY, P_SGES, P_STATE, Q_EXPECTED_PSN, Q_GENERATION,
-                     Q_NUM, Q_PD, Q_RNR_WAITING, Q_RQ_CONSUMED, Q_RQ_POSTED, Q_STATE,
+                     Q_NUM, Q_PATH_MTU, Q_PD, Q_RNR_WAITING, Q_RQ_CONSUMED, Q_RQ_POSTED, Q_STATE,
                      R_NUM_SGE, R_SGES, R_STATUS, W_BELL, W_SLEEPERS)
 from .mr import REGISTERED
 from .operations import (ATOMICS, CARRIES_DATA, CONSUMES_RECEIVE, LOCAL_OPERATIONS, NEEDS_ACCESS, WC_OPCODE,
@@ -69,6 +69,12 @@ class Queue:
     WireDatagramQueue (link/doorbell.py). modify() sets where it sends and how: dest_qp_num, psn, timeout,
     retry_cnt, rnr_retry, dgid, mtu (qp.APPLIED); the rest it asks through these methods."""
     qp_type = None
+    nic = None   # the udp link's NIC process its work goes through (the receive CQ watches it too); None on shm
+
+    def checked_mtu(self):
+        """The MTU a responder holds this queue's requests to (checks.path_mtu), or None: none (UC, whose
+        requester learns nothing of the responder, and the udp link, whose responder checks no MTU)."""
+        return None
 
     def post(self, wr):
         """A WR post_send checked, with the QP in RTS or ERR: carry it out, or queue it."""
@@ -145,6 +151,9 @@ class SendQueue(Queue):
 
     def slots_held(self):
         return len(self.pending)
+
+    def checked_mtu(self):
+        return self.mtu
 
     def waiting(self, before_rts):
         return [(p.wqe.wr_id, WR_OPCODE_NAMES.get(p.wqe.opcode, "?"),
@@ -295,6 +304,9 @@ class UnansweredQueue(SendQueue):
     is carried out when posted and completes at once, successfully unless our own side found it
     wrong; what became of it at the responder, the requester never learns."""
     qp_type = IBV_QPT_UC
+
+    def checked_mtu(self):
+        return None
 
     def post(self, wr):
         if self.pending or self.header[Q_STATE] == IBV_QPS_ERR:
@@ -667,7 +679,8 @@ def carry_parked(receiver):
         if payload is None:
             return
         try:
-            answer, _ = respond(receiver, ParkedWQE(p), payload, len(payload), p[P_PSN], p[P_COUNT])
+            answer, _ = respond(receiver, ParkedWQE(p), payload, len(payload), p[P_PSN], p[P_COUNT],
+                                128 << p[Q_PATH_MTU])   # (sent in packets of the sender's path MTU)
         except ValueError:   # our QP was closed meanwhile (by another thread)
             return
         if answer != NO_ANSWER and answer != RNR_NAK:

@@ -2,7 +2,9 @@
 
 checks.RESPONDER decides whether it may (the target QP's state, the expected PSN, access flags, a posted
 receive, the remote key, in the order rxe checks them); respond() carries the verdict out, and touches
-memory only when there is none: a refused request changes no target byte. It answers as a responder
+memory only when there is none: a request refused there changes no target byte. (Two refusals come as the
+data lands, as on rxe: a receive's SGE it may not write keeps the SGEs before it filled, and a SEND_WITH_INV's
+key that cannot be invalidated fails the receive after its data landed: checks.LANDING.) It answers as a responder
 answers on the wire:
 - ACK, with the data of a READ or the old value of an atomic;
 - no answer at all (no such QP, not in RTR/RTS, a PSN it does not expect): the requester times out;
@@ -85,8 +87,8 @@ def enter(header, state):
 # ---------------------------------------------------------------- finding the target's QP and memory
 
 def invalidate(key):
-    """LOCAL_INV or SEND_WITH_INV of `key`: a valid type 2 window's key is invalidated (checks.invalidation
-    says which keys may be). Returns success."""
+    """LOCAL_INV of `key`: a valid type 2 window's key is invalidated (checks.invalidable says which keys may
+    be). Returns success."""
     if checks.invalidable(key) is not None:
         return False
     mrmod.find(key).header[M_VALID] = 0
@@ -140,18 +142,21 @@ class PeerQP:
         if cq is not None:
             cqmod.announce_to(cq, solicited)
 
-    def shared_receives(self):
-        """Receives the QP's SRQ holds, not taken yet (0 if it has none): what a dry check reads."""
+    def shared_ring(self):
+        """The QP's SRQ (srq.Ring), found when first needed and again when it was closed or resized; or None."""
         ring = self._srq
         if ring is None or ring.header is None or not ring.header[S_ALIVE]:
             ring = self._srq = srqmod.find(self.header[Q_SRQ])
+        return ring
+
+    def shared_receives(self):
+        """Receives the QP's SRQ holds, not taken yet (0 if it has none): what a dry check reads."""
+        ring = self.shared_ring()
         return ring.count() if ring is not None else 0
 
     def take_shared_receive(self):
         """A QP on an SRQ: move the SRQ's next receive into this QP's receive queue; False if none is left."""
-        ring = self._srq
-        if ring is None or ring.header is None or not ring.header[S_ALIVE]:   # (none yet, closed or resized)
-            ring = self._srq = srqmod.find(self.header[Q_SRQ])
+        ring = self.shared_ring()
         return ring is not None and ring.take(self.rq)
 
 
@@ -331,7 +336,8 @@ def _refuse(peer, verdict, wqe):
     """Carry out a verdict of checks.RESPONDER. Unanswered: drop the packets (a duplicate or a request
     ahead counted, as rxe counts them). RNR NAK: with the QP's timer. A NAK: an RC QP enters ERR and NAKs it
     with the verdict's status; a UC QP has nobody to tell, so it drops the message and carries on (as rxe
-    does). A message that had taken a receive fails it too, on either."""
+    does). A verdict that names a status for the receive the message took (verdict.receive) fails that
+    receive and the QP enters ERR."""
     h = peer.header
     if verdict.check == "PSN":
         f = verdict.figures
@@ -379,7 +385,7 @@ def _into_receive(peer, h, wqe, payload, length, count, request):
         verdict = checks.invalidation(request)
         if verdict is not None:   # a key it may not invalidate: rxe fails the receive and its QP, yet ACKs the SEND
             return _fail_receive(peer, verdict, wqe)
-        invalidate(wqe.imm_data)
+        mrmod.find(wqe.imm_data).header[M_VALID] = 0
     received(peer, wqe, consumed, length, count)
     return ACK, None
 

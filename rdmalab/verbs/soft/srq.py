@@ -90,6 +90,13 @@ class Ring:
         """Receives posted and not taken yet."""
         return self.header[S_POSTED] - self.header[S_TAKEN]
 
+    def next_receive(self):
+        """The number of the receive a NIC takes next: it lies at slot(n), as a QP's receives do."""
+        return int(self.header[S_TAKEN])
+
+    def slot(self, n):
+        return n % self.size * self.stride
+
     def post(self, wr_id, sges):
         """Queue one receive; False if the ring is full."""
         h = self.header
@@ -113,7 +120,7 @@ class Ring:
             taken = h[S_TAKEN]
             if not h[S_ALIVE] or taken == h[S_POSTED] or rq.full():
                 return False
-            w, base = self.words, taken % self.size * self.stride
+            w, base = self.words, self.slot(taken)
             sges = [tuple(w[base + R_SGES + 3 * i:base + R_SGES + 3 * i + 3]) for i in range(w[base + R_NUM_SGE])]
             rq.post(w[base + R_WR_ID], sges)
             h[S_TAKEN] = taken + 1
