@@ -27,6 +27,12 @@ NIC beta is the wire's and has no such knee.
 With more ranks than usable CPUs, ranks take turns on a CPU at every step of the ring, and on soft0
 all of a rank's work (its "NIC" copying, the reduction) is CPU work: the 4-rank rows are predicted with
 model.on_shared_cpus (every term x ranks / CPUs), and the JSON says so ("ranks_share_cpus").
+The host moves the two vCPUs of a VM, and with them every figure here: while it keeps them near each
+other, a 512 KiB copy into memory the other CPU has just read (the ring's step) takes about 40 us; for
+minutes at a time it puts them far apart, and the same copy takes 220-250 us, with no rdmalab code
+involved (a cache line's round trip between the two CPUs was 514 ns then, 105-139 ns otherwise). That is
+the "slow regime" of issue 34. handover_us() measures it before and after the 2-rank ring, and the run says
+which regime its figures come from (figures.cpu_handover_us).
 """
 import argparse
 import os
@@ -138,6 +144,71 @@ def cpu_floor_together(size, ranks=2):
             child.join(10)
 
 
+HANDOVER_BYTES = 512 << 10   # a 1 MiB AllReduce's chunk on 2 ranks
+FAR_US = 120                 # a hand-over slower than this: the host has the two CPUs far apart
+
+
+def _handover_child(me, cpu, names, steps, results):
+    from multiprocessing import shared_memory
+    import numpy as np
+    os.sched_setaffinity(0, {cpu})
+    segs = [shared_memory.SharedMemory(name=name) for name in names]
+    try:
+        x, stages, flag = (np.ndarray(HANDOVER_BYTES // 4, np.float32, buffer=segs[me].buf),
+                           [np.ndarray(HANDOVER_BYTES // 4, np.float32, buffer=s.buf) for s in segs[2:4]],
+                           np.ndarray(16, np.int64, buffer=segs[4].buf))
+        peer, times = 1 - me, []
+        for step in range(1, steps + 1):
+            t = time.perf_counter()
+            np.copyto(stages[peer], x)            # into memory the other CPU read at the last step
+            times.append(time.perf_counter() - t)
+            flag[8 * me] = step
+            while flag[8 * peer] < step:
+                pass
+            np.add(x, stages[me], out=x)
+            x *= 0.5
+        results.put(float(np.median(times)))
+        del x, stages, flag
+    finally:
+        for s in segs:
+            s.close()
+
+
+def handover_us(steps=200):
+    """What the host gives two CPUs, without rdmalab: the ring's step by two processes, each pinned to a CPU
+    (copy 512 KiB into the other's stage, raise a flag, wait for the other's, add its own stage), and the
+    median copy in us. The copy writes memory the other CPU has just read, so it pays for handing every cache
+    line over between the two: about 35-40 us here (2 vCPUs of an EPYC) while the host keeps its two vCPUs
+    near each other, 220-250 us while it has put them far apart (a cache line's round trip between them
+    then 514 ns, not 105-139: measured 2026-12-06). In that regime every figure below is the host's, not the
+    transport's. None with fewer than 2 usable CPUs."""
+    import multiprocessing
+    from multiprocessing import shared_memory
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        return None
+    segs = [shared_memory.SharedMemory(create=True, size=HANDOVER_BYTES) for _ in range(4)] + \
+        [shared_memory.SharedMemory(create=True, size=128)]
+    try:
+        for s in segs:
+            s.buf[:] = b"\0" * len(s.buf)
+        spawn = multiprocessing.get_context("spawn")
+        results = spawn.Queue()
+        children = [spawn.Process(target=_handover_child, args=(me, cpus[me], [s.name for s in segs], steps, results))
+                    for me in (0, 1)]
+        for child in children:
+            child.start()
+        try:
+            return round(max(results.get(timeout=60) for _ in children) * 1e6, 1)
+        finally:
+            for child in children:
+                child.join(10)
+    finally:
+        for s in segs:
+            s.close()
+            s.unlink()
+
+
 def busbw(size, seconds, ranks=2):
     return size / seconds / 1e9 * 2 * (ranks - 1) / ranks
 
@@ -161,7 +232,9 @@ def main(argv=None):
     started = time.time()
 
     compared = [64 << 10, 1 * MiB, 16 * MiB]          # issue 34: RDMA against TCP and MPICH, 2 and 4 ranks
+    handover = {"before": handover_us()}
     rdma = ring_times("rdma", sorted(set(model_sizes + compared)), iters, rounds=rounds)
+    handover["after"] = handover_us()
     four = ring_times("rdma", sorted(set(four_sizes + [1 * MiB, 16 * MiB])), iters, ranks=4, rounds=rounds)
     tcp = ring_times("tcp", compared, iters, rounds=rounds)
     tcp_four = ring_times("tcp", [1 * MiB, 16 * MiB], iters, ranks=4, rounds=rounds)
@@ -237,6 +310,16 @@ def main(argv=None):
     alpha_us = fitted.alpha * 1e6
     figures["ring_step_us"] = {"fitted_alpha": alpha_us, "write_lat": lat * 1e6}
     print(f"a ring step costs {alpha_us:.1f} us (the fitted alpha; one WRITE's latency {lat * 1e6:.1f} us)", file=sys.stderr)
+    figures["cpu_handover_us"] = {**handover, "what": "the ring's step without rdmalab, 2 processes on 2 CPUs: the median "
+                                  "copy of 512 KiB into memory the other CPU has just read (about 40 us while the "
+                                  "host keeps its two vCPUs near each other, 220-250 far apart), before and after "
+                                  "the 2-rank ring's measurement"}
+    if None not in handover.values():
+        far = [us > FAR_US for us in handover.values()]
+        print(f"the host's CPUs hand 512 KiB over in {handover['before']:.0f} us before the 2-rank ring, "
+              f"{handover['after']:.0f} us after it (no rdmalab: about 40 near, 220-250 far apart)"
+              + ("; the host had them far apart: this run's figures are the host's" if all(far) else
+                 "; the host moved them during the run: its figures mix both" if any(far) else ""), file=sys.stderr)
     tcp_ratio, mpi_ratio = figures["rdma_over_tcp_by_size"], figures["rdma_over_mpi_by_size"]
     targets = {
         "a ring step (fitted alpha) <= 20 us": alpha_us <= 20,
