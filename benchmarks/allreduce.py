@@ -123,6 +123,22 @@ def cpu_floor(size, ranks=2, shared=True, repeats=9):
             seg.unlink()
 
 
+def in_children(target, argsets, timeout=120):
+    """target(*args, results) in a spawned process for each args of `argsets`, all at once; the largest
+    value they put in `results`."""
+    import multiprocessing
+    spawn = multiprocessing.get_context("spawn")
+    results = spawn.Queue()
+    children = [spawn.Process(target=target, args=(*args, results)) for args in argsets]
+    for child in children:
+        child.start()
+    try:
+        return max(results.get(timeout=timeout) for _ in children)
+    finally:
+        for child in children:
+            child.join(10)
+
+
 def _floor_in_child(size, ready, results):
     ready.wait()
     results.put(cpu_floor(size))
@@ -132,16 +148,8 @@ def cpu_floor_together(size, ranks=2):
     """cpu_floor of every rank at once, each in a process of its own (they share the memory bus, as the
     ranks do): the slowest rank's seconds."""
     import multiprocessing
-    spawn = multiprocessing.get_context("spawn")
-    ready, results = spawn.Barrier(ranks), spawn.Queue()
-    children = [spawn.Process(target=_floor_in_child, args=(size, ready, results)) for _ in range(ranks)]
-    for child in children:
-        child.start()
-    try:
-        return max(results.get(timeout=120) for _ in children)
-    finally:
-        for child in children:
-            child.join(10)
+    ready = multiprocessing.get_context("spawn").Barrier(ranks)
+    return in_children(_floor_in_child, [(size, ready)] * ranks)
 
 
 HANDOVER_BYTES = 512 << 10   # a 1 MiB AllReduce's chunk on 2 ranks
@@ -182,27 +190,15 @@ def handover_us(steps=200):
     near each other, 220-250 us while it has put them far apart (a cache line's round trip between them
     then 514 ns, not 105-139: measured 2026-12-06). In that regime every figure below is the host's, not the
     transport's. None with fewer than 2 usable CPUs."""
-    import multiprocessing
     from multiprocessing import shared_memory
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
         return None
     segs = [shared_memory.SharedMemory(create=True, size=HANDOVER_BYTES) for _ in range(4)] + \
         [shared_memory.SharedMemory(create=True, size=128)]
-    try:
-        for s in segs:
-            s.buf[:] = b"\0" * len(s.buf)
-        spawn = multiprocessing.get_context("spawn")
-        results = spawn.Queue()
-        children = [spawn.Process(target=_handover_child, args=(me, cpus[me], [s.name for s in segs], steps, results))
-                    for me in (0, 1)]
-        for child in children:
-            child.start()
-        try:
-            return round(max(results.get(timeout=60) for _ in children) * 1e6, 1)
-        finally:
-            for child in children:
-                child.join(10)
+    try:   # (new segments are zero: every flag starts at 0)
+        names = [s.name for s in segs]
+        return round(in_children(_handover_child, [(me, cpus[me], names, steps) for me in (0, 1)], 60) * 1e6, 1)
     finally:
         for s in segs:
             s.close()
