@@ -227,6 +227,33 @@ def test_benchmark_scripts_write_json_with_their_targets(script, targets, tmp_pa
     assert len(report["targets"]) == targets and report["quick"] is True
     assert all(isinstance(v, bool) for v in report["targets"].values())
     assert json.loads(run.stdout) == report
+    if script == "allreduce.py":   # every target missed comes with what this run measured of why
+        assert set(report["explained"]) == {name for name, met in report["targets"].items() if not met}
+
+
+def allreduce_benchmark():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("allreduce_benchmark", os.path.join(ROOT, "benchmarks", "allreduce.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("target, regime, says", [
+    ("a ring step (fitted alpha) <= 20 us", "far", "far apart for the whole"),
+    ("a ring step (fitted alpha) <= 20 us", "mixed", "far apart during"),
+    ("a ring step (fitted alpha) <= 20 us", "one CPU", "take turns"),
+    ("a ring step (fitted alpha) <= 20 us", "near", "unexplained"),
+    ("ring RDMA busbw >= 0.8 x a memcpy at 16 MiB", "near", "reaches 0.43 x a memcpy"),
+    ("no wrong elements", "far", "unexplained"),
+    ("fitted model within 25% at every size", "near", "cannot fit both sides"),
+    ("model fitted on 2 ranks predicts 4 ranks within 25%", "near", "shared 2 CPUs")])
+def test_a_missed_allreduce_target_is_explained_only_by_what_the_run_measured(target, regime, says):
+    figures = {"cpu_floor_16MiB": {"shared memory, both ranks at once": {"over_memcpy": 0.43},
+                                   "ring_over_floor_time": 1.5},
+               "copy_GBps_by_size": {str(1 << 20): 48.0, str(16 << 20): 18.0}, "usable_cpus": 2.0}
+    handover = {"before": 290.0, "after": 38.0} if regime != "one CPU" else {"before": None, "after": None}
+    assert says in allreduce_benchmark().why_missed(target, figures, regime, handover)
 
 
 def fake_row(initiator_waited, target_waited, wall=1.0):

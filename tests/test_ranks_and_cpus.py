@@ -1,9 +1,13 @@
 """The AllReduce lesson's ranks and the sentences under its tables (rdmalab.lessons.ranks_and_cpus): a CPU for each
 rank, and a conclusion only from a run nothing disturbed."""
+import multiprocessing
+import os
+
 import pytest
 
 from rdmalab.allreduce.report import Report
 from rdmalab.lessons import ranks_and_cpus
+from rdmalab.proc import handover
 
 MIB = 1 << 20
 
@@ -45,14 +49,29 @@ def test_naive_against_ring_concludes_from_a_steady_run_only(capsys):
 def test_the_transports_takeaway_is_the_runs_own_or_says_it_was_disturbed(capsys):
     mpi = {"rows": [{"size": 64 << 10, "busbw": 1.0}, {"size": MIB, "busbw": 2.0}]}
     ring, tcp = report([150, 1000]), report([400, 4000])
-    ranks_and_cpus.takeaway(ring, tcp, mpi, report([160, 1250]))
+    ranks_and_cpus.takeaway(ring, tcp, mpi, report([160, 1250]), handover_us=38.0)
     text = said(capsys)
     assert "the same ring moved 1.05 GB/s of busbw over RDMA and 0.26 over TCP (4.0x)" in text
     assert "Your ring moved 0.84, 80% of the library's" in text
-    ranks_and_cpus.takeaway(ring, tcp, mpi, report([160, 1250], waited=0.5))
+    ranks_and_cpus.takeaway(ring, tcp, mpi, report([160, 1250], waited=0.5), handover_us=38.0)
     text = said(capsys)
     assert "disturbed (your ring: a rank waited for a CPU 50% of the time): these figures cannot rank" in text
     assert "moved" not in text
+
+
+def test_a_host_that_keeps_the_cpus_far_apart_is_a_disturbance_the_takeaway_names(capsys):
+    mpi = {"rows": [{"size": 64 << 10, "busbw": 1.0}, {"size": MIB, "busbw": 2.0}]}
+    ranks_and_cpus.takeaway(report([150, 1000]), report([400, 4000]), mpi, handover_us=290.0)
+    text = " ".join(said(capsys).split())
+    assert "disturbed (the host had put this machine's two CPUs far apart: they handed 512 KiB over in 290 us" in text
+    assert "cannot rank" in text and "moved" not in text
+
+
+def test_the_hand_over_probe_measures_two_cpus_and_leaves_nothing_behind():
+    before = set(os.listdir("/dev/shm"))
+    us = handover.handover_us(steps=20)
+    assert us is None if len(os.sched_getaffinity(0)) < 2 else us > 0
+    assert set(os.listdir("/dev/shm")) == before and not multiprocessing.active_children()
 
 
 def test_sharing_cpus_is_compared_with_the_run_that_gave_each_rank_one(capsys):

@@ -8,12 +8,15 @@ a run showed (or that it was disturbed, and so shows nothing), and ranks that sh
     ranks_and_cpus.sharing(fair, shared)              # what sharing did to each, and the sentence
 
 A run is disturbed when its rounds differ by more than allreduce.report.NOISY times, or a rank waited for a CPU
-more than BUSY of the time (Report.disturbed): then a sentence says so instead of concluding.
+more than BUSY of the time (Report.disturbed): then a sentence says so instead of concluding. The transports'
+takeaway also asks how far apart the host keeps the first two CPUs (rdmalab.proc.handover): a VM's host may put
+its vCPUs far apart for minutes, and every ring's figure is then the host's.
 """
 import textwrap
 
 from rdmalab.allreduce import report
 from rdmalab.lessons.answer import _size as size_text
+from rdmalab.proc import handover
 from rdmalab.proc.cpus import pinned_to, usable_cpus
 
 SHARED_RANKS, SHARED_CPUS = 4, 2   # the experiment: 4 ranks on at most 2 CPUs
@@ -63,10 +66,16 @@ def naive_against_ring(naive, ring):
          f"should take p/2 = {p / 2:g}x{same}.")
 
 
-def takeaway(ring, tcp, mpi, yours=None):
-    """The busbw table's sentence, at its largest size: what this run says, or that it was disturbed."""
+def takeaway(ring, tcp, mpi, yours=None, handover_us=None):
+    """The busbw table's sentence, at its largest size: what this run says, or that it was disturbed.
+    `handover_us`: how long the host's first two CPUs take to hand 512 KiB over (measured now if not given)."""
     size = _largest(ring)["size"]
     disturbed = _disturbed(size, {"the RDMA ring": ring, "the TCP ring": tcp, "your ring": yours})
+    handover_us = handover.handover_us() if handover_us is None else handover_us
+    if handover.far_apart(handover_us):
+        disturbed = "; ".join(filter(None, [disturbed, (
+            f"the host had put this machine's two CPUs far apart: they handed 512 KiB over in {handover_us:.0f} us "
+            f"just now, about {handover.NEAR_US} us when near, and every ring pays that at every step")]))
     if disturbed:
         return _say(f"At {size_text(size)} this run was disturbed ({disturbed}): these figures cannot rank the "
                     f"transports. Run the measurements again when the machine is quieter.")
