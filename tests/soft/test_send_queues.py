@@ -28,3 +28,27 @@ def test_the_qp_asks_no_send_queue_what_it_is():
     import rdmalab.verbs.soft.qp as qp
     source = inspect.getsource(qp)
     assert "hasattr(send" not in source and "hasattr(self._send" not in source and ".shortcuts" not in source
+
+
+def test_both_links_spend_a_retry_budget_by_one_rule():
+    """requester.spend: what rxe's completer does with retry_cnt and rnr_retry, for both links' requesters."""
+    from rdmalab.verbs.soft import requester
+    counted = []
+    left, spent = 2, []
+    while left is not None:
+        spent.append(left)
+        left = requester.spend(left, lambda name: counted.append(name), "retry_exceeded_err")
+    assert spent == [2, 1, 0] and counted == ["retry_exceeded_err"]   # two retries, then the WR fails
+    assert requester.spend(7, counted.append, "x") == 7 and counted == ["retry_exceeded_err"]   # 7: for ever
+
+
+def test_an_answer_that_cannot_land_whole_writes_nothing():
+    """requester.land, as both links land a READ's bytes: a refused SGE anywhere, or too little room, and no
+    byte of it is written, the pieces before it included."""
+    from rdmalab.verbs.soft import requester
+    memory = {1: bytearray(4), 2: bytearray(4)}
+    view = lambda addr, length, lkey: memoryview(memory[lkey])[addr:addr + length] if lkey in memory else None  # noqa: E731
+    assert not requester.land([(0, 4, 1), (0, 4, 3)], 0, b"abcdefgh", view) and memory[1] == bytearray(4)
+    assert not requester.land([(0, 4, 1)], 0, b"abcdefgh", view) and memory[1] == bytearray(4)
+    assert requester.land([(0, 4, 1), (0, 4, 2)], 2, b"cdef", view)   # (a second packet's bytes, from 2 on)
+    assert (memory[1], memory[2]) == (bytearray(b"\0\0cd"), bytearray(b"ef\0\0"))

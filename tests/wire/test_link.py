@@ -463,6 +463,8 @@ def test_retry_exhaustion_ends_in_retry_exc_err():
         assert (wc["wr_id"], wc["status"]) == (5, e.IBV_WC_RETRY_EXC_ERR)
         counters = a("counters")["counters"]
         assert counters["sent_pkts"] == 3 and counters["retransmitted_pkts"] == 2   # first try and 2 retries
+        # counted as rxe's completer counts, and as the shared-memory link does (tests/test_failures.py)
+        assert (counters["completer_retry_err"], counters["retry_exceeded_err"]) == (2, 1)
         assert b("counters")["counters"]["dropped_unknown_qp"] == 3
     finally:
         a.stop()

@@ -715,7 +715,7 @@ def verdicts(qp, opcode, sges, rkey=0, remote_addr=0, imm=0, flags=0):
     from .layout import M_PD, Q_RQ_CONSUMED, Q_RQ_POSTED
     from .mr import REGISTERED, find
     length = sum(sge[1] for sge in sges)
-    count = packets(8 if opcode in ATOMICS else length, qp._send.mtu if qp is not None else 1024)
+    count = requester.psns(opcode, length, qp._send.mtu if qp is not None else 1024)
     if qp is not None:
         send = qp._send
         request = checks.Request(opcode, length, rkey, remote_addr, imm, flags, sges, send.qp_type, qp._pd,

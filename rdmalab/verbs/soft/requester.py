@@ -220,11 +220,13 @@ class SendQueue(Queue):
                 continue
             if head.deadline and time.monotonic() < head.deadline:
                 return
-            if head.acking and head.retries_left == 0:   # the last resend's ACK timeout ran out too
-                queue.popleft()
-                counters.count("retry_exceeded_err")
-                fail(self, head.wqe, IBV_WC_RETRY_EXC_ERR)
-                continue
+            if head.acking:   # its ACK timeout ran out: resend it, if retry_cnt allows
+                head.retries_left = spend(head.retries_left, counters.count, "retry_exceeded_err")
+                if head.retries_left is None:
+                    queue.popleft()
+                    fail(self, head.wqe, IBV_WC_RETRY_EXC_ERR)
+                    continue
+                counters.count("completer_retry_err")   # (as rxe's completer counts each retry it decides on)
             outcome = attempt(self, head.wqe, head)
             if outcome is not None:
                 head.deadline, head.rnr_left, head.retries_left, head.acking = outcome
@@ -336,7 +338,7 @@ class UnansweredQueue(SendQueue):
         if type(payload) is int:
             return fail(self, wqe, payload)
         length = len(payload)
-        count = packets(length, self.mtu)
+        count = psns(wqe.opcode, length, self.mtu)
         peer = self.peer()
         if peer is not None:
             try:
@@ -479,6 +481,74 @@ def inline_payload(wr):
     return b"".join(ctypes.string_at(addr, length) for addr, length, _ in wr._sges)
 
 
+# ---------------------------------------------------------------- the requester's rules, on both links
+# The shared-memory link carries a message in one call (attempt()); the udp link's NIC process carries it in
+# packets (link/transport.Requester). Both take the PSNs, read the data, land an answer, spend their retries and
+# build their completions here.
+
+def psns(opcode, length, mtu):
+    """The PSNs a request takes: one per packet of the data it carries, or asks for (a READ's responses take its
+    PSNs), and one for an atomic (its 8 bytes)."""
+    return packets(8 if opcode in ATOMICS else length, mtu)
+
+
+def spend(left, count, counter):
+    """One retry from a budget of `left` (retry_cnt or rnr_retry as modify() set it; 7: forever): what is left after
+    it, or None when none was and the WR fails (RETRY_EXC_ERR, RNR_RETRY_EXC_ERR), counted in `counter` with
+    `count` (the link's counters)."""
+    if left == 0:
+        count(counter)
+        return None
+    return left if left == 7 else left - 1
+
+
+def signaled(send_flags, sig_all):
+    """Whether a WR that succeeds has a completion: signaled, or its QP signals every WR."""
+    return send_flags & IBV_SEND_SIGNALED or sig_all
+
+
+def completion_fields(opcode, status, byte_len=0):
+    """A send completion's (status, opcode, byte_len, wc_flags): a success names the WR's operation (and
+    WITH_IMM), an error only its status."""
+    if status != IBV_WC_SUCCESS:
+        return status, 0, 0, 0
+    return status, WC_OPCODE[opcode], byte_len, IBV_WC_WITH_IMM if opcode in WITH_IMM else 0
+
+
+def payload_of(sges, view):
+    """The bytes a WRITE or SEND carries, through `view(addr, length, lkey)` (the link's view of its memory, or the
+    status its check gave): one SGE's view as it is (the responder copies straight from it), several joined (a
+    copy, counted); or the first status."""
+    pieces = [view(*sge) for sge in sges if sge[1]]
+    for piece in pieces:
+        if type(piece) is int:
+            return piece
+    if len(pieces) == 1:
+        return pieces[0]
+    counters.copied_bytes += sum(map(len, pieces))
+    return memoryview(b"".join(pieces))
+
+
+def land(sges, offset, data, writable):
+    """Write `data`, the bytes of an answer from `offset` on (a READ's response; an atomic's old value, at 0), into
+    the SGEs, through `writable(addr, length, lkey)` (a view, or None where the link's check refused): True; or
+    False, having written nothing, when they cannot take it all."""
+    pieces, at, end = [], 0, offset + len(data)
+    for addr, length, lkey in sges:
+        lo, hi = max(offset, at), min(end, at + length)
+        if lo < hi:
+            view = writable(addr + lo - at, hi - lo, lkey)
+            if view is None or type(view) is int:
+                return False
+            pieces.append((view, lo - offset, hi - offset))
+        at += length
+    if sum(hi - lo for _, lo, hi in pieces) != len(data):
+        return False
+    for view, lo, hi in pieces:
+        view[:] = data[lo:hi]
+    return True
+
+
 # ---------------------------------------------------------------- one WQE, end to end
 
 def attempt(sq, wqe, pending):
@@ -499,7 +569,7 @@ def attempt(sq, wqe, pending):
         length = len(payload)
     else:
         payload, length = None, sum(sge[1] for sge in sges)
-    count = packets(8 if opcode in ATOMICS else length, sq.mtu)
+    count = psns(opcode, length, sq.mtu)
     peer = sq.connected if sq.connected_to == sq.dest_qp_num else sq.peer()
     try:
         generation = peer.header[Q_GENERATION] if peer else None   # what the checks below will have seen
@@ -511,8 +581,7 @@ def attempt(sq, wqe, pending):
         refused = _scatter(sq, wqe, data) if data is not None else None   # a READ's or atomic's answer, into our memory
         if refused is not None:
             return fail(sq, wqe, refused.answer)
-        if wqe.send_flags & IBV_SEND_SIGNALED or sq.sig_all:
-            complete(sq, wqe, IBV_WC_SUCCESS, length)
+        complete(sq, wqe, IBV_WC_SUCCESS, length)
         if len(sges) == 1 and length and not wqe.send_flags & IBV_SEND_INLINE and pending is None \
                 and opcode != SEND_WITH_INV:   # (each of those invalidates a key: no shortcut for them)
             Shortcut.remember(sq, wqe, peer, generation)
@@ -538,13 +607,10 @@ def local_operation(sq, wqe):
 
 def complete(sq, wqe, status, byte_len=0):
     """Post the requester's completion: always on error, on success only if signaled."""
-    if status == IBV_WC_SUCCESS:
-        if not (wqe.send_flags & IBV_SEND_SIGNALED or sq.sig_all):
-            return None
-        sq.cq.push(wqe.wr_id, status, WC_OPCODE[wqe.opcode], byte_len, sq.qp_num, 0,
-                   IBV_WC_WITH_IMM if wqe.opcode in WITH_IMM else 0)
-    else:
-        sq.cq.push(wqe.wr_id, status, 0, 0, sq.qp_num)
+    if status == IBV_WC_SUCCESS and not signaled(wqe.send_flags, sq.sig_all):
+        return None
+    status, opcode, byte_len, flags = completion_fields(wqe.opcode, status, byte_len)
+    sq.cq.push(wqe.wr_id, status, opcode, byte_len, sq.qp_num, 0, flags)
     return None
 
 
@@ -562,14 +628,8 @@ def gather(sq, wqe):
             data = inline_payload(wqe)
             counters.copied_bytes += len(data)
         return memoryview(data)
-    pieces = [local_bytes(sq, *sge) for sge in wqe._sges]
-    for piece in pieces:
-        if type(piece) is int:
-            return piece
-    if len(pieces) == 1:
-        return pieces[0]   # a view: the responder copies straight from it
-    counters.copied_bytes += sum(map(len, pieces))
-    return memoryview(b"".join(pieces))
+    return payload_of(wqe._sges, lambda addr, length, lkey: local_bytes(sq, addr, length, lkey)) \
+        if any(sge[1] for sge in wqe._sges) else memoryview(b"")
 
 
 def local_bytes(sq, addr, length, lkey):
@@ -591,18 +651,9 @@ def _scatter(sq, wqe, data):
     refused = checks.landing(checks.Request(wqe.opcode, len(data), sges=wqe._sges, pd=sq.pd))
     if refused is not None:
         return refused
-    done = 0
-    for addr, length, lkey in wqe._sges:
-        take = min(length, len(data) - done)
-        if take <= 0:
-            if done == len(data):
-                break
-            continue
-        mr = REGISTERED[lkey]
-        mr._memory[addr - mr._buf:addr - mr._buf + take] = data[done:done + take]
-        done += take
+    land(wqe._sges, 0, data, lambda addr, length, lkey: local_bytes(sq, addr, length, lkey))
     if wqe.opcode == READ:   # (an atomic's old value is an answer, not a payload)
-        counters.copied_bytes += done
+        counters.copied_bytes += len(data)
     return None
 
 
@@ -610,13 +661,11 @@ def _wait_for_receive(sq, wqe, pending, timer_ms):
     """RNR NAK: the peer has no receive posted. Retry after its min_rnr_timer, rnr_retry times (7: forever)."""
     counters.count("rcvd_rnr_err")
     first = pending is None or pending.rnr_left is None
-    rnr_left = sq.rnr_retry if first else pending.rnr_left
-    if rnr_left == 0:
-        counters.count("retry_rnr_exceeded_err")
+    rnr_left = spend(sq.rnr_retry if first else pending.rnr_left, counters.count, "retry_rnr_exceeded_err")
+    if rnr_left is None:
         return fail(sq, wqe, IBV_WC_RNR_RETRY_EXC_ERR)
     retries_left = None if pending is None else pending.retries_left
-    return (time.monotonic() + timer_ms / 1000.0, (rnr_left if rnr_left == 7 else rnr_left - 1), retries_left,
-            False)
+    return time.monotonic() + timer_ms / 1000.0, rnr_left, retries_left, False
 
 
 def _wait_for_ack(sq, wqe, pending):
@@ -625,9 +674,7 @@ def _wait_for_ack(sq, wqe, pending):
     retry_cnt 2 sends it 3 times, over 3 timeouts). As in rxe, retry_cnt 7 retries forever (the spec
     reserves that meaning for rnr_retry only)."""
     first = pending is None or pending.retries_left is None
-    if not first:
-        counters.count("completer_retry_err")   # this was a resend, and it went unanswered too
-    retries_left = sq.retry_cnt if first or sq.retry_cnt == 7 else pending.retries_left - 1
+    retries_left = sq.retry_cnt if first else pending.retries_left   # (progress() spends one at each timeout)
     wait = ack_timeout(sq.timeout)
     rnr_left = None if pending is None else pending.rnr_left
     return time.monotonic() + wait, rnr_left, retries_left, True

@@ -30,8 +30,8 @@ from ..constants import (IBV_QPS_ERR, IBV_QPS_RTS, IBV_SEND_INLINE, IBV_SEND_SOL
                          IBV_WC_WR_FLUSH_ERR, IBV_QPT_UC)
 from ..layout import Q_RECV_CQ, Q_RQ_POLLED, Q_RQ_POSTED, Q_STATE, Q_TYPE
 from ..pyverbs_error import PyverbsRDMAError
-from ..operations import ATOMICS, LOCAL_OPERATIONS, WITH_IMM
-from rdmalab.wire.psn import PSN_MODULUS, packets
+from ..operations import LOCAL_OPERATIONS, WITH_IMM
+from rdmalab.wire.psn import PSN_MODULUS
 from ..responder import enter
 from rdmalab.proc import waiting
 from rdmalab.proc.procstat import pid_alive
@@ -280,8 +280,7 @@ class WireSendQueue(requester.Queue):
         inline = requester.inline_payload(wr) if wr.send_flags & IBV_SEND_INLINE and not status else None
         if not status:   # the PSNs the NIC will give it: query() reports the next one, as rxe does
             length = len(inline) if inline is not None else sum(sge[1] for sge in wr._sges)
-            count = packets(8 if wr.opcode in ATOMICS else length, self.mtu)
-            self.psn = (self.psn + count) % PSN_MODULUS
+            self.psn = (self.psn + requester.psns(wr.opcode, length, self.mtu)) % PSN_MODULUS
         if self.nic.lost:
             return self.nic_lost([(wr.wr_id, status)])
         self.seq += 1

@@ -59,7 +59,7 @@ GRO_SIZE = struct.Struct("i")
 RESPONSES = {Op.RC_ACKNOWLEDGE, Op.RC_ATOMIC_ACKNOWLEDGE, Op.RC_RDMA_READ_RESPONSE_FIRST,
              Op.RC_RDMA_READ_RESPONSE_MIDDLE, Op.RC_RDMA_READ_RESPONSE_LAST, Op.RC_RDMA_READ_RESPONSE_ONLY}
 # Port counters, named as Linux's rxe names its hw_counters where it has one
-COUNTERS = ("sent_pkts", "rcvd_pkts", "sent_bytes", "rcvd_bytes", "retransmitted_pkts", "ack_timeouts",
+COUNTERS = ("sent_pkts", "rcvd_pkts", "sent_bytes", "rcvd_bytes", "retransmitted_pkts", "ack_timeouts", "completer_retry_err",
             "duplicate_request", "out_of_seq_request", "rcvd_seq_err", "rcvd_rnr_err", "send_rnr_err", "nak_sent", "retry_exceeded_err",
             "retry_rnr_exceeded_err", "dropped_malformed", "dropped_bad_icrc", "dropped_unknown_qp",
             "dropped_wrong_peer", "dropped_out_of_window", "dropped_qp_not_ready", "dropped_duplicate_unanswerable",

@@ -31,17 +31,17 @@ expect until the next message starts (Responder.unreliable).
 import struct
 from collections import deque
 
-from .. import responder as verbs_responder
+from .. import requester, responder as verbs_responder
 from ..constants import (
-    IBV_ACCESS_LOCAL_WRITE as LOCAL_WRITE, IBV_QPS_ERR, IBV_QPS_RTR, IBV_QPS_RTS, IBV_SEND_SIGNALED,
+    IBV_ACCESS_LOCAL_WRITE as LOCAL_WRITE, IBV_QPS_ERR, IBV_QPS_RTR, IBV_QPS_RTS,
     IBV_SEND_SOLICITED, IBV_WC_LOC_PROT_ERR, IBV_WC_REM_ACCESS_ERR, IBV_WC_REM_INV_REQ_ERR,
-    IBV_WC_REM_OP_ERR, IBV_WC_RETRY_EXC_ERR, IBV_WC_RNR_RETRY_EXC_ERR, IBV_WC_SUCCESS, IBV_WC_WITH_IMM,
+    IBV_WC_REM_OP_ERR, IBV_WC_RETRY_EXC_ERR, IBV_WC_RNR_RETRY_EXC_ERR, IBV_WC_SUCCESS,
     IBV_WC_WR_FLUSH_ERR,
     IBV_WR_ATOMIC_CMP_AND_SWP as CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD as FETCH_AND_ADD,
     IBV_WR_RDMA_READ as READ, IBV_WR_RDMA_WRITE as WRITE, IBV_WR_RDMA_WRITE_WITH_IMM as WRITE_WITH_IMM,
     IBV_WR_SEND_WITH_INV as SEND_WITH_INV)
 from ..layout import Q_EXPECTED_PSN, Q_MIN_RNR_TIMER, Q_STATE
-from ..operations import ATOMICS, CARRIES_DATA, MESSAGE, OPERATIONS, WC_OPCODE, WITH_IMM
+from ..operations import ATOMICS, CARRIES_DATA, MESSAGE, OPERATIONS, WITH_IMM
 from rdmalab.wire.psn import MASK24, POSITIONS, ack_timeout, packets, psn_add, psn_diff
 from ..responder import ACK, NO_ANSWER, RNR_NAK, RNR_TIMER_MS
 from rdmalab.wire import AETH, RETH, AtomicAckETH, AtomicETH, ImmDt, Op, Packet
@@ -129,7 +129,7 @@ class Requester:
             self.fail_all(IBV_WC_WR_FLUSH_ERR, [wqe])
             return
         wqe.first = self.psn
-        wqe.count = packets(8 if wqe.opcode in ATOMICS else wqe.length, self.conn.mtu) if not wqe.status else 0
+        wqe.count = requester.psns(wqe.opcode, wqe.length, self.conn.mtu) if not wqe.status else 0
         self.psn = psn_add(self.psn, wqe.count)
         self.wqes.append(wqe)
         self.complete_ready()
@@ -205,21 +205,20 @@ class Requester:
         return True
 
     def gather(self, wqe):
-        """The bytes a WRITE or SEND carries, read from the program's registered memory (once)."""
+        """The bytes a WRITE or SEND carries, read from the program's registered memory (once); None if an SGE
+        no longer may be read (its MR deregistered after the WR was checked)."""
         if wqe.data is None:
-            if wqe.inline is not None:
-                wqe.data = wqe.inline
-            else:
-                pieces = []
-                for addr, length, lkey in wqe.sges:
-                    if not length:
-                        continue
-                    view = self.conn.local_memory(addr, length, lkey, 0)
-                    if view is None:
-                        return None
-                    pieces.append(view)
-                wqe.data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+            data = wqe.inline if wqe.inline is not None else b"" if not any(sge[1] for sge in wqe.sges) else \
+                requester.payload_of(wqe.sges, lambda addr, length, lkey: self._memory(addr, length, lkey, 0))
+            if type(data) is int:
+                return None
+            wqe.data = data
         return wqe.data
+
+    def _memory(self, addr, length, lkey, need):
+        """The program's memory an SGE names (Connection.local_memory: checks.memory), or LOC_PROT_ERR."""
+        view = self.conn.local_memory(addr, length, lkey, need)
+        return IBV_WC_LOC_PROT_ERR if view is None else view
 
     # ------------------------------------------------------------ answers
 
@@ -305,14 +304,14 @@ class Requester:
 
     def go_back(self, psn, now, nic):
         """Send again from `psn` (go-back-N), if the retry count allows; else RETRY_EXC_ERR."""
-        if self.retry_cnt != 7:
-            if self.retries_left == 0:
-                nic.count("retry_exceeded_err")
-                head = next((w for w in self.wqes if not w.done), None)
-                if head is not None:
-                    self.finish(head, IBV_WC_RETRY_EXC_ERR)
-                return
-            self.retries_left -= 1
+        left = requester.spend(self.retries_left, nic.count, "retry_exceeded_err")
+        if left is None:
+            head = next((w for w in self.wqes if not w.done), None)
+            if head is not None:
+                self.finish(head, IBV_WC_RETRY_EXC_ERR)
+            return
+        self.retries_left = left
+        nic.count("completer_retry_err")   # (as rxe's completer counts each retry it decides on)
         wqe = self.find(psn)
         if wqe is not None and wqe.opcode == READ:   # a READ is asked again from the first response missing
             psn = psn_add(wqe.first, wqe.got)
@@ -324,14 +323,11 @@ class Requester:
         wqe = self.find(psn)
         if wqe is None:
             return
+        wqe.rnr_left = requester.spend(self.rnr_retry if wqe.rnr_left is None else wqe.rnr_left, self.conn.nic.count,
+                                   "retry_rnr_exceeded_err")
         if wqe.rnr_left is None:
-            wqe.rnr_left = self.rnr_retry
-        if wqe.rnr_left == 0:
-            self.conn.nic.count("retry_rnr_exceeded_err")
             self.finish(wqe, IBV_WC_RNR_RETRY_EXC_ERR)
             return
-        if wqe.rnr_left != 7:
-            wqe.rnr_left -= 1
         self.next = wqe.first
         self.rnr_until = now + RNR_TIMER_MS[timer % 32] / 1000.0
         self.deadline = None
@@ -363,20 +359,7 @@ class Requester:
     def scatter(self, wqe, offset, data):
         """Put a READ's bytes (from `offset` in the message) or an atomic's old value into the local SGEs;
         False, having written nothing, if they cannot take them (too small, or forbidden)."""
-        if sum(sge[1] for sge in wqe.sges) < offset + len(data):
-            return False
-        at, done = 0, 0
-        end = offset + len(data)
-        for addr, length, lkey in wqe.sges:
-            lo, hi = max(offset, at), min(end, at + length)
-            if lo < hi:
-                view = self.conn.local_memory(addr + lo - at, hi - lo, lkey, LOCAL_WRITE)
-                if view is None:
-                    return False
-                view[:] = data[lo - offset:hi - offset]
-                done += hi - lo
-            at += length
-        return done == len(data)
+        return requester.land(wqe.sges, offset, data, lambda addr, length, lkey: self._memory(addr, length, lkey, LOCAL_WRITE))
 
     def finish(self, wqe, status):
         wqe.done, wqe.status = True, status
@@ -394,13 +377,11 @@ class Requester:
             self.wqes.popleft()
             conn.retired = wqe.seq
             if wqe.status and wqe.status != IBV_WC_SUCCESS:
-                conn.completion(wqe.wr_id, wqe.status, 0, 0, 0)
+                conn.completion(wqe.wr_id, *requester.completion_fields(wqe.opcode, wqe.status))
                 self.fail_all(IBV_WC_WR_FLUSH_ERR)
                 return
-            if wqe.flags & IBV_SEND_SIGNALED or conn.sig_all:
-                conn.completion(wqe.wr_id, IBV_WC_SUCCESS, WC_OPCODE[wqe.opcode],
-                                wqe.length,
-                                IBV_WC_WITH_IMM if wqe.opcode in WITH_IMM else 0)
+            if requester.signaled(wqe.flags, conn.sig_all):
+                conn.completion(wqe.wr_id, *requester.completion_fields(wqe.opcode, IBV_WC_SUCCESS, wqe.length))
         if not self.outstanding():
             self.deadline = None
 
@@ -410,7 +391,7 @@ class Requester:
         self.conn.enter_error()
         for wqe in list(self.wqes) + list(more):
             self.conn.retired = wqe.seq
-            self.conn.completion(wqe.wr_id, status, 0, 0, 0)
+            self.conn.completion(wqe.wr_id, *requester.completion_fields(wqe.opcode, status))
         self.wqes.clear()
         self.deadline = None
 
