@@ -84,3 +84,61 @@ def test_a_request_that_breaks_two_rules_is_refused_by_the_first_in_rxes_order(c
         assert found == ["operation allowed", "rkey"]   # both broken, in this order
         wc = lessons.one_sided(pair, e.IBV_WR_RDMA_WRITE, rkey=0x1234)
         assert wc.status == e.IBV_WC_REM_INV_REQ_ERR   # the first decides
+
+
+WINDOW_ACCESS = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_MW_BIND
+
+
+@pytest.mark.parametrize("case, check", [
+    ("bound already", "type 2 window free"), ("window of another PD", "type 2 window PD"),
+    ("length 0", "type 2 window length"), ("outside the MR", "bounds"), ("MR without MW_BIND", "MR allows binding"),
+    ("writable window on an MR without LOCAL_WRITE", "MR allows writes"), ("a stale window key", "window key")])
+def test_each_rule_a_window_bind_breaks_is_named_by_its_check(ctx_pd, case, check):
+    """checks.BIND, run as the NIC runs it on a BIND_MW WR (tests/conformance/test_windows.py has rxe0 judge the
+    MW_BIND_ERR each of these completes with): the verdict names the rule, and only the first bind passes."""
+    from rdmalab.verbs.soft import checks
+    ctx, pd = ctx_pd
+    other = v.pd.PD(ctx) if case == "window of another PD" else pd
+    access = {"MR without MW_BIND": e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE,
+              "writable window on an MR without LOCAL_WRITE": e.IBV_ACCESS_MW_BIND | e.IBV_ACCESS_REMOTE_READ}
+    mr, mw = v.mr.MR(pd, 4096, access.get(case, WINDOW_ACCESS)), v.mr.MW(other, e.IBV_MW_TYPE_2)
+    try:
+        offset, length = {"length 0": (0, 0), "outside the MR": (4000, 512)}.get(case, (0, 512))
+        info = v.mr.MWBindInfo(mr, mr.buf + offset, length, e.IBV_ACCESS_REMOTE_WRITE)
+        bind = checks.Bind(mw, 0x11, pd, mw.rkey + (case == "a stale window key"), info)
+        if case == "bound already":
+            assert checks.first(checks.BIND, bind) is None
+            mw._bind(0x11, mw.rkey + 1, info)   # (what the NIC then does)
+            bind = bind._replace(mw_key=mw._nic_key)
+        verdict = checks.first(checks.BIND, bind)
+        assert (verdict.check, verdict.answer) == (check, e.IBV_WC_MW_BIND_ERR), verdict
+    finally:
+        mw.close()
+        mr.close()
+        if other is not pd:
+            other.close()
+
+
+def test_a_datagram_is_dropped_by_the_first_datagram_check_it_breaks(ctx_pd):
+    """checks.DATAGRAM, as datagram.land runs it at the destination: another Q_Key, then no receive posted."""
+    from rdmalab.verbs.soft import checks, responder
+    ctx, pd = ctx_pd
+    cq = v.cq.CQ(ctx, 4)
+    qp = v.qp.QP(pd, v.qp.QPInitAttr(qp_type=e.IBV_QPT_UD, scq=cq, rcq=cq, cap=v.qp.QPCap(max_recv_wr=2)))
+    try:
+        h = responder.LOCAL_QPS[qp.qp_num].header
+        request = lambda qkey: checks.Request(e.IBV_WR_SEND, 8, rkey=qkey, h=h)   # noqa: E731
+        assert checks.first(checks.DATAGRAM, request(0x11)).check == "datagram QP"   # in RESET
+        a = v.qp.QPAttr(qp_state=e.IBV_QPS_INIT)
+        a.qkey, a.pkey_index, a.port_num = 0x11, 0, 1
+        qp.modify(a, e.IBV_QP_STATE | e.IBV_QP_PKEY_INDEX | e.IBV_QP_PORT | e.IBV_QP_QKEY)
+        qp.modify(v.qp.QPAttr(qp_state=e.IBV_QPS_RTR), e.IBV_QP_STATE)
+        assert checks.first(checks.DATAGRAM, request(0x12)).check == "Q_Key"
+        assert checks.first(checks.DATAGRAM, request(0x11)).check == "receive posted"
+        mr = v.mr.MR(pd, 4096, e.IBV_ACCESS_LOCAL_WRITE)
+        qp.post_recv(v.wr.RecvWR(wr_id=1, num_sge=1, sg=[v.wr.SGE(mr.buf, 4096, mr.lkey)]))
+        assert checks.first(checks.DATAGRAM, request(0x11)) is None
+        mr.close()
+    finally:
+        qp.close()
+        cq.close()

@@ -9,8 +9,9 @@ message that had taken a receive, the status that receive completes with.
 REQUESTER holds the checks of the initiator's own NIC, RESPONDER the target's, each in the order the NIC
 makes them. Who runs them:
 - requester.attempt and responder.respond, on every request the fast path does not carry (and the udp
-  link's doorbell and responder, through the same two); they act on the first verdict. (UD's datagrams,
-  datagram.land, and memory-window binds, mr.MW._bind, keep their own rules.)
+  link's doorbell and responder, through the same two); they act on the first verdict. A datagram meets
+  DATAGRAM at its destination (datagram.land, on both links), and a memory-window bind BIND
+  (requester.local_operation); each ends in the same Verdict.
 - requester.Shortcut repeats a request shape these checks passed, at the target QP's generation; it
   re-tests what belongs to one request (its PSN, its bounds) and, on any doubt, hands the WR back here.
 - qp.walk (the step mode's prediction) runs them without posting; lessons.explain runs them after a
@@ -18,19 +19,21 @@ makes them. Who runs them:
 Checks marked LANDING are made as the data lands (ReceiveQueue.scatter, SGE by SGE, as rxe's copy_data:
 the SGEs before a bad one keep their bytes); the step mode and explain run them without landing anything.
 
-Adding a rule: a function here, its place in REQUESTER or RESPONDER, and its test (tests/soft/test_checks.py).
+Adding a rule: a function here, its place in a list (REQUESTER, RESPONDER, LANDING, DATAGRAM, BIND), and its
+test (tests/soft/test_checks.py).
 """
 from typing import NamedTuple
 
 from . import mr as mrmod
 from .constants import (
     IBV_ACCESS_LOCAL_WRITE as LOCAL_WRITE, IBV_ACCESS_REMOTE_ATOMIC as REMOTE_ATOMIC,
-    IBV_ACCESS_REMOTE_READ as REMOTE_READ, IBV_MW_TYPE_2, IBV_QPS_RTR, IBV_QPS_RTS, IBV_QPT_RC, IBV_QPT_UC,
+    IBV_ACCESS_MW_BIND, IBV_ACCESS_REMOTE_READ as REMOTE_READ, IBV_ACCESS_REMOTE_WRITE, IBV_MW_TYPE_2, IBV_QPS_RTR,
+    IBV_QPS_RTS, IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD, IBV_WC_MW_BIND_ERR,
     IBV_SEND_INLINE, IBV_WC_LOC_PROT_ERR, IBV_WC_LOC_QP_OP_ERR, IBV_WC_REM_ACCESS_ERR, IBV_WC_REM_INV_REQ_ERR,
     IBV_WC_REM_OP_ERR, IBV_WC_RETRY_EXC_ERR, IBV_WC_RNR_RETRY_EXC_ERR, IBV_WC_SUCCESS, IBV_WR_RDMA_WRITE as WRITE, IBV_WR_RDMA_WRITE_WITH_IMM as WRITE_WITH_IMM,
     IBV_WR_SEND_WITH_INV as SEND_WITH_INV)
 from .layout import (M_ACCESS, M_ADDR, M_LENGTH, M_MW_TYPE, M_PD, M_QP, M_VALID, Q_ACCESS, Q_ALIVE,
-                     Q_EXPECTED_PSN, Q_MAX_DEST_RD_ATOMIC, Q_MIN_RNR_TIMER, Q_NUM, Q_PATH_MTU, Q_PD, Q_RQ_CONSUMED,
+                     Q_EXPECTED_PSN, Q_MAX_DEST_RD_ATOMIC, Q_MIN_RNR_TIMER, Q_NUM, Q_PATH_MTU, Q_PD, Q_QKEY, Q_RQ_CONSUMED,
                      Q_RQ_POSTED, Q_SRQ, Q_STATE, Q_TYPE, R_NUM_SGE, R_SGES)
 from .operations import ANSWERS_DATA, ATOMICS, CONSUMES_RECEIVE, NEEDS_ACCESS, OPERATIONS
 from rdmalab.wire.psn import PSN_MODULUS
@@ -369,11 +372,90 @@ def invalidable(key):
                    "invalidated", {"key": key}, receive=IBV_WC_REM_INV_REQ_ERR, lands=True)
 
 
+# ---------------------------------------------------------------- a datagram at its destination (UD)
+
+def datagram_qp(r):
+    """A UD QP, ready (RTR or RTS) and alive, takes datagrams; anything else drops them (nothing answers a
+    datagram: the sender never learns)."""
+    h = r.h
+    if h is None:
+        return Verdict("target QP", NO_ANSWER, "no QP takes datagrams at that number and address", {})
+    if h[Q_TYPE] != IBV_QPT_UD or h[Q_STATE] not in (IBV_QPS_RTR, IBV_QPS_RTS) or not h[Q_ALIVE]:
+        return Verdict("datagram QP", NO_ANSWER, "only a UD QP in RTR or RTS takes a datagram",
+                       {"qp_type": int(h[Q_TYPE]), "state": int(h[Q_STATE]), "alive": bool(h[Q_ALIVE])})
+    return None
+
+
+def qkey(r):
+    """The datagram's Q_Key (the AH's remote_qkey in the WR) is the destination QP's; else it is dropped."""
+    if r.h[Q_QKEY] != r.rkey:
+        return Verdict("Q_Key", NO_ANSWER, f"the datagram's Q_Key {r.rkey:#x} is not the QP's {int(r.h[Q_QKEY]):#x}",
+                       {"qkey": r.rkey, "qp_qkey": int(r.h[Q_QKEY])})
+    return None
+
+
+def datagram_receive(r):
+    """A receive is posted; else the datagram is lost (UD has no RNR NAK)."""
+    if r.h[Q_RQ_CONSUMED] == r.h[Q_RQ_POSTED]:
+        return Verdict("receive posted", NO_ANSWER, "no receive is posted: the datagram is lost (UD has no RNR)", {})
+    return None
+
+
+# ---------------------------------------------------------------- binding a memory window (the NIC's own work)
+
+class Bind(NamedTuple):
+    """A BIND_MW WR as the checks read it: the window, the QP that binds it (number, PD object), the window key the
+    WR names, and its bind_info (the MR, addr, length, mw_access_flags)."""
+    mw: object
+    qp_num: int
+    pd: object
+    mw_key: int
+    info: object
+
+
+def bind_rules(b):
+    """rxe_bind_mw's checks, in its order; each refusal completes the WR with MW_BIND_ERR, changing nothing."""
+    mw, mr, addr, length, access = b.mw, b.info._mr, b.info.addr, b.info.length, b.info.mw_access_flags
+    figures = {"mw_key": b.mw_key, "addr": addr, "length": length, "mw_access": access}
+    if mw._closed or b.mw_key != mw._nic_key:
+        return _bind_error("window key", f"the WR names window key {b.mw_key:#x}, not the window's current key "
+                           f"{mw._nic_key:#x}" if not mw._closed else "the window was deallocated", figures)
+    if length and mr.closed:
+        return _bind_error("MR", "the MR to bind the window in was deregistered", figures)
+    if mw._type == IBV_MW_TYPE_2:
+        if mw._window is not None and mw._window.header[M_VALID]:
+            return _bind_error("type 2 window free", "a type 2 window binds only while unbound: invalidate it "
+                               "first (LOCAL_INV, or a SEND_WITH_INV from the peer)", figures)
+        if b.pd is not mw._pd:
+            return _bind_error("type 2 window PD", "a type 2 window binds on a QP of its own PD", figures)
+        if not length:
+            return _bind_error("type 2 window length", "a type 2 window binds to some memory (length 0 unbinds "
+                               "a type 1 window only)", figures)
+    if not length:
+        return None
+    if not mr._access & IBV_ACCESS_MW_BIND:
+        return _bind_error("MR allows binding", f"the MR's access is {access_names(mr._access)}: it lacks MW_BIND",
+                           {**figures, "mr_access": mr._access})
+    if access & (IBV_ACCESS_REMOTE_WRITE | REMOTE_ATOMIC) and not mr._access & LOCAL_WRITE:
+        return _bind_error("MR allows writes", "a window granting REMOTE_WRITE or REMOTE_ATOMIC needs an MR with "
+                           "LOCAL_WRITE", {**figures, "mr_access": mr._access})
+    if addr < mr.buf or addr + length > mr.buf + mr.length:
+        return _bind_error("bounds", f"[{addr:#x}, +{length}) does not lie in the MR [{mr.buf:#x}, +{mr.length})",
+                           {**figures, "mr_start": mr.buf, "mr_length": mr.length})
+    return None
+
+
+def _bind_error(check, rule, figures):
+    return Verdict(check, IBV_WC_MW_BIND_ERR, rule, figures)
+
+
 REQUESTER = (("operation", operation), ("local keys", sources))
 RESPONDER = (("target QP", target), ("QP state", state), ("PSN", sequence), ("operation allowed", allowed),
              ("resources", resources), ("receive posted", receive), ("rkey", rkey), ("path MTU", path_mtu),
              ("alignment", alignment))
 LANDING = (("receive room", receive_room), ("key to invalidate", invalidation), ("answer lands", landing))
+DATAGRAM = (("datagram QP", datagram_qp), ("Q_Key", qkey), ("receive posted", datagram_receive))
+BIND = (("bind", bind_rules),)
 
 
 def first(checks, r):

@@ -27,9 +27,9 @@ from .addr import IPV4_MAPPED
 from .hardware import GIDS, active_mtu
 from .operations import WITH_IMM
 from rdmalab.wire.psn import PSN_MODULUS
-from .constants import (IBV_QPS_ERR, IBV_QPS_RTR, IBV_QPS_RTS, IBV_QPT_UD, IBV_SEND_SOLICITED, IBV_WC_GRH,
-                        IBV_WC_RECV, IBV_WC_SUCCESS, IBV_WC_WITH_IMM)
-from .layout import Q_ALIVE, Q_PD, Q_QKEY, Q_RQ_CONSUMED, Q_RQ_POSTED, Q_STATE, Q_TYPE
+from .constants import (IBV_QPS_ERR, IBV_QPT_UD, IBV_SEND_SOLICITED, IBV_WC_GRH, IBV_WC_RECV, IBV_WC_SUCCESS,
+                        IBV_WC_WITH_IMM, IBV_WR_SEND)
+from .layout import Q_PD, Q_RQ_CONSUMED
 
 GRH_BYTES = 40
 # RoCE v2 headers after the IP header, counted in its length field: UDP 8, BTH 12, DETH 8, ICRC 4
@@ -109,13 +109,10 @@ def land(peer, src_qp, qkey, message, imm, solicited):
     if peer is None or not peer.alive():
         return False
     h = peer.header
-    state = h[Q_STATE]
-    if h[Q_TYPE] != IBV_QPT_UD or (state != IBV_QPS_RTR and state != IBV_QPS_RTS) or h[Q_QKEY] != qkey:
-        return False
     with responder.LOCK:
+        if checks.first(checks.DATAGRAM, checks.Request(IBV_WR_SEND, len(message), rkey=qkey, h=h)) is not None:
+            return False   # dropped: nothing answers a datagram
         consumed = h[Q_RQ_CONSUMED]
-        if consumed == h[Q_RQ_POSTED] or not h[Q_ALIVE]:
-            return False   # no receive posted: the datagram is lost (no RNR for UD)
         refused = peer.rq.scatter(consumed, message, h[Q_PD])
         if refused is None:
             peer.rq.complete(consumed, IBV_WC_SUCCESS, IBV_WC_RECV, len(message), imm or 0,

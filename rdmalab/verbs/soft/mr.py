@@ -242,20 +242,10 @@ class MW(Resource):
         """True while a binding of this window opens part of `mr` (and nobody invalidated it)."""
         return self._window is not None and self._window.mr is mr and bool(self._window.header[M_VALID])
 
-    def _bind(self, qp_num, qp_pd, mw_key, new_key, info):
-        """The NIC binds the window (rxe_bind_mw): False, changing nothing, if a rule forbids it (the
-        WR then completes with MW_BIND_ERR). A length of 0 unbinds a type 1 window."""
+    def _bind(self, qp_num, new_key, info):
+        """The NIC binds the window (rxe_bind_mw), once checks.BIND has passed the WR (a refusal completes it
+        with MW_BIND_ERR, changing nothing). A length of 0 unbinds a type 1 window."""
         mr, addr, length, access = info._mr, info.addr, info.length, info.mw_access_flags
-        if self._closed or mw_key != self._nic_key or length and mr.closed:
-            return False
-        if self._type == IBV_MW_TYPE_2 and (self._window is not None and self._window.header[M_VALID]
-                                            or qp_pd is not self._pd or not length):
-            return False   # a type 2 window binds when free, on a QP of its PD, to something
-        if length and (not mr._access & IBV_ACCESS_MW_BIND
-                       or access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)
-                       and not mr._access & IBV_ACCESS_LOCAL_WRITE
-                       or addr < mr.buf or addr + length > mr.buf + mr.length):
-            return False
         self._unbind()
         self._nic_key = self._nic_key & ~0xFF | new_key & 0xFF
         if length:

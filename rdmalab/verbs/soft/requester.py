@@ -45,7 +45,7 @@ from .constants import (
     IBV_WC_WITH_IMM, IBV_WC_WR_FLUSH_ERR,
     IBV_WR_RDMA_READ as READ, IBV_WR_RDMA_WRITE as WRITE, IBV_WR_RDMA_WRITE_WITH_IMM as WRITE_WITH_IMM,
     IBV_WR_SEND as SEND, IBV_WR_SEND_WITH_INV as SEND_WITH_INV,
-    IBV_WR_BIND_MW as BIND_MW, IBV_WC_MW_BIND_ERR)
+    IBV_WR_BIND_MW as BIND_MW)
 from .layout import (C_ARMED, M_VALID, P_ANSWER, P_COUNT, P_DEST, P_FLAGS, P_IMM, P_LENGTH,
                      P_NUM_SGE, P_OPCODE, P_PSN, P_REMOTE_ADDR, P_RKEY, P_SGES, P_STATE, Q_EXPECTED_PSN, Q_GENERATION,
                      Q_NUM, Q_PATH_MTU, Q_PD, Q_RNR_WAITING, Q_RQ_CONSUMED, Q_RQ_POSTED, Q_STATE,
@@ -598,8 +598,10 @@ def local_operation(sq, wqe):
     window by its key, wr.imm_data (ibv_send_wr's invalidate_rkey shares imm_data's place): anything
     else is LOC_QP_OP_ERR. Either error moves the QP to ERR, as any failed WR does."""
     if wqe.opcode == BIND_MW:
-        if not wqe._bind_mw._bind(sq.qp_num, sq.pd, wqe._mw_rkey, wqe._rkey, wqe._bind_info):
-            return fail(sq, wqe, IBV_WC_MW_BIND_ERR)
+        refused = checks.first(checks.BIND, checks.Bind(wqe._bind_mw, sq.qp_num, sq.pd, wqe._mw_rkey, wqe._bind_info))
+        if refused is not None:
+            return fail(sq, wqe, refused.answer)
+        wqe._bind_mw._bind(sq.qp_num, wqe._rkey, wqe._bind_info)
     elif not invalidate(wqe.imm_data):
         return fail(sq, wqe, IBV_WC_LOC_QP_OP_ERR)
     return complete(sq, wqe, IBV_WC_SUCCESS)
