@@ -361,6 +361,51 @@ def test_a_write_with_imm_must_fit_the_responders_path_mtu(ctx, gid_index, make_
     assert p.dst.read(length, 0) == (b"M" * length if landed else bytes(length))
 
 
+MTUS = {1024: e.IBV_MTU_1024, 4096: e.IBV_MTU_4096}
+
+
+@pytest.mark.parametrize("opcode", [e.IBV_WR_RDMA_WRITE, e.IBV_WR_SEND, e.IBV_WR_RDMA_READ])
+@pytest.mark.parametrize("requester_mtu, responder_mtu", [(4096, 1024), (1024, 4096)])
+@pytest.mark.parametrize("length", [1000, 3000, 4096])
+def test_when_the_two_sides_path_mtus_differ(ctx, gid_index, make_pair, opcode, requester_mtu, responder_mtu,
+                                              length):
+    # Linux 6.1's rxe, as rxe0 showed it (2026-12-06): a message of one packet at the smaller MTU goes through.
+    # Longer: a WRITE is an invalid request (check_rkey: every packet but the last one MTU), both QPs in ERR,
+    # nothing lands; a SEND is not held to the MTU and lands whole. A READ is answered in packets of the
+    # responder's MTU: from a smaller responder MTU the requester takes the response for the PSN it reserved,
+    # whose bytes land, and not the rest, then resends until retry_cnt runs out: RETRY_EXC_ERR, the requester
+    # in ERR, the responder still in RTS. From a larger one it takes the single response whole.
+    p = make_pair(connect=False)
+    to_init(p.a)
+    to_init(p.b)
+    for qp, dest, mtu in ((p.a, p.b.qp_num, requester_mtu), (p.b, p.a.qp_num, responder_mtu)):
+        attr = rtr_attr(ctx, gid_index, dest)
+        attr.path_mtu = MTUS[mtu]
+        qp.modify(attr, RTR_MASK)
+    to_rts(p.a, retry_cnt=2)
+    to_rts(p.b)
+    source, target = (p.dst, p.src) if opcode == e.IBV_WR_RDMA_READ else (p.src, p.dst)
+    source.write(b"M" * length, length)
+    if opcode == e.IBV_WR_SEND:
+        p.b.post_recv(recv_wr(p.dst, 4096, wr_id=9))
+        p.a.post_send(send_wr(p.src, length, opcode))
+    else:
+        p.a.post_send(rdma(p, opcode, length=length))
+    one_packet = length <= min(requester_mtu, responder_mtu)
+    refused = not one_packet and (opcode == e.IBV_WR_RDMA_WRITE or opcode == e.IBV_WR_RDMA_READ
+                                  and requester_mtu > responder_mtu)
+    status = e.IBV_WC_SUCCESS if not refused else \
+        e.IBV_WC_REM_INV_REQ_ERR if opcode == e.IBV_WR_RDMA_WRITE else e.IBV_WC_RETRY_EXC_ERR
+    assert [c["status"] for c in poll(p.cq_a, 1, 15)] == [status]
+    receives = [(c["wr_id"], c["status"], c["byte_len"]) for c in poll(p.cq_b, 1, 0.3)]
+    assert receives == ([(9, e.IBV_WC_SUCCESS, length)] if opcode == e.IBV_WR_SEND else [])
+    assert (states(p.a)[1], states(p.b)[1]) == ((RTS, RTS) if not refused else (ERR, RTS) if
+                                                opcode == e.IBV_WR_RDMA_READ else (ERR, ERR))
+    landed = target.read(length, 0)
+    expected = length if not refused else 0 if opcode == e.IBV_WR_RDMA_WRITE else responder_mtu
+    assert landed == b"M" * expected + bytes(length - expected)
+
+
 def test_a_full_receive_queue_is_enomem(make_pair):
     p = make_pair(cap=v.qp.QPCap(max_send_wr=2, max_recv_wr=2))  # capacity 3 each
     results = [rdma_error(lambda i=i: p.b.post_recv(recv_wr(p.dst, 8, wr_id=400 + i))) for i in range(5)]

@@ -31,7 +31,7 @@ from .constants import (
     IBV_QPS_RTS, IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD, IBV_WC_MW_BIND_ERR,
     IBV_SEND_INLINE, IBV_WC_LOC_PROT_ERR, IBV_WC_LOC_QP_OP_ERR, IBV_WC_REM_ACCESS_ERR, IBV_WC_REM_INV_REQ_ERR,
     IBV_WC_REM_OP_ERR, IBV_WC_RETRY_EXC_ERR, IBV_WC_RNR_RETRY_EXC_ERR, IBV_WC_SUCCESS, IBV_WR_RDMA_WRITE as WRITE, IBV_WR_RDMA_WRITE_WITH_IMM as WRITE_WITH_IMM,
-    IBV_WR_SEND_WITH_INV as SEND_WITH_INV)
+    IBV_WR_RDMA_READ as READ, IBV_WR_SEND_WITH_INV as SEND_WITH_INV)
 from .layout import (M_ACCESS, M_ADDR, M_LENGTH, M_MW_TYPE, M_PD, M_QP, M_VALID, Q_ACCESS, Q_ALIVE,
                      Q_EXPECTED_PSN, Q_MAX_DEST_RD_ATOMIC, Q_MIN_RNR_TIMER, Q_NUM, Q_PATH_MTU, Q_PD, Q_QKEY, Q_RQ_CONSUMED,
                      Q_RQ_POSTED, Q_SRQ, Q_STATE, Q_TYPE, R_NUM_SGE, R_SGES)
@@ -284,11 +284,21 @@ def path_mtu(r):
     """A WRITE (or WRITE_WITH_IMM) sent in packets of the requester's MTU fits the responder's path MTU as rxe
     (Linux 6.1's check_rkey) checks it: while more than one MTU is left, a packet carries exactly one MTU;
     the last, all that is left. So both sides must agree on the MTU for a WRITE of more than the smaller one
-    (else an invalid request; a WRITE_WITH_IMM had taken a receive, which fails with it)."""
+    (else an invalid request; a WRITE_WITH_IMM had taken a receive, which fails with it). A SEND is not held
+    to it. A READ is answered in packets of the responder's MTU: if that is smaller than the requester's, and
+    the READ longer, the requester takes the responses for the PSNs it reserved (one per packet of its own
+    MTU) and no more, and resends until retry_cnt runs out (RETRY_EXC_ERR; what it took has landed)."""
     h = r.h
-    if h is None or r.opcode not in (WRITE, WRITE_WITH_IMM) or not r.mtu or not r.length:
+    if h is None or r.opcode not in (WRITE, WRITE_WITH_IMM, READ) or not r.mtu or not r.length:
         return None
     own = 128 << h[Q_PATH_MTU]
+    if r.opcode == READ:
+        if r.mtu <= own or r.length <= own:
+            return None
+        landed = min(r.length, own * r.count)
+        return Verdict("path MTU", NO_ANSWER, f"the READ's answer comes in packets of the target's path MTU of {own} "
+                       f"bytes, not {r.mtu}: the requester takes {landed} bytes of {r.length} and waits for the rest",
+                       {"mtu": r.mtu, "responder_mtu": own, "length": r.length, "landed": landed}, lands=True)
     first = min(r.length, r.mtu)
     if (first == own) if r.length > own else (first == r.length):
         return None

@@ -587,6 +587,8 @@ def attempt(sq, wqe, pending):
             Shortcut.remember(sq, wqe, peer, generation)
         return None
     if answer == NO_ANSWER:
+        if data is not None:   # a READ's first responses, before the rest went past its PSNs (checks.path_mtu)
+            _scatter(sq, wqe, data)
         return _wait_for_ack(sq, wqe, pending)
     if answer == RNR_NAK:
         return _wait_for_receive(sq, wqe, pending, data)

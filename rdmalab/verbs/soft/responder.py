@@ -295,7 +295,7 @@ def respond(peer, wqe, payload, length, psn, count, mtu=None):
     segments it at its path MTU, `mtu` bytes; None: its packets are not checked against the responder's).
     `payload` holds the data of a WRITE or SEND (`length` bytes). checks.RESPONDER decides whether it may;
     this carries out the verdict. Returns (answer, data): ACK with a READ's bytes or an atomic's old value
-    (else None), NO_ANSWER, RNR_NAK with the timer in ms, or a NAK's status."""
+    (else None), NO_ANSWER (with the bytes of a READ whose first responses reach the requester, checks.path_mtu), RNR_NAK with the timer in ms, or a NAK's status."""
     if wqe.opcode in CONSUMES_RECEIVE:
         with LOCK:   # (the receive it takes, against this process's other threads)
             return _respond(peer, wqe, payload, length, psn, count, mtu)
@@ -312,6 +312,8 @@ def _respond(peer, wqe, payload, length, psn, count, mtu):
         elif h[Q_SEQ_NAKED]:
             h[Q_SEQ_NAKED] = 0   # (the next request ahead is NAKed and counted anew)
     if verdict is not None:
+        if verdict.lands and wqe.opcode == READ:   # the responses the requester takes (checks.path_mtu) carry these
+            return NO_ANSWER, request.seg.bytes[request.offset:request.offset + verdict.figures["landed"]]
         return _refuse(peer, verdict, wqe)
     opcode = wqe.opcode
     if opcode in CONSUMES_RECEIVE:

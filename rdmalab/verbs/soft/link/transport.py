@@ -62,14 +62,14 @@ _AETH_ACK = struct.Struct("!I")
 class WQE:
     """A send work request as the NIC holds it, with the PSNs it was given."""
     __slots__ = ("seq", "wr_id", "opcode", "flags", "sges", "remote_addr", "rkey", "imm", "compare_add", "swap",
-                 "inline", "status", "length", "first", "count", "data", "got", "done", "rnr_left")
+                 "inline", "status", "length", "first", "count", "data", "got", "landed", "done", "rnr_left")
 
     def __init__(self, seq, wr_id, opcode, flags, sges, remote_addr, rkey, imm, compare_add, swap, inline, status):
         self.seq, self.wr_id, self.opcode, self.flags, self.sges = seq, wr_id, opcode, flags, sges
         self.remote_addr, self.rkey, self.imm, self.compare_add, self.swap = remote_addr, rkey, imm, compare_add, swap
         self.inline, self.status = inline, status
         self.length = len(inline) if inline is not None else sum(sge[1] for sge in sges)
-        self.first = self.count = 0
+        self.first = self.count = self.landed = 0   # landed: a READ's bytes in so far (got: its responses)
         self.data, self.got, self.done, self.rnr_left = None, 0, False, None
 
     @property
@@ -166,8 +166,8 @@ class Requester:
         """Packet number `index` of `wqe` (a READ's request for the rest of its data from there)."""
         conn, mtu, op = self.conn, self.conn.mtu, wqe.opcode
         psn = psn_add(wqe.first, index)
-        if op == READ:
-            offset = index * mtu
+        if op == READ:   # (index is wqe.got: the rest is asked for from the first byte not in)
+            offset = wqe.landed
             pkt = Packet(Op.RC_RDMA_READ_REQUEST, conn.dest_qpn, psn, a=True,
                          reth=RETH(wqe.remote_addr + offset, wqe.rkey, wqe.length - offset))
             self.next = psn_add(wqe.first, wqe.count)
@@ -266,11 +266,14 @@ class Requester:
             if pkt.aeth is not None:
                 self.ack(psn_add(pkt.psn, -1), now)
             self.progress(now)
-            if not self.scatter(wqe, wqe.got * self.conn.mtu, pkt.payload):
+            if not self.scatter(wqe, wqe.landed, pkt.payload):
                 self.finish(wqe, IBV_WC_LOC_PROT_ERR)
                 return
             wqe.got += 1
-            if wqe.got == wqe.count:
+            wqe.landed += len(pkt.payload)
+            # done at the last response, all bytes in (as rxe's completer): a responder whose MTU is smaller
+            # than ours sends more responses than we reserved PSNs for, and the ones past them are not ours
+            if op in (Op.RC_RDMA_READ_RESPONSE_LAST, Op.RC_RDMA_READ_RESPONSE_ONLY) and wqe.landed >= wqe.length:
                 self.finish(wqe, IBV_WC_SUCCESS)
         self.complete_ready()
 
@@ -498,7 +501,8 @@ class Responder:
                 self.ack(nic, pkt.psn)
             return
         part, payload, request = got
-        answer, _ = verbs_responder.respond(peer, request, payload, len(payload), part.first, part.count)
+        answer, _ = verbs_responder.respond(peer, request, payload, len(payload), part.first, part.count,
+                                            self.sender_mtu(part))
         self.answer(answer, part.first, pkt.psn, pkt.a, h, nic)
 
     def unreliable(self, pkt, ahead, peer, nic):
@@ -515,12 +519,14 @@ class Responder:
         got = self.take(pkt, operation, position)   # (a packet that does not fit loses its message)
         if got is not None and got is not BAD:
             part, payload, request = got
-            verbs_responder.respond(peer, request, payload, len(payload), part.first, part.count)   # (nobody hears)
+            verbs_responder.respond(peer, request, payload, len(payload), part.first, part.count,
+                                    self.sender_mtu(part))   # (nobody hears)
 
     def take(self, pkt, operation, position):
         """Add a SEND's or WRITE's packet to its message: None while more are to come; at its last packet
         (part, payload, Request); BAD, the message dropped, for a packet that does not fit (out of the
-        opcode sequence, not one MTU but the last, a WRITE whose packets do not add up to its length)."""
+        opcode sequence, not the size of the first but the last, a WRITE whose packets do not add up to its
+        length). Whether the sender's MTU fits ours is respond()'s to judge (sender_mtu)."""
         if position in (0, 3):
             if self.partial is not None:
                 self.partial = None
@@ -529,10 +535,11 @@ class Responder:
         elif self.partial is None or self.partial.kind != MESSAGE[operation]:
             self.partial = None
             return BAD   # a MIDDLE or LAST with no FIRST before it
-        part, mtu = self.partial, self.conn.mtu
-        if position in (0, 1) and len(pkt.payload) != mtu or position in (2, 3) and len(pkt.payload) > mtu:
+        part = self.partial
+        if position == 1 and len(pkt.payload) != len(part.chunks[0]) or \
+                position == 2 and len(pkt.payload) > len(part.chunks[0]):
             self.partial = None
-            return BAD
+            return BAD   # a train whose packets are not all of its first one's size (the sender's MTU)
         part.chunks.append(pkt.payload)
         part.count += 1
         if position in (0, 1):
@@ -545,6 +552,13 @@ class Responder:
         return part, payload, Request(operation, reth.va if reth else 0, reth.r_key if reth else 0,
                                       pkt.immdt.imm_data if pkt.immdt else pkt.ieth.r_key if pkt.ieth else 0,
                                       IBV_SEND_SOLICITED if pkt.se else 0)
+
+    @staticmethod
+    def sender_mtu(part):
+        """The MTU a message's packets say their sender used: its first packet's size (all of a one-packet
+        message's). respond() holds it to the responder's path MTU (checks.path_mtu), as the shared-memory
+        link holds the requester's."""
+        return len(part.chunks[0])
 
     def read_or_atomic(self, pkt, peer, nic):
         h, mtu = peer.header, self.conn.mtu
