@@ -59,6 +59,7 @@ def test_an_armed_cq_raises_one_event_for_its_next_completions(make_pair, channe
 def test_completions_already_in_the_cq_raise_no_event(make_pair, channel):
     p = make_pair(channel=channel)
     write(p, 1)
+    time.sleep(0.5)   # (a NIC completes after post_send returns: rxe in microseconds, soft0's udp link later)
     p.cq_a.req_notify()
     assert next_event(channel, p.cq_a) == 4         # only a completion after arming raises one
     write(p, 2)

@@ -5,7 +5,8 @@ programs are tests/wire/link_agent.py, driven one command at a time.
 Checked: every operation's data and completions on both sides, multi-packet messages at MTU 1024,
 a bad rkey (NAK, target memory untouched, both QPs in ERR), RNR then success, and that nothing is
 left behind: no NIC process, no shared-memory segment, after the programs exit or are killed, and
-after a NIC is killed (its program gets error completions, not a hang).
+after a NIC is killed (its program gets error completions, not a hang). And the whole conformance suite
+(tests/conformance, which rxe0 judges) observes the same on the udp link as on shared memory.
 """
 import json
 import os
@@ -783,3 +784,35 @@ def test_the_allreduce_runs_over_the_wire_link_and_is_right_every_time(monkeypat
         assert hosts == ["127.0.15.7", "127.0.15.8"], hosts
         assert all(c["sent_pkts"] > 0 and c["rcvd_pkts"] > 0 for c in counters), counters
     assert wait_until(lambda: not nic_processes(("127.0.15.7", "127.0.15.8")), 20), "the NICs end with the ranks"
+
+
+# ---------------------------------------------------------------- the conformance suite, on both links
+
+def test_the_conformance_suite_observes_the_same_on_the_udp_link_as_on_shared_memory(tmp_path):
+    """tests/conformance, which rxe0 judges for the shared-memory link in the guest (softroce/guest-tests.sh),
+    run on each link with RDMALAB_TRACE: every test passes on both, and observes the same completions, errnos,
+    QP states and memory. The udp link's QPs reach each other through this host's NIC process, in packets."""
+    traces = {}
+    for link in ("shm", "udp"):
+        traces[link] = tmp_path / f"{link}.json"
+        run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/conformance"],
+                             cwd=ROOT, capture_output=True, text=True, timeout=900,
+                             env={**os.environ, "PYTHONPATH": ROOT, "RDMALAB_PROVIDER": "soft", "RDMALAB_SOFT_LINK": link,
+                                  "RDMALAB_TRACE": str(traces[link])})
+        assert run.returncode == 0, (link, run.stdout[-3000:])
+    sys.path.insert(0, os.path.join(ROOT, "softroce"))
+    try:
+        from compare_traces import compare
+    finally:
+        sys.path.pop(0)
+    shm_tests, udp_tests = (json.loads(traces[link].read_text())["tests"] for link in ("shm", "udp"))
+    for test in PORT_DEPENDENT:   # passed on both links; what they observe is sized by the port
+        assert shm_tests.pop(test) != udp_tests.pop(test), f"{test} no longer differs: take it off PORT_DEPENDENT"
+    assert compare(shm_tests, udp_tests) == []
+    assert wait_until(lambda: not nic_processes())
+
+
+# a conformance test whose observations are sized by the port's active MTU (hardware.active_mtu): 1024 on the
+# shared-memory link (soft0 stands for rxe on an Ethernet of MTU 1500), 4096 on the udp link over lo (rxe's rule
+# for lo's MTU of 65536)
+PORT_DEPENDENT = ["tests/conformance/test_datagrams.py::test_ud_send_larger_than_the_mtu_completes_and_is_lost"]

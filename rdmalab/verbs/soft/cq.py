@@ -377,6 +377,8 @@ class CQ(Resource):
         """Arm the CQ: the next completion (solicited_only: the next solicited receive) raises one
         event on the CQ's channel."""
         self.check_open()
+        if self._timed or self._nics:   # what the NIC has completed already is in the CQ, not "next" (udp link)
+            self.tend()
         self._segment.header[C_ARMED] = SOLICITED_ONLY if solicited_only else NEXT_COMPLETION
 
     def ack_events(self, num_events):
