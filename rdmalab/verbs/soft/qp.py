@@ -671,7 +671,8 @@ def walk(qp, wr):
     if remote is not None and remote.answer == checks.NO_ANSWER:
         retries = (f"the requester resends after each ACK timeout, retry_cnt ({send.retry_cnt}) times, then fails "
                    f"with RETRY_EXC_ERR (12)" if send.retry_cnt < 7 else "the requester resends for ever (retry_cnt 7)")
-        return stages + [("responder", f"{at}: {remote.rule}: nothing comes back; {retries}", False)], \
+        back = "the rest never comes" if remote.lands else "nothing comes back"   # (lands: a READ's first responses)
+        return stages + [("responder", f"{at}: {remote.rule}: {back}; {retries}", False)], \
             IBV_WC_RETRY_EXC_ERR if send.retry_cnt < 7 else None
     if remote is not None and remote.answer == checks.RNR_NAK:
         then = (f"rnr_retry ({send.rnr_retry}) times, then fails with RNR_RETRY_EXC_ERR (13) unless a receive "
