@@ -12,7 +12,7 @@ class _Line:
         self.text = text
 
     def _repr_html_(self):
-        return f"<p style='color:#57606a;margin:2px 0'>&#8987; {html.escape(self.text)}</p>"
+        return f"<p style='color:#57606a;margin:2px 0'>&#8250; {html.escape(self.text)}</p>"   # (a glyph every font has)
 
     def __repr__(self):
         return self.text
