@@ -1,11 +1,13 @@
 """The RC state machine: required masks, illegal jumps, cached and queried state, queue sizes."""
+import time
 from errno import EINVAL, ENODATA
 
 import pytest
 
 from rdmalab import verbs as v
 
-from .conftest import ALL_ACCESS, RTR_MASK, e, rdma_error, rtr_attr, send_wr, states, to_init, to_rtr, to_rts
+from .conftest import (ALL_ACCESS, RTR_MASK, e, poll, rdma_error, recv_wr, rtr_attr, send_wr, states, to_init, to_rtr,
+                       to_rts)
 
 
 @pytest.fixture
@@ -133,3 +135,70 @@ def test_an_empty_source_gid_index_is_enodata(ctx, gid_index, qp):
     empty = next(i for i in range(2, 64) if str(ctx.query_gid(1, i)) == ":".join(["0000"] * 8))
     assert rdma_error(lambda: qp.modify(rtr_attr(ctx, empty, qp.qp_num), RTR_MASK)) == ENODATA
     assert states(qp) == (e.IBV_QPS_INIT, e.IBV_QPS_INIT)
+
+
+# ---------------------------------------------------------------- SQD: the send queue drained (probed on rxe0)
+
+def to_sqd(ctx, qp, mask=0, **attrs):
+    """Move `qp` to SQD: (errno or None, the async event that came of it, or -1: none within 0.5 s). The event
+    is taken here, so that no later test reads it (the context, and its event queue, is the session's)."""
+    from .test_events import next_async_event
+    return modify(qp, e.IBV_QPS_SQD, mask, **attrs), next_async_event(ctx)
+
+
+def sqd_write(p, wr_id, offset):
+    w = send_wr(p.src, 8, e.IBV_WR_RDMA_WRITE, wr_id=wr_id, offset=offset)
+    w.set_wr_rdma(p.dst.rkey, p.dst.buf + offset)
+    return rdma_error(lambda: p.a.post_send(w))
+
+
+def test_in_sqd_the_send_queue_starts_nothing_and_the_receive_queue_goes_on(ctx, make_pair):
+    """RTS to SQD raises IBV_EVENT_SQ_DRAINED (once, with or without en_sqd_async_notify, which query reports as
+    0). A WR posted in SQD is taken, but nothing goes out, not even after SQD to RTS: only at the next post,
+    which carries out both, in order. Meanwhile the QP takes what its peer sends; SQD to SQD may change
+    attributes (here the ACK timeout)."""
+    from .test_events import next_async_event
+    p = make_pair()
+    p.src.write(b"SQ" * 16, 32)
+    while next_async_event(ctx, 0.1) != -1:   # (one an earlier test left)
+        pass
+    assert to_sqd(ctx, p.a, e.IBV_QP_EN_SQD_ASYNC_NOTIFY, en_sqd_async_notify=1) == (None, e.IBV_EVENT_SQ_DRAINED)
+    assert next_async_event(ctx, 0.3) == -1
+    assert states(p.a) == (e.IBV_QPS_SQD, e.IBV_QPS_SQD)
+    assert int(p.a.query(e.IBV_QP_EN_SQD_ASYNC_NOTIFY)[0].en_sqd_async_notify) == 0
+    assert sqd_write(p, 11, 0) is None
+    assert poll(p.cq_a, 1, 0.5) == [] and p.dst.read(8, 0) == bytes(8)
+    p.a.post_recv(recv_wr(p.dst, 64, wr_id=21, offset=1024))
+    p.b.post_send(send_wr(p.src, 8, e.IBV_WR_SEND, wr_id=12))
+    assert [(c["wr_id"], c["status"]) for c in poll(p.cq_b)] == [(12, e.IBV_WC_SUCCESS)]
+    assert [(c["wr_id"], c["status"]) for c in poll(p.cq_a)] == [(21, e.IBV_WC_SUCCESS)]
+    assert to_sqd(ctx, p.a, e.IBV_QP_TIMEOUT, timeout=10) == (None, -1)   # (SQD to SQD: no second event)
+    assert modify(p.a, e.IBV_QPS_RTS) is None and states(p.a) == (e.IBV_QPS_RTS, e.IBV_QPS_RTS)
+    assert poll(p.cq_a, 1, 0.5) == []
+    assert sqd_write(p, 13, 16) is None
+    assert [(c["wr_id"], c["status"]) for c in poll(p.cq_a, 2)] == [(11, e.IBV_WC_SUCCESS), (13, e.IBV_WC_SUCCESS)]
+    assert p.dst.read(32, 0) == b"SQ" * 4 + bytes(8) + b"SQ" * 4 + bytes(8)
+
+
+def test_sqd_to_err_flushes_what_it_held_and_sqd_moves_only_to_rts_sqd_err_or_reset(ctx, make_pair):
+    p = make_pair()
+    assert to_sqd(ctx, p.a) == (None, e.IBV_EVENT_SQ_DRAINED) and sqd_write(p, 31, 0) is None
+    assert modify(p.a, e.IBV_QPS_ERR) is None
+    assert [(c["wr_id"], c["status"]) for c in poll(p.cq_a)] == [(31, e.IBV_WC_WR_FLUSH_ERR)]
+    q = make_pair()
+    assert to_sqd(ctx, q.a) == (None, e.IBV_EVENT_SQ_DRAINED)
+    assert modify(q.a, e.IBV_QPS_RTR) == EINVAL and states(q.a)[1] == e.IBV_QPS_SQD
+    assert modify(q.a, e.IBV_QPS_RESET) is None
+    assert to_sqd(ctx, q.a) == (EINVAL, -1)   # from RESET
+
+
+def test_a_send_waiting_out_rnr_naks_is_not_resent_in_sqd(ctx, make_pair):
+    """On rxe0 the SEND, RNR NAKed, is not sent again once the QP is in SQD: the receive posted then stays
+    untaken and nothing completes (IBV_EVENT_SQ_DRAINED comes at once all the same)."""
+    p = make_pair()
+    p.a.post_send(send_wr(p.src, 8, e.IBV_WR_SEND, wr_id=41))
+    time.sleep(0.2)
+    assert to_sqd(ctx, p.a) == (None, e.IBV_EVENT_SQ_DRAINED)
+    p.b.post_recv(recv_wr(p.dst, 64, wr_id=42))
+    assert poll(p.cq_a, 1, 1.0) == [] and poll(p.cq_b, 1, 0.5) == []
+    assert states(p.a) == (e.IBV_QPS_SQD, e.IBV_QPS_SQD)

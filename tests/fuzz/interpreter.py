@@ -69,7 +69,6 @@ CONSUME_RECEIVE = ("RDMA_WRITE_WITH_IMM", "SEND", "SEND_WITH_IMM")
 # What soft0 does not model (docs/emulated-nic.md, "What it does not model"); a program that reaches one
 # is marked with a "known difference" observation, and the differential counts its difference as known.
 KNOWN = {
-    "SQD": "rxe moves an RC QP from RTS to SQD (send queue drain); soft0 has no SQD state (errno 22)",
     "local error past the first packet": "rxe reads a WRITE's or SEND's local SGEs packet by packet, so the "
     "responder judges the first packets (and may NAK them: REM_ACCESS_ERR, both QPs in ERR) before the "
     "requester finds a bad local SGE further on; soft0 checks every local SGE before sending anything",
@@ -323,8 +322,6 @@ class Run:
         return code
 
     def step_modify(self, step):
-        if step["state"] == "SQD":
-            self.known("SQD")
         failed = self.modify(step["qp"], step["state"], step["mask"])
         if not failed:
             self.troubled |= step["state"] in ("ERR", "RESET", "SQD")

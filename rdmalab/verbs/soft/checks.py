@@ -28,7 +28,7 @@ from . import mr as mrmod
 from .constants import (
     IBV_ACCESS_LOCAL_WRITE as LOCAL_WRITE, IBV_ACCESS_REMOTE_ATOMIC as REMOTE_ATOMIC,
     IBV_ACCESS_MW_BIND, IBV_ACCESS_REMOTE_READ as REMOTE_READ, IBV_ACCESS_REMOTE_WRITE, IBV_MW_TYPE_2, IBV_QPS_RTR,
-    IBV_QPS_RTS, IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD, IBV_WC_MW_BIND_ERR,
+    IBV_QPS_RTS, IBV_QPS_SQD, IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD, IBV_WC_MW_BIND_ERR,
     IBV_SEND_INLINE, IBV_WC_LOC_PROT_ERR, IBV_WC_LOC_QP_OP_ERR, IBV_WC_REM_ACCESS_ERR, IBV_WC_REM_INV_REQ_ERR,
     IBV_WC_REM_OP_ERR, IBV_WC_RETRY_EXC_ERR, IBV_WC_RNR_RETRY_EXC_ERR, IBV_WC_SUCCESS, IBV_WR_RDMA_WRITE as WRITE, IBV_WR_RDMA_WRITE_WITH_IMM as WRITE_WITH_IMM,
     IBV_WR_RDMA_READ as READ, IBV_WR_SEND_WITH_INV as SEND_WITH_INV)
@@ -39,6 +39,7 @@ from .operations import ANSWERS_DATA, ATOMICS, CONSUMES_RECEIVE, NEEDS_ACCESS, O
 from rdmalab.wire.psn import PSN_MODULUS
 
 ACK, NO_ANSWER, RNR_NAK = IBV_WC_SUCCESS, -1, -2   # what a responder answers, besides a NAK's status
+RECEIVING = (IBV_QPS_RTR, IBV_QPS_RTS, IBV_QPS_SQD)   # the states a QP takes requests in (SQD drains sends only)
 # min_rnr_timer encodings (IB spec table 45), in milliseconds
 RNR_TIMER_MS = [655.36, 0.01, 0.02, 0.03, 0.04, 0.06, 0.08, 0.12, 0.16, 0.24, 0.32, 0.48, 0.64, 0.96,
                 1.28, 1.92, 2.56, 3.84, 5.12, 7.68, 10.24, 15.36, 20.48, 30.72, 40.96, 61.44, 81.92,
@@ -165,10 +166,10 @@ def target(r):
 
 
 def state(r):
-    """The target QP is in RTR or RTS (and alive); else it drops the packets, unanswered."""
+    """The target QP is in RTR, RTS or SQD (and alive); else it drops the packets, unanswered."""
     h = r.h
-    if h is not None and (h[Q_STATE] not in (IBV_QPS_RTR, IBV_QPS_RTS) or not h[Q_ALIVE]):
-        return Verdict("QP state", NO_ANSWER, "a QP takes requests only in RTR or RTS",
+    if h is not None and (h[Q_STATE] not in RECEIVING or not h[Q_ALIVE]):
+        return Verdict("QP state", NO_ANSWER, "a QP takes requests only in RTR, RTS or SQD",
                        {"state": int(h[Q_STATE]), "alive": bool(h[Q_ALIVE])})
     return None
 
@@ -385,13 +386,13 @@ def invalidable(key):
 # ---------------------------------------------------------------- a datagram at its destination (UD)
 
 def datagram_qp(r):
-    """A UD QP, ready (RTR or RTS) and alive, takes datagrams; anything else drops them (nothing answers a
+    """A UD QP, ready (RTR, RTS or SQD) and alive, takes datagrams; anything else drops them (nothing answers a
     datagram: the sender never learns)."""
     h = r.h
     if h is None:
         return Verdict("target QP", NO_ANSWER, "no QP takes datagrams at that number and address", {})
-    if h[Q_TYPE] != IBV_QPT_UD or h[Q_STATE] not in (IBV_QPS_RTR, IBV_QPS_RTS) or not h[Q_ALIVE]:
-        return Verdict("datagram QP", NO_ANSWER, "only a UD QP in RTR or RTS takes a datagram",
+    if h[Q_TYPE] != IBV_QPT_UD or h[Q_STATE] not in RECEIVING or not h[Q_ALIVE]:
+        return Verdict("datagram QP", NO_ANSWER, "only a UD QP in RTR, RTS or SQD takes a datagram",
                        {"qp_type": int(h[Q_TYPE]), "state": int(h[Q_STATE]), "alive": bool(h[Q_ALIVE])})
     return None
 

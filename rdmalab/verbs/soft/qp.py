@@ -28,8 +28,9 @@ from .constants import (
     IBV_QP_PATH_MTU as PATH_MTU, IBV_QP_PKEY_INDEX as PKEY_INDEX, IBV_QP_PORT as PORT, IBV_QP_QKEY as QKEY,
     IBV_QP_RETRY_CNT as RETRY_CNT, IBV_QP_RNR_RETRY as RNR_RETRY, IBV_QP_RQ_PSN as RQ_PSN,
     IBV_QP_SQ_PSN as SQ_PSN, IBV_QP_STATE as STATE, IBV_QP_TIMEOUT as TIMEOUT,
+    IBV_QP_EN_SQD_ASYNC_NOTIFY as EN_SQD_ASYNC_NOTIFY,
     IBV_QPS_ERR as ERR, IBV_QPS_INIT as INIT, IBV_QPS_RESET as RESET, IBV_QPS_RTR as RTR,
-    IBV_QPS_RTS as RTS, IBV_MTU_256, IBV_MTU_1024, IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD, IBV_SEND_INLINE,
+    IBV_QPS_RTS as RTS, IBV_QPS_SQD as SQD, IBV_EVENT_SQ_DRAINED, IBV_MTU_256, IBV_MTU_1024, IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD, IBV_SEND_INLINE,
     IBV_ACCESS_ZERO_BASED, IBV_MW_TYPE_1, IBV_WR_BIND_MW,
     IBV_QP_INIT_ATTR_CREATE_FLAGS, IBV_QP_INIT_ATTR_PD,
     IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)
@@ -58,8 +59,13 @@ TRANSITIONS = {
     (RTR, RTS): (SQ_PSN | TIMEOUT | RETRY_CNT | RNR_RETRY | MAX_QP_RD_ATOMIC,
                  CUR_STATE | ALT_PATH | ACCESS_FLAGS | MIN_RNR_TIMER | PATH_MIG_STATE),
     (RTS, RTS): (0, CUR_STATE | ACCESS_FLAGS | ALT_PATH | PATH_MIG_STATE | MIN_RNR_TIMER),
+    # SQD (send queue drain): what was started finishes, nothing new starts, receives go on (probed on rxe0)
+    (RTS, SQD): (0, EN_SQD_ASYNC_NOTIFY),
+    (SQD, RTS): (0, CUR_STATE | ALT_PATH | ACCESS_FLAGS | MIN_RNR_TIMER | PATH_MIG_STATE),
+    (SQD, SQD): (0, PORT | AV | TIMEOUT | RETRY_CNT | RNR_RETRY | MAX_QP_RD_ATOMIC | MAX_DEST_RD_ATOMIC | ALT_PATH
+                 | ACCESS_FLAGS | PKEY_INDEX | MIN_RNR_TIMER | PATH_MIG_STATE),
 }
-for _state in (INIT, RTR, RTS, ERR):
+for _state in (INIT, RTR, RTS, SQD, ERR):
     TRANSITIONS[(_state, RESET)] = TRANSITIONS[(_state, ERR)] = (0, 0)
 # UC: RC's table without what serves ACKs, retries, READs and atomics; UD: no connection at all, a
 # Q_Key instead of access flags, and only a send PSN
@@ -68,6 +74,8 @@ UC_TRANSITIONS.update({
     (INIT, RTR): (AV | PATH_MTU | DEST_QPN | RQ_PSN, ALT_PATH | ACCESS_FLAGS | PKEY_INDEX),
     (RTR, RTS): (SQ_PSN, CUR_STATE | ALT_PATH | ACCESS_FLAGS | PATH_MIG_STATE),
     (RTS, RTS): (0, CUR_STATE | ACCESS_FLAGS | ALT_PATH | PATH_MIG_STATE),
+    (SQD, RTS): (0, CUR_STATE | ALT_PATH | ACCESS_FLAGS | PATH_MIG_STATE),
+    (SQD, SQD): (0, AV | ALT_PATH | ACCESS_FLAGS | PKEY_INDEX | PATH_MIG_STATE),
 })
 UD_TRANSITIONS = dict(TRANSITIONS)
 UD_TRANSITIONS.update({
@@ -76,6 +84,8 @@ UD_TRANSITIONS.update({
     (INIT, RTR): (0, PKEY_INDEX | QKEY),
     (RTR, RTS): (SQ_PSN, CUR_STATE | QKEY),
     (RTS, RTS): (0, CUR_STATE | QKEY),
+    (SQD, RTS): (0, CUR_STATE | QKEY),
+    (SQD, SQD): (0, PKEY_INDEX | QKEY),
 })
 TRANSITIONS_OF = {IBV_QPT_RC: TRANSITIONS, IBV_QPT_UC: UC_TRANSITIONS, IBV_QPT_UD: UD_TRANSITIONS}
 
@@ -338,6 +348,8 @@ class QP(Resource):
         if target == RESET:
             self._reset_attributes()
         responder.enter(self._words, target)   # peers' shortcuts to this QP are dropped
+        if target == SQD and current == RTS:   # nothing new starts from now on: drained at once, as rxe says
+            self._pd._ctx.raise_async_event(IBV_EVENT_SQ_DRAINED)
         self._cached_state = target
         self._send.modified(target, self._kept["max_rd_atomic"])   # and the send queue learns where it sends
         if target == ERR:
@@ -436,13 +448,24 @@ class QP(Resource):
     def post_send(self, wr, bad_wr=None):
         """Post a chain of send WRs. Errors found at post time raise (EINVAL, ENOMEM) and name the WR in
         `bad_wr`; later ones complete. As in rxe, a chain takes at most the send queue's free slots, and
-        WRs posted before RTS are refused (EINVAL) but kept: the next post in RTS runs them first."""
+        WRs posted before RTS are refused (EINVAL) but kept: the next post in RTS runs them first; in SQD they
+        are taken, and wait the same way."""
         if self._closed:
             self.check_open()
         if not isinstance(wr, SendWR) or bad_wr is not None and not isinstance(bad_wr, SendWR):
             typed(wr, SendWR, "wr", none=False), typed(bad_wr, SendWR, "bad_wr")
         state, send = self._words[Q_STATE], self._send
         free = self._cap.max_send_wr - send.slots_held()
+        if state == SQD:   # the ring takes them; the NIC starts none until RTS and the next doorbell (as rxe)
+            while wr is not None:
+                error = self._send_error(wr) or (ENOMEM if free <= 0 else 0)
+                if error:
+                    _report(bad_wr, wr)
+                    raise PyverbsRDMAError("Failed to post send", error)
+                send.hold(wr)
+                free -= 1
+                wr = wr._next
+            return
         if state != RTS and state != ERR:  # rxe's kernel refuses the doorbell before RTS
             first = wr
             while wr is not None and free > 0 and not self._send_error(wr):   # (but the chain stays in the ring)
@@ -638,6 +661,9 @@ def walk(qp, wr):
     if qp.qp_type != IBV_QPT_RC or wr.opcode not in (IBV_WR_RDMA_WRITE, IBV_WR_RDMA_READ, IBV_WR_SEND):
         raise ValueError("the step mode walks an RDMA WRITE, an RDMA READ or a SEND on an RC QP")
     state = qp._words[Q_STATE]
+    if state == SQD:
+        return [("post_send", "the WR takes a slot of the send queue, but the QP is in SQD: its NIC starts nothing "
+                              "new until the QP is back in RTS and a later post rings the doorbell", False)], None
     if state != RTS:   # (post_send's own refusal, before the NIC sees the WR)
         return [("post_send", f"refused at once (errno 22): the QP is in {QP_STATE_NAMES.get(int(state), state)}, and a QP "
                               f"posts sends only in RTS", False)], "EINVAL"

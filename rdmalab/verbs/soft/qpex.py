@@ -32,7 +32,7 @@ from .base import readonly
 from .layout import Q_STATE
 from .operations import ATOMICS, OPERATIONS
 from .pyverbs_error import PyverbsRDMAError, PyverbsUserError
-from .qp import ERR, QP, RTS
+from .qp import ERR, QP, RTS, SQD
 from .wr import SGE, SendWR
 
 
@@ -107,7 +107,10 @@ class QPEx(QP):
         self._batch, self._error = None, 0
 
     def _ring_doorbell(self):
-        """An empty doorbell (rxe writes one to the kernel): refused before RTS, and it runs what waits."""
+        """An empty doorbell (rxe writes one to the kernel): refused before RTS, and it runs what waits (in SQD,
+        nothing: the send queue drains)."""
+        if self._words[Q_STATE] == SQD:
+            return
         if self._words[Q_STATE] not in (RTS, ERR):
             raise PyverbsRDMAError("Failed to post send", EINVAL)
         if self._send.slots_held():

@@ -39,7 +39,7 @@ from rdmalab.errors import WR_OPCODE_NAMES
 from . import checks, counters, cq as cqmod, mr as mrmod, responder
 from .hardware import GIDS
 from .constants import (
-    IBV_QPS_ERR, IBV_QPT_RC, IBV_QPT_UC, IBV_SEND_INLINE, IBV_SEND_SIGNALED, IBV_SEND_SOLICITED,
+    IBV_QPS_ERR, IBV_QPS_SQD, IBV_QPT_RC, IBV_QPT_UC, IBV_SEND_INLINE, IBV_SEND_SIGNALED, IBV_SEND_SOLICITED,
     IBV_WC_LOC_QP_OP_ERR,
     IBV_WC_RETRY_EXC_ERR, IBV_WC_RNR_RETRY_EXC_ERR, IBV_WC_SUCCESS,
     IBV_WC_WITH_IMM, IBV_WC_WR_FLUSH_ERR,
@@ -124,6 +124,7 @@ class Pending:
     def __init__(self, wqe):
         self.wqe, self.deadline, self.rnr_left, self.retries_left, self.acking = wqe, 0.0, None, None, False
         self.parked = False
+
 
 
 class SendQueue(Queue):
@@ -220,6 +221,8 @@ class SendQueue(Queue):
                 continue
             if head.deadline and time.monotonic() < head.deadline:
                 return
+            if self.header[Q_STATE] == IBV_QPS_SQD:
+                return   # draining, as rxe's requester: no resend, nothing new (until RTS and the next doorbell)
             if head.acking:   # its ACK timeout ran out: resend it, if retry_cnt allows
                 head.retries_left = spend(head.retries_left, counters.count, "retry_exceeded_err")
                 if head.retries_left is None:
@@ -724,8 +727,8 @@ def carry_parked(receiver):
     if sender is None or not sender.alive() or sender.owner_died():   # (a dead process's QP sends nothing)
         return
     with parked_words(sender.segment) as p:
-        if p[P_STATE] != PARKED or p[P_DEST] != h[Q_NUM] or p[Q_STATE] == IBV_QPS_ERR:
-            return
+        if p[P_STATE] != PARKED or p[P_DEST] != h[Q_NUM] or p[Q_STATE] in (IBV_QPS_ERR, IBV_QPS_SQD):
+            return   # (a sender in SQD resends nothing: rxe's requester drains)
         payload = parked_payload(sender.segment)
         if payload is None:
             return

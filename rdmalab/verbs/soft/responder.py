@@ -7,7 +7,7 @@ data lands, as on rxe: a receive's SGE it may not write keeps the SGEs before it
 key that cannot be invalidated fails the receive after its data landed: checks.LANDING.) It answers as a responder
 answers on the wire:
 - ACK, with the data of a READ or the old value of an atomic;
-- no answer at all (no such QP, not in RTR/RTS, a PSN it does not expect): the requester times out;
+- no answer at all (no such QP, not in RTR, RTS or SQD, a PSN it does not expect): the requester times out;
 - RNR NAK: a SEND or WRITE_WITH_IMM found no posted receive (with the QP's min_rnr_timer);
 - NAK with a status: invalid request (access flags), remote access (rkey, PD, bounds), remote
   operation (a receive too small); the responder's QP goes to ERR.

@@ -32,7 +32,7 @@ import time
 import traceback
 
 from .. import checks, cq as cqmod, datagram, mr, responder as verbs_responder
-from ..constants import IBV_QPS_ERR, IBV_QPS_RESET, IBV_QPS_RTR, IBV_QPS_RTS, IBV_WC_WR_FLUSH_ERR
+from ..constants import IBV_QPS_ERR, IBV_QPS_RESET, IBV_QPS_RTR, IBV_QPS_RTS, IBV_QPS_SQD, IBV_WC_WR_FLUSH_ERR
 from ..layout import Q_PD, Q_STATE
 from rdmalab.wire import DETH, BadICRC, Flow, ImmDt, Packet, PcapWriter, WireError, encap
 from rdmalab.wire.icrc import ICRC_SIZE, icrc_bytes, icrc_of_trailer, ip_id_delta
@@ -143,6 +143,7 @@ class Connection:
                                      info["max_rd_atomic"])
         elif state == IBV_QPS_ERR:
             self.requester.fail_all(IBV_WC_WR_FLUSH_ERR)
+        self.requester.draining = state == IBV_QPS_SQD   # it sends nothing, not even a resend; answers still land
         self.known_state = state
 
     def describe(self):

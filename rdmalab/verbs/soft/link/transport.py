@@ -33,7 +33,7 @@ from collections import deque
 
 from .. import requester, responder as verbs_responder
 from ..constants import (
-    IBV_ACCESS_LOCAL_WRITE as LOCAL_WRITE, IBV_QPS_ERR, IBV_QPS_RTR, IBV_QPS_RTS,
+    IBV_ACCESS_LOCAL_WRITE as LOCAL_WRITE, IBV_QPS_ERR,
     IBV_SEND_SOLICITED, IBV_WC_LOC_PROT_ERR, IBV_WC_REM_ACCESS_ERR, IBV_WC_REM_INV_REQ_ERR,
     IBV_WC_REM_OP_ERR, IBV_WC_RETRY_EXC_ERR, IBV_WC_RNR_RETRY_EXC_ERR, IBV_WC_SUCCESS,
     IBV_WC_WR_FLUSH_ERR,
@@ -43,6 +43,7 @@ from ..constants import (
 from ..layout import Q_EXPECTED_PSN, Q_MIN_RNR_TIMER, Q_STATE
 from ..operations import ATOMICS, CARRIES_DATA, MESSAGE, OPERATIONS, WITH_IMM
 from rdmalab.wire.psn import MASK24, POSITIONS, ack_timeout, packets, psn_add, psn_diff
+from ..checks import RECEIVING
 from ..responder import ACK, NO_ANSWER, RNR_NAK, RNR_TIMER_MS
 from rdmalab.wire import AETH, RETH, AtomicAckETH, AtomicETH, ImmDt, Op, Packet
 from rdmalab.wire.packet import encode_fast
@@ -113,6 +114,7 @@ class Requester:
         self.highest_sent = None     # the furthest PSN sent: sending one before it again is a retransmission
         self.max_rd_atomic = 1       # READs and atomics it may have unanswered at once
         self.error = False
+        self.draining = False        # the QP is in SQD: nothing goes out
 
     def configure(self, psn, timeout, retry_cnt, rnr_retry, max_rd_atomic=1):
         self.max_rd_atomic = max(max_rd_atomic, 1)
@@ -143,7 +145,7 @@ class Requester:
             self.ack(self.highest_sent, now)
 
     def send_window(self, nic, now):
-        if self.error or now < self.rnr_until:
+        if self.error or self.draining or now < self.rnr_until:
             return
         reading = 0   # READs and atomics before this WQE still waiting for their answer
         for wqe in self.wqes:
@@ -465,8 +467,7 @@ class Responder:
             nic.count("dropped_unknown_qp")
             return
         h = peer.header
-        state = h[Q_STATE]
-        if state != IBV_QPS_RTR and state != IBV_QPS_RTS:
+        if h[Q_STATE] not in RECEIVING:
             nic.count("dropped_qp_not_ready")
             return   # a QP not ready to receive drops it; the requester will time out
         expected = psn_add(self.partial.first, self.partial.count) if self.partial else h[Q_EXPECTED_PSN]
