@@ -6,13 +6,15 @@
 """
 import html
 
+MARK = "\u203a"   # what a status line starts with: a glyph every font has (an emoji's box, in a browser without one)
+
 
 class _Line:
     def __init__(self, text):
         self.text = text
 
     def _repr_html_(self):
-        return f"<p style='color:#57606a;margin:2px 0'>&#8250; {html.escape(self.text)}</p>"   # (a glyph every font has)
+        return f"<p style='color:#57606a;margin:2px 0'>{MARK} {html.escape(self.text)}</p>"
 
     def __repr__(self):
         return self.text

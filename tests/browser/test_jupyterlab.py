@@ -27,7 +27,7 @@ import time
 import pytest
 
 from rdmalab import sockets
-from rdmalab.lessons import series
+from rdmalab.lessons import live, series
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CHROMIUM = "/usr/bin/chromium"
@@ -182,7 +182,7 @@ def the_nic_view_redrew(page, state):
 
 def shows_progress(page):
     """A long cell says what it is doing: a progress bar widget, or a live status line (rdmalab.lessons.live)."""
-    return page.locator(".jupyter-widgets .progress-bar").count() + page.get_by_text("\u231b").count() > 0
+    return page.locator(".jupyter-widgets .progress-bar").count() + page.get_by_text(live.MARK).count() > 0
 
 
 def screenshot_path(name):
