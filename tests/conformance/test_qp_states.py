@@ -199,6 +199,7 @@ def test_a_send_waiting_out_rnr_naks_is_not_resent_in_sqd(ctx, make_pair):
     p.a.post_send(send_wr(p.src, 8, e.IBV_WR_SEND, wr_id=41))
     time.sleep(0.2)
     assert to_sqd(ctx, p.a) == (None, e.IBV_EVENT_SQ_DRAINED)
+    time.sleep(0.5)   # (a resend already on its way, sent before SQD, meets no receive either)
     p.b.post_recv(recv_wr(p.dst, 64, wr_id=42))
     assert poll(p.cq_a, 1, 1.0) == [] and poll(p.cq_b, 1, 0.5) == []
     assert states(p.a) == (e.IBV_QPS_SQD, e.IBV_QPS_SQD)
