@@ -47,7 +47,7 @@ def test_an_answer_that_cannot_land_whole_writes_nothing():
     byte of it is written, the pieces before it included."""
     from rdmalab.verbs.soft import requester
     memory = {1: bytearray(4), 2: bytearray(4)}
-    view = lambda addr, length, lkey: memoryview(memory[lkey])[addr:addr + length] if lkey in memory else None  # noqa: E731
+    view = lambda addr, length, lkey: memoryview(memory[lkey])[addr:addr + length] if lkey in memory else 4  # noqa: E731
     assert not requester.land([(0, 4, 1), (0, 4, 3)], 0, b"abcdefgh", view) and memory[1] == bytearray(4)
     assert not requester.land([(0, 4, 1)], 0, b"abcdefgh", view) and memory[1] == bytearray(4)
     assert requester.land([(0, 4, 1), (0, 4, 2)], 2, b"cdef", view)   # (a second packet's bytes, from 2 on)

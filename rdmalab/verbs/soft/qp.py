@@ -456,17 +456,7 @@ class QP(Resource):
             typed(wr, SendWR, "wr", none=False), typed(bad_wr, SendWR, "bad_wr")
         state, send = self._words[Q_STATE], self._send
         free = self._cap.max_send_wr - send.slots_held()
-        if state == SQD:   # the ring takes them; the NIC starts none until RTS and the next doorbell (as rxe)
-            while wr is not None:
-                error = self._send_error(wr) or (ENOMEM if free <= 0 else 0)
-                if error:
-                    _report(bad_wr, wr)
-                    raise PyverbsRDMAError("Failed to post send", error)
-                send.hold(wr)
-                free -= 1
-                wr = wr._next
-            return
-        if state != RTS and state != ERR:  # rxe's kernel refuses the doorbell before RTS
+        if state != RTS and state != ERR and state != SQD:  # rxe's kernel refuses the doorbell before RTS
             first = wr
             while wr is not None and free > 0 and not self._send_error(wr):   # (but the chain stays in the ring)
                 send.hold(wr)
@@ -474,11 +464,11 @@ class QP(Resource):
                 wr = wr._next
             _report(bad_wr, first)
             raise PyverbsRDMAError("Failed to post send", EINVAL)
-        post = send.post
+        post = send.hold if state == SQD else send.post   # SQD: the ring takes them; the NIC starts none (as rxe)
         while wr is not None:
             error = self._send_error(wr) or (ENOMEM if free <= 0 else 0)
             if error:
-                if send.slots_held():
+                if send.slots_held() and state != SQD:
                     send.progress()   # the doorbell rang: what waited in the ring runs
                 _report(bad_wr, wr)
                 raise PyverbsRDMAError("Failed to post send", error)

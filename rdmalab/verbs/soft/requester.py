@@ -534,14 +534,14 @@ def payload_of(sges, view):
 
 def land(sges, offset, data, writable):
     """Write `data`, the bytes of an answer from `offset` on (a READ's response; an atomic's old value, at 0), into
-    the SGEs, through `writable(addr, length, lkey)` (a view, or None where the link's check refused): True; or
+    the SGEs, through `writable(addr, length, lkey)` (a view, or the status the link's check gave): True; or
     False, having written nothing, when they cannot take it all."""
     pieces, at, end = [], 0, offset + len(data)
     for addr, length, lkey in sges:
         lo, hi = max(offset, at), min(end, at + length)
         if lo < hi:
             view = writable(addr + lo - at, hi - lo, lkey)
-            if view is None or type(view) is int:
+            if type(view) is int:
                 return False
             pieces.append((view, lo - offset, hi - offset))
         at += length
@@ -635,8 +635,7 @@ def gather(sq, wqe):
             data = inline_payload(wqe)
             counters.copied_bytes += len(data)
         return memoryview(data)
-    return payload_of(wqe._sges, lambda addr, length, lkey: local_bytes(sq, addr, length, lkey)) \
-        if any(sge[1] for sge in wqe._sges) else memoryview(b"")
+    return payload_of(wqe._sges, lambda addr, length, lkey: local_bytes(sq, addr, length, lkey))
 
 
 def local_bytes(sq, addr, length, lkey):

@@ -210,7 +210,7 @@ class Requester:
         """The bytes a WRITE or SEND carries, read from the program's registered memory (once); None if an SGE
         no longer may be read (its MR deregistered after the WR was checked)."""
         if wqe.data is None:
-            data = wqe.inline if wqe.inline is not None else b"" if not any(sge[1] for sge in wqe.sges) else \
+            data = wqe.inline if wqe.inline is not None else \
                 requester.payload_of(wqe.sges, lambda addr, length, lkey: self._memory(addr, length, lkey, 0))
             if type(data) is int:
                 return None
