@@ -2,7 +2,8 @@
 # make test  - create .venv if needed, install rdmalab with test extras, run every test
 #              (unit tests, the conformance suite on the emulated NIC, every notebook)
 #              (tests/workshop, as root: a real JupyterHub and four real Unix users; see workshop/README.md)
-#              As root it installs the tools its tests use when missing: chromium, tshark, nodejs and npm
+#              As root it installs the tools its tests use where they do not run: chromium, tshark, nodejs and
+#              npm, docker.io (tools/need.sh; what it installed: /tmp/rdmalab-installed.log)
 # make test-softroce - the same tests inside a QEMU guest with a real Soft-RoCE device, rxe0,
 #              through Debian's pyverbs (root; the first run builds and caches the guest: ~5 min)
 # make test-two-hosts - the lab across two QEMU guests, each with its own rxe0, joined by a virtual
@@ -30,6 +31,8 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test,workshop,book]'
 	@$(PY) -m rdmalab.verbs.link_pyverbs
 	@$(PY) -m rdmalab.lab --configure
+	@echo "$$(date -u +%H:%M:%S) installed $(VENV): $$($(PY) -m pip list 2>/dev/null | tail -n +3 | wc -l) Python packages (pip), $$($(PY) --version)" \
+	  >> $${RDMALAB_INSTALL_LOG:-/tmp/rdmalab-installed.log}
 	@touch $@
 
 # rdmalab/lab.py runs `jupyter lab`, adding --allow-root for root and, headless or over SSH, printing
@@ -40,30 +43,24 @@ lab: $(STAMP)
 test: $(STAMP) workshop-deps wire-deps browser-deps
 	$(PY) -m pytest --durations=15 $(PYTEST_ARGS)
 
-# npm (Debian: nodejs npm, installed here when root), then configurable-http-proxy into ~/.cache/rdmalab.
-# Without them tests/workshop skips and says why (.ci/run sets RDMALAB_WORKSHOP_TEST=1: there it fails).
-workshop-deps: $(CHP)
-$(CHP):
-	@command -v npm >/dev/null || [ "$$(id -u)" != 0 ] || { echo "installing nodejs and npm (apt-get)"; \
-	  { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends nodejs npm; } \
-	    > /tmp/rdmalab-npm.log 2>&1 || tail -5 /tmp/rdmalab-npm.log; }
-	-@command -v npm >/dev/null && npm install --silent --no-audit --no-fund --prefix $(CHP_DIR) configurable-http-proxy@5 \
+# Each tool below is judged by whether it runs, not by its name on the PATH (tools/need.sh: as root it installs
+# Debian's package over a missing or broken one). Where it cannot, the tests that need it skip and say why
+# (.ci/run sets RDMALAB_*_TEST=1: there they fail).
+# npm, then the class hub's proxy, configurable-http-proxy, into ~/.cache/rdmalab (tests/workshop, workshop/setup.sh)
+workshop-deps:
+	@$(CHP) --version >/dev/null 2>&1 || { tools/need.sh npm && \
+	  npm install --silent --no-audit --no-fund --prefix $(CHP_DIR) configurable-http-proxy@5 && \
+	  echo "$$(date -u +%H:%M:%S) installed configurable-http-proxy $$($(CHP) --version) (npm): tests/workshop's class hub" \
+	    >> $${RDMALAB_INSTALL_LOG:-/tmp/rdmalab-installed.log}; } \
 	  || echo "no configurable-http-proxy (needs npm: apt-get install nodejs npm): tests/workshop will skip"
 
-# tshark (Debian: tshark, installed here when root, never setuid), the judge of tests/wire's pcaps.
-# Without it those tests skip and say why.
+# tshark, the judge of tests/wire's pcaps (installed never setuid)
 wire-deps:
-	@command -v tshark >/dev/null || [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null || { echo "installing tshark (apt-get)"; \
-	  { echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections && apt-get update -q && \
-	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends tshark; } \
-	    > /tmp/rdmalab-tshark.log 2>&1 || tail -5 /tmp/rdmalab-tshark.log; }
+	@tools/need.sh tshark || echo "no tshark: tests/wire's pcap checks will skip"
 
-# Chromium (Debian: chromium, installed here when root), the browser tests/browser drives: a test tool's
-# own browser download does not work everywhere. Without it those tests skip and say why.
+# Chromium, the browser tests/browser drives (Debian's: a test tool's own browser download does not work everywhere)
 browser-deps:
-	@test -x /usr/bin/chromium || [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null || { echo "installing chromium (apt-get)"; \
-	  { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium; } \
-	    > /tmp/rdmalab-chromium.log 2>&1 || tail -5 /tmp/rdmalab-chromium.log; }
+	@tools/need.sh chromium || echo "no chromium: tests/browser will skip"
 
 book: $(STAMP)
 	$(PY) book/build.py

@@ -19,7 +19,7 @@ fail() { say "$*"; exit 2; }
 command -v docker >/dev/null || fail "no docker here: install Docker (Debian: apt-get install docker.io) or Podman"
 if [ ! -s "$TARBALL" ]; then
   [ "$(id -u)" = 0 ] || fail "debootstrap needs root: run 'sudo container/base.sh', or pull debian:bookworm-slim from a registry"
-  command -v debootstrap >/dev/null || fail "no debootstrap: apt-get install debootstrap"
+  "$(dirname "$0")/../tools/need.sh" debootstrap || exit 2
   MIRROR=${RDMALAB_VM_MIRROR:-$(awk '/^URIs:/ && !/security/ {print $2; exit}' /etc/apt/sources.list.d/*.sources 2>/dev/null || true)}
   [ -n "$MIRROR" ] || MIRROR=$(awk '$1=="deb" && $3 !~ /security/ {print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)
   MIRROR=${MIRROR:-http://deb.debian.org/debian}

@@ -4,10 +4,12 @@
 #   container/image.sh build [TAG]   build TAG (default rdmalab:latest) from container/Dockerfile   (make image)
 #   container/image.sh run [TAG]     build, then serve the lab on http://localhost:8888               (make lab-container)
 #   container/image.sh lock          re-pin binder/requirements.txt from pyproject.toml's dependencies (make image-lock)
+#   container/image.sh engine        make sure a Docker engine answers, and stop
 #
 # Docker Desktop (macOS, Windows) or Docker/Podman on Linux need none of this: README.md gives the two
 # `docker` commands. This script adds what a firewalled Linux machine (this project's CI) needs:
-# - a Docker engine: Debian's docker.io is installed and dockerd started if missing (root);
+# - a Docker engine: where `docker info` reaches none, dockerd is started, after installing Debian's docker.io
+#   if there is no dockerd (root; tools/need.sh docker), whatever docker client is on the PATH;
 # - the base image: debian:bookworm-slim from a registry, else container/base.sh makes it from a Debian mirror;
 # - a TLS-intercepting proxy's CA (PIP_CERT or SSL_CERT_FILE here) handed to pip inside the build.
 # Knobs: RDMALAB_IMAGE_BASE (a base image to use as it is), DOCKER (docker or podman).
@@ -18,21 +20,8 @@ DOCKER=${DOCKER:-docker}
 say() { echo "[container] $*" >&2; }
 fail() { say "$*"; exit 2; }
 
-engine() {
-  if ! command -v "$DOCKER" >/dev/null; then
-    [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null || fail "no $DOCKER here: install Docker (https://docs.docker.com/get-docker/) or Podman"
-    say "installing docker.io (apt-get)"
-    { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends docker.io; } \
-      > /tmp/rdmalab-docker-apt.log 2>&1 || { tail -5 /tmp/rdmalab-docker-apt.log >&2; fail "apt-get could not install docker.io"; }
-  fi
-  "$DOCKER" info >/dev/null 2>&1 && return
-  [ "$DOCKER" = docker ] && [ "$(id -u)" = 0 ] && command -v dockerd >/dev/null ||
-    fail "$DOCKER cannot reach its engine: start Docker (Docker Desktop, or: sudo systemctl start docker)"
-  say "starting dockerd (log: /tmp/rdmalab-dockerd.log)"
-  setsid dockerd > /tmp/rdmalab-dockerd.log 2>&1 < /dev/null &
-  for _ in $(seq 60); do "$DOCKER" info >/dev/null 2>&1 && return; sleep 1; done
-  tail -5 /tmp/rdmalab-dockerd.log >&2; fail "dockerd did not start"
-}
+# an engine that answers (tools/need.sh docker: a client alone is not one; as root, Debian's docker.io and its dockerd)
+engine() { "$ROOT/tools/need.sh" docker || exit 2; }
 
 base() {
   if [ -n "${RDMALAB_IMAGE_BASE:-}" ]; then echo "$RDMALAB_IMAGE_BASE"; return; fi
@@ -64,6 +53,7 @@ case "${1:-}" in
   run)
     build "${2:-}"
     exec "$DOCKER" run --rm -it -p 127.0.0.1:8888:8888 --shm-size=1g "${2:-rdmalab:latest}" ;;
+  engine) engine ;;
   lock)
     engine
     from=$(base)
@@ -76,5 +66,5 @@ case "${1:-}" in
     { sed -n '/^#/p' "$ROOT/binder/requirements.txt"; echo "$frozen"; } > "$ROOT/binder/requirements.txt.new"
     mv "$ROOT/binder/requirements.txt.new" "$ROOT/binder/requirements.txt"
     say "binder/requirements.txt: $(echo "$frozen" | wc -l) packages pinned" ;;
-  *) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+  *) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac

@@ -60,17 +60,8 @@ build_needed() { [ "$(cat "$W/kernel/.key" 2>/dev/null)" != done ] || [ "$(cat "
 if build_needed && [ "$(id -u)" != 0 ]; then
   fail "building the Soft-RoCE guest needs root (apt-get, debootstrap, chroot): run 'sudo make test-softroce'"
 fi
-missing=()
-for tool in qemu-system-x86:qemu-system-x86_64 debootstrap:debootstrap cpio:cpio kmod:depmod; do
-  command -v "${tool#*:}" >/dev/null || missing+=("${tool%%:*}")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null ||
-    fail "missing ${missing[*]}: install them (Debian/Ubuntu: apt-get install ${missing[*]}) and run again"
-  say "installing ${missing[*]}"
-  { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"; } \
-    > /tmp/rdmalab-apt.log 2>&1 || { tail -5 /tmp/rdmalab-apt.log >&2; fail "apt-get could not install ${missing[*]}"; }
-fi
+# qemu, debootstrap, cpio and depmod that run (tools/need.sh guest: installed with apt-get as root where they do not)
+"$PROJECT/tools/need.sh" guest || exit 2
 mkdir -p "$W"
 exec 9>"$W/.lock"; flock 9          # one build at a time; runs themselves can overlap
 

@@ -24,7 +24,6 @@ ready while they start. Without `progress`, nothing is printed.
 import atexit
 import concurrent.futures
 import os
-import shutil
 import signal
 import socket
 import sys
@@ -32,6 +31,7 @@ import time
 import warnings
 
 from rdmalab import settings, sockets
+from rdmalab.allreduce import mpi
 from rdmalab.allreduce import ranks as engine   # what each engine runs (here `ranks` is their number)
 from rdmalab.allreduce.algorithms import stage_bytes, validate
 from rdmalab.allreduce.transports import TRANSPORTS
@@ -100,12 +100,8 @@ class Cluster:
             env.update({k: v for k, v in os.environ.items() if k.startswith("RDMALAB_")})
         if self.provider:
             env["RDMALAB_PROVIDER"] = self.provider
-        if self.launcher == "mpi" and shutil.which("mpiexec") is None:
-            # the MPICH wheel puts mpiexec beside this Python, which a venv used without activation
-            # does not have on PATH
-            os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
-            if shutil.which("mpiexec") is None:
-                raise ClusterError("launcher='mpi' needs mpiexec: pip install mpi4py mpich")
+        if self.launcher == "mpi":   # ipyparallel runs the first mpiexec on PATH: put MPICH's first
+            os.environ["PATH"] = os.path.dirname(mpi.launcher()) + os.pathsep + os.environ.get("PATH", "")
         # engines can take minutes to start on a slow or emulated machine (60 s is ipyparallel's default)
         timeout = settings.number("RDMALAB_ENGINE_TIMEOUT", 300, 1, 86400, "a time in seconds, 1 to 86400")
         # and the controller drops an engine that has not finished registering within 30 s: under CPU

@@ -3,10 +3,36 @@
     mpiexec -n 2 python -m rdmalab.allreduce.mpi --counts 262144 --dtype float32 --iters 10
 
 The reference: a production MPI (MPICH from PyPI, through mpi4py) on the same machine, same sizes.
+launcher() finds the mpiexec that starts it: MPICH's (Hydra), the one the mpich wheel puts beside this Python.
 """
 import argparse
 import json
+import os
+import shutil
+import subprocess
+import sys
 import time
+
+from rdmalab.errors import RdmalabError
+
+
+def launcher():
+    """The path of MPICH's mpiexec: beside this Python (the mpich wheel's, which a venv used without activation
+    does not have on PATH), else on PATH. Judged by what it is, not its name: another MPI's mpiexec (Open MPI's,
+    say) starts ranks that never see each other through the lab's mpi4py, so it is refused, saying whose it is."""
+    found = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
+    if found is None:
+        raise RdmalabError("no mpiexec: pip install mpi4py mpich (the lab's dependencies include them)")
+    try:
+        said = subprocess.run([found, "--version"], capture_output=True, text=True, timeout=30)
+        said = (said.stdout + said.stderr).strip()
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise RdmalabError(f"{found} does not run ({e}): pip install --force-reinstall mpich") from None
+    if "HYDRA" not in said:
+        raise RdmalabError(f"{found} is not MPICH's mpiexec (it says: {said.splitlines()[0] if said else 'nothing'!r}): "
+                           "the lab's mpi4py runs on MPICH; pip install mpich into this Python's environment, "
+                           f"which puts Hydra's mpiexec in {os.path.dirname(sys.executable)}")
+    return found
 
 
 def main(argv=None):

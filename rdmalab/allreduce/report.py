@@ -13,12 +13,12 @@ measure() before its first size; the ranks then run it as given (Cluster.run, ra
 import html
 import json
 import os
-import shutil
 import subprocess
 import sys
 
 import numpy as np
 
+from rdmalab.allreduce import mpi
 from rdmalab.allreduce import ranks as engine   # what each engine runs
 from rdmalab.allreduce.algorithms import validate
 from rdmalab.allreduce.cluster import Cluster
@@ -89,10 +89,7 @@ def _steadiness(per_rank):
 
 def mpi_allreduce(ranks, counts, dtype, iters):
     """MPI_Allreduce (mpi4py over the MPICH wheel) at the same counts, timed the same way."""
-    mpiexec = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
-    if mpiexec is None:
-        raise RdmalabError("no mpiexec: pip install mpi4py mpich (the lab's dependencies include them)")
-    cmd = [mpiexec, "-n", str(ranks), sys.executable, "-m", "rdmalab.allreduce.mpi",
+    cmd = [mpi.launcher(), "-n", str(ranks), sys.executable, "-m", "rdmalab.allreduce.mpi",
            "--counts", ",".join(map(str, counts)), "--dtype", dtype, "--iters", str(iters)]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
                          env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
@@ -152,10 +149,10 @@ class Report:
         if "mpi" in d:
             lines += ["#", f"# MPI_Allreduce ({d['mpi']['library'].strip()}), same ranks and sizes, same timing:",
                       f"# {'size':>10} {'time':>9} {'algbw':>7} {'busbw':>7} {'#wrong':>6}   {'ours/MPI busbw (in-place)':>26}"]
-            for row, mpi in zip(d["rows"], d["mpi"]["rows"]):
-                ratio = row["in"]["busbw"] / mpi["busbw"] if mpi["busbw"] else float("nan")
-                lines.append(f"  {mpi['size']:>10} {mpi['time_us']:9.1f} {mpi['algbw']:7.2f} {mpi['busbw']:7.2f} "
-                             f"{mpi['wrong']:6d}   {ratio:26.2f}")
+            for row, theirs in zip(d["rows"], d["mpi"]["rows"]):
+                ratio = row["in"]["busbw"] / theirs["busbw"] if theirs["busbw"] else float("nan")
+                lines.append(f"  {theirs['size']:>10} {theirs['time_us']:9.1f} {theirs['algbw']:7.2f} "
+                             f"{theirs['busbw']:7.2f} {theirs['wrong']:6d}   {ratio:26.2f}")
         return "\n".join(lines)
 
     __str__ = __repr__ = text
