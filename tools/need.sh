@@ -89,7 +89,11 @@ need_docker() {
 need_working() {
   local what=$1 check=$2 out; shift 2
   out=$("$check" 2>&1) && return 0
-  apt_install "$what does not run${out:+ ($(echo "$out" | tail -1 | cut -c1-120))}" "$@"
+  if [ $? = 127 ] && ! command -v "$what" >/dev/null; then   # (timeout's and the shell's "no such command")
+    apt_install "there is no $what" "$@"
+  else
+    apt_install "$what does not run${out:+ ($(echo "$out" | tail -1 | cut -c1-120))}" "$@"
+  fi
   out=$("$check" 2>&1) || cannot "$what still does not run after installing $*: $(echo "$out" | tail -1)"
 }
 
