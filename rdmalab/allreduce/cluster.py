@@ -87,6 +87,7 @@ class Cluster:
 
     def start(self):
         import ipyparallel as ipp
+        from traitlets.config import Config
         since = time.monotonic()
         if self.launcher == "local":
             self._weigh_cpus()
@@ -108,7 +109,11 @@ class Cluster:
         # emulation four engines starting at once take about that long, so it gets the same patience
         heartbeat = [f"--HeartMonitor.period={HEARTBEAT_MS}",
                      f"--HeartMonitor.max_heartmonitor_misses={HEARTBEAT_MISSES}"] if self.where else []
-        options = {"engine_timeout": timeout,
+        # the engines' environment from their start: numpy reads OPENBLAS_NUM_THREADS when it is imported, which
+        # an engine does before set_env reaches it (2 BLAS threads a rank, spinning, made a matmul 10-40x slower)
+        config = Config()
+        config.BaseLauncher.environment = env
+        options = {"engine_timeout": timeout, "config": config,
                    "controller_args": [f"--IPController.registration_timeout={int(timeout)}", *heartbeat],
                    **(ssh_options(self.where, env) if self.where else {}), **self.ipp_options}
         self._ipp = ipp.Cluster(n=self.ranks, engines=self.launcher, log_level=40, **options)
