@@ -26,10 +26,10 @@ from rdmalab.lessons.quiz import ANSWER, CHOICES, WHY, load_answers
 from rdmalab.lessons.series import number, title
 from rdmalab import verbs
 
-RECORDING = ("socket-path", "one-sided", "allreduce", "on-the-wire", "when-it-breaks")   # the lessons that record
+RECORDING = ("socket-path", "one-sided", "allreduce", "training-step", "on-the-wire", "when-it-breaks")   # they record
 LESSONS = {slug: title(slug) for slug in RECORDING}
-SOCKETS, ONE_SIDED, ALLREDUCE, SCALING, WIRE, BREAKS, WELCOME = (number(s) for s in (
-    "socket-path", "one-sided", "allreduce", "scaling-out", "on-the-wire", "when-it-breaks", "welcome"))
+SOCKETS, ONE_SIDED, ALLREDUCE, TRAINING, SCALING, WIRE, BREAKS, WELCOME = (number(s) for s in (
+    "socket-path", "one-sided", "allreduce", "training-step", "scaling-out", "on-the-wire", "when-it-breaks", "welcome"))
 
 DEVICE_LABEL = {"soft": "the emulated NIC, through shared memory", "rxe": "Linux's Soft-RoCE (rdma_rxe)",
                 "hardware": "a hardware NIC"}
@@ -94,10 +94,17 @@ class Figure:
     why_not: str = ""
 
 
-NAMES = ("stopped-target", "one-cpu-read", "tcp-receiver", "write-target", "tcp-copies", "receiver-cpu",
-         "first-packet", "access-refused", "ping-pong", "ring-busbw", "headers", "go-back-n", "retries")
+NAMES = ("stopped-target", "one-cpu-read", "tcp-receiver", "write-target", "tcp-copies", "receiver-cpu", "landing",
+         "first-packet", "access-refused", "ping-pong", "ring-busbw", "step-wait", "headers", "go-back-n", "retries")
 PING_PONG = ("a ping-pong's two programs hand each message back and forth: each waits for the other to be "
              "scheduled, so on this machine it measures the scheduler's wake-ups as much as the transport")
+
+
+# Whether a rank computing while gradients land in its memory by RDMA WRITE measures what a hardware NIC does
+LANDING_WHY_NOT = {"rxe": "on Soft-RoCE the target's kernel takes every packet in a softirq, on the target's CPUs: "
+                          "a hardware NIC's DMA engine writes the memory with no CPU"}
+STEP_WHY_NOT = ("a step's times are this machine's: its CPUs are the accelerators and, on soft0, the NIC too; "
+                "what a GPU waits for depends on its own speed against its links'")
 
 
 def _ring_busbw_why_not(kind):
@@ -139,6 +146,7 @@ def gather(kept=None, kind=None):
     kept = evidence.recall() if kept is None else kept
     one, four, five = kept.get("socket-path", {}), kept.get("one-sided", {}), kept.get("allreduce", {})
     wire, broke = kept.get("on-the-wire", {}), kept.get("when-it-breaks", {}).get("failures", {})
+    seven = kept.get("training-step", {})
     kind = kind or _kind(kept)
     out = []
     if "frozen_rdma_posted" in four:
@@ -167,6 +175,12 @@ def gather(kept=None, kind=None):
         out.append(Figure("receiver-cpu", "one-sided", f"streaming {_size(four.get('bw_size'))}, the receiving "
                           f"process used {tshare:.0%} of the sender's CPU time over TCP, {four['rdma_target_cpu_share']:.0%} "
                           "as the target of RDMA WRITEs", True, ANSWER))
+    if seven.get("landing"):
+        landing_kind = device_kind(None, seven.get("landing_device")) or kind
+        out.append(Figure("landing", "training-step", f"a rank training while a neighbour streamed gradients into its "
+                          f"memory kept {seven['landing']['rdma']:.0%} of its speed by RDMA WRITE, "
+                          f"{seven['landing']['tcp']:.0%} by TCP", landing_kind not in LANDING_WHY_NOT, ANSWER,
+                          LANDING_WHY_NOT.get(landing_kind, "")))
     if wire.get("reth_rkey") is not None:
         out.append(Figure("first-packet", "on-the-wire", f"a WRITE of {wire['write_length']} B went as "
                           f"{wire['write_packets']} packets; only the first carried a RETH: the target's address "
@@ -190,6 +204,13 @@ def gather(kept=None, kind=None):
         holds = kind == "hardware" and not five.get("disturbed")
         out.append(Figure("ring-busbw", "allreduce", text, holds, ANSWER if holds else 1,
                           "" if holds else _ring_busbw_why_not(kind)))
+    step = seven.get("step_ms", {})
+    if step.get("rdma") and step.get("tcp"):
+        share = (seven.get("waiting_share") or {}).get("measured")
+        out.append(Figure("step-wait", "training-step", f"a data-parallel training step took {step['rdma']:.2f} ms "
+                          f"with the ring over RDMA, {step['tcp']:.2f} over TCP"
+                          + (f"; the AllReduce was {share:.0%} of the RDMA step" if share is not None else ""),
+                          False, 1, STEP_WHY_NOT))
     if wire.get("headers_share") is not None:
         out.append(Figure("headers", "on-the-wire", f"a ring AllReduce puts 2(n-1)/n of the gradient on every "
                           f"rank's link, plus {wire['headers_share']:.1%} of headers at MTU 4096, whatever the "
@@ -246,6 +267,15 @@ def rows(kept, kind=None):
     for size, t, r in zip(five.get("sizes", []), five.get("busbw_tcp", []), five.get("busbw_rdma", [])):
         out.append((f"ring AllReduce busbw at {_size(size)}, GB/s ({five['ranks']} ranks; "
                     f"{ONE_HOST.get(kind, ONE_HOST[None])})", t, r, ALLREDUCE, kind == "hardware"))
+    seven = kept.get("training-step", {})
+    if seven.get("landing"):
+        landing_kind = device_kind(None, seven.get("landing_device")) or kind
+        out.insert(6, ("a rank's training speed while gradients land in its memory, share of its speed alone",
+                       seven["landing"].get("tcp"), seven["landing"].get("rdma"), TRAINING,
+                       landing_kind not in LANDING_WHY_NOT))
+    if seven.get("step_ms", {}).get("rdma"):
+        out.append(("a data-parallel training step, ms (this machine's CPUs as accelerators)",
+                    seven["step_ms"].get("tcp"), seven["step_ms"]["rdma"], TRAINING, False))
     return out
 
 

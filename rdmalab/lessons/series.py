@@ -3,7 +3,8 @@
 
 Whatever outlives a lesson's run is keyed by slug, never by number: the learner's evidence
 ("allreduce"), the quiz's answers ("welcome"), exercise names ("allreduce.by-hand") and so the class
-records. Renumbering the lessons (as the second edition did, splitting lesson 04 in two) changes
+records. Renumbering the lessons (as the second edition did, splitting lesson 04 in two, and the fifth,
+adding the training step after the AllReduce) changes
 none of them: only LESSONS below and the notebooks' file names, which tests/test_lengths.py holds
 to each other.
 
@@ -21,6 +22,7 @@ LESSONS = [   # (slug, title), in the series' order: the index is the lesson's n
     ("one-sided", "One-sided operations"),
     ("posting", "Posting at speed"),
     ("allreduce", "AllReduce by hand"),
+    ("training-step", "Your ring trains a model"),
     ("scaling-out", "Scaling out"),
     ("on-the-wire", "On the wire"),
     ("when-it-breaks", "When it breaks"),

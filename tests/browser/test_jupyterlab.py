@@ -276,6 +276,18 @@ def test_the_allreduce_lesson_runs_its_ranks_and_shows_its_busbw_table(lab):
         page.screenshot(path=shot)
 
 
+def test_the_training_lesson_draws_each_ranks_step_and_the_gradients_landing(lab):
+    shot = screenshot_path(name_of("training-step"))
+    with lesson_page(lab, name_of("training-step"), shot) as page:
+        wait_until_every_cell_ran(page, timeout_ms=600_000)
+        assert page.locator(".jp-RenderedImage img").count() >= 3, "two timelines and the landing chart"
+        assert page.get_by_text("replicas bit-identical after each of").count() == 1
+        assert shows_progress(page)
+        assert not (bad := nothing_wraps(page)), "\n".join(bad)
+        page.locator(".jp-RenderedImage img").first.scroll_into_view_if_needed()
+        page.screenshot(path=shot)
+
+
 def test_the_scaling_lesson_runs_to_the_end_with_its_charts_and_explorer(lab):
     shot = screenshot_path(name_of("scaling-out"))
     with lesson_page(lab, name_of("scaling-out"), shot) as page:
@@ -324,7 +336,7 @@ def test_the_failures_lesson_shows_each_failure_and_its_exercise_reveals_its_sol
 
 
 def test_the_last_lesson_gathers_every_lessons_figures_and_closes_with_the_answer(lab):
-    """Runs after every other lesson (this file's order) in the same HOME: the figures of 01, 04, 06, 08 and 09
+    """Runs after every other lesson (this file's order) in the same HOME: the figures of 01, 04, 06, 07, 09 and 10
     are all there, the exercise (left as its skeleton) says "not yet" and reveals its solution, and the closing
     view of the learner's own figures follows, led by the frozen target, with what is by design beside it."""
     shot = screenshot_path(name_of("the-answer"))
@@ -333,8 +345,8 @@ def test_the_last_lesson_gathers_every_lessons_figures_and_closes_with_the_answe
         figures = page.locator(".jp-RenderedHTMLCommon table", has_text="what you measured").first
         figures.wait_for(state="attached", timeout=30_000)
         text = " ".join(figures.text_content().split())
-        for name in ("stopped-target", "tcp-receiver", "ring-busbw", "first-packet", "access-refused"):
-            assert name in text, text[:800]   # one from each lesson that records: 04, 01, 06, 08, 09
+        for name in ("stopped-target", "tcp-receiver", "ring-busbw", "landing", "first-packet", "access-refused"):
+            assert name in text, text[:800]   # one from each lesson that records: 04, 01, 06, 07, 09, 10
         assert page.get_by_text("has recorded nothing yet", exact=False).count() == 0
         page.get_by_text("no answer yet", exact=False).first.wait_for(timeout=30_000)
         page.locator(".widget-button", has_text="Show solution").first.click()

@@ -4,4 +4,5 @@ solution, registered with rdmalab.lessons.exercises when its module is imported.
 tests/test_exercises.py holds each check to accepting its reference and rejecting typical wrong answers.
 """
 from rdmalab.lessons.checks import (allreduce, memory_registration, on_the_wire, one_sided, posting,  # noqa: F401
-                                    queue_pairs, scaling_out, socket_path, the_answer, welcome, when_it_breaks)
+                                    queue_pairs, scaling_out, socket_path, the_answer, training_step, welcome,
+                                    when_it_breaks)

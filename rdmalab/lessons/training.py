@@ -1,0 +1,215 @@
+"""The training-step lesson's host side: run data-parallel training on a Cluster, check the replicas, draw the step.
+
+    runs = {"rdma": training.run(cluster, {"algorithm": ring_fn, "steps": 60}), ...}
+    training.timeline(runs)          # per rank: compute, communicate, idle, as a profiler draws a step
+    training.table(runs)             # the step's parts per transport, and how much of the AllReduce overlap hid
+    training.landing(rdma_cluster, tcp_cluster)   # rank 0's compute rate while gradients land in its memory
+
+What runs on the ranks is rdmalab.allreduce.training; this module gathers, checks and draws.
+"""
+import matplotlib.pyplot as plt
+import numpy as np
+
+from rdmalab.allreduce import training as ranks_side
+from rdmalab.errors import RdmalabError
+
+COLOURS = {"compute": "#4c72b0", "communicate": "#dd8452", "idle": "#c44e52"}
+SKIP = 5   # the first steps warm caches and connections: medians start after them
+
+
+class Run:
+    """One training run: every rank's records, checked to have kept bit-identical replicas."""
+
+    def __init__(self, label, per_rank, options, device):
+        self.label, self.per_rank, self.options = label, sorted(per_rank, key=lambda r: r["rank"]), options
+        self.device = device   # what moved the bytes: "rxe0 (pyverbs)", "soft0 (soft)", "loopback TCP", ...
+        self.overlap = self.per_rank[0]["overlap"]
+        replicas_agree(self.per_rank)
+
+    def median(self, key, rank=None):
+        ranks = self.per_rank if rank is None else [self.per_rank[rank]]
+        return float(np.median([rec[key] for r in ranks for rec in r["records"][SKIP:]]))
+
+    def allreduce_s(self):
+        """Median time of a step's AllReduces, all buckets (in the thread, when overlapped)."""
+        return float(np.median([sum(end - start for _, start, end in rec["buckets"])
+                                for r in self.per_rank for rec in r["records"][SKIP:]]))
+
+    def step_s(self):
+        return float(np.median([rec["backward"] + rec["reduce"] + rec["finish"] + rec["update"]
+                                for r in self.per_rank for rec in r["records"][SKIP:]]))
+
+    def exposed_s(self):
+        """What of the AllReduce the step waited for: all of it without overlap, what was left after backward with."""
+        return self.median("finish") if self.overlap else self.median("reduce")
+
+    def accuracy(self):
+        return self.per_rank[0]["accuracy"]
+
+
+def ring_from_06(fn):
+    """The learner's ring from lesson 06 if it passes that lesson's check, else the lab's reference ring (says which)."""
+    from rdmalab.lessons import exercises
+    naive, ring = exercises.REGISTRY["allreduce.by-hand"].reference()
+    got = exercises.check("allreduce.by-hand", (naive, fn))
+    import textwrap
+    if got.passed:
+        print("Your ring passed lesson 06's check: it sums every gradient below.")
+        return fn
+    print(textwrap.fill(f"Your ring: {got.message.splitlines()[0]} Until it passes, the lab's reference ring sums "
+                        "the gradients.", 96, subsequent_indent="  "))
+    return ring
+
+
+def run(cluster, options, label=None, timeout=1800):
+    """Train on every rank of `cluster` (rdmalab.allreduce.training.train) and check the replicas agree."""
+    from rdmalab.allreduce import ranks as engine
+    per_rank = cluster.run(ranks_side.train, dict(options), timeout=timeout)
+    device = cluster.view.apply_sync(engine.device)[0] if cluster.transport == "rdma" else "loopback TCP"
+    return Run(label or f"{cluster.transport}{' + overlap' if options.get('overlap') else ''}", per_rank, options,
+               device)
+
+
+def mpi_run(ranks, options, timeout=1800):
+    """The same training with MPI_Allreduce (MPICH, under its mpiexec) summing the gradients."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from rdmalab.allreduce import mpi
+    options = {k: v for k, v in options.items() if k != "algorithm"}
+    out = subprocess.run([mpi.launcher(), "-n", str(ranks), sys.executable, "-m", "rdmalab.allreduce.training",
+                          json.dumps(options)], capture_output=True, text=True, timeout=timeout,
+                         env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
+    if out.returncode != 0:
+        raise RdmalabError(f"training with MPI_Allreduce failed ({out.returncode}): {out.stderr.strip()[-400:]}")
+    per_rank = json.loads(out.stdout.strip().splitlines()[-1])
+    return Run(f"mpi{' + overlap' if options.get('overlap') else ''}", per_rank, options, "MPICH, shared memory")
+
+
+def replicas_agree(per_rank):
+    """Every rank's parameters, after every step, bit-identical to rank 0's; else RdmalabError naming the first
+    rank, step and layer where a replica drifted."""
+    first = per_rank[0]
+    for other in per_rank[1:]:
+        for step, (ours, theirs) in enumerate(zip(first["prints"], other["prints"])):
+            for index, (a, b) in enumerate(zip(ours, theirs)):
+                if a != b:
+                    kind = "weights" if index % 2 == 0 else "biases"
+                    raise RdmalabError(f"replicas drifted: rank {other['rank']}'s layer {index // 2 + 1} {kind} "
+                                       f"(parameter {index}) differ from rank {first['rank']}'s after step {step}. "
+                                       "Every rank must apply the same update to the same parameters: the same "
+                                       "summed gradients, all of them, every step.")
+    return True
+
+
+def one_process(options):
+    """The same training in one process on the whole global batch (the reference data parallelism must match):
+    its parameters after options["steps"] steps."""
+    o = {"steps": 100, "batch": 128, "width": ranks_side.WIDTH, "depth": ranks_side.DEPTH, "lr": 0.1, "seed": 0,
+         **options}
+    train_x, train_y, _, _ = ranks_side.digits()
+    params = ranks_side.init(ranks_side.layer_sizes(o["width"], o["depth"]), o["seed"])
+    rng = np.random.default_rng(o["seed"] + 1)
+    for _ in range(o["steps"]):
+        rows = rng.choice(len(train_x), o["batch"], replace=False)
+        _, grads = ranks_side.loss_and_grads(params, train_x[rows], train_y[rows], 1.0 / o["batch"])
+        for param, grad in zip(params, grads):
+            param -= o["lr"] * grad
+    return params
+
+
+def largest_difference(a, b):
+    """The largest difference between two parameter lists, relative to the largest parameter."""
+    scale = max(float(np.abs(p).max()) for p in a)
+    return max(float(np.abs(x - y).max()) for x, y in zip(a, b)) / scale
+
+
+def table(runs):
+    """One line per run: the step's median parts, in ms: "exposed" is what of the AllReduce the step waited for
+    (all of it without overlap), "hidden" the rest's share."""
+    lines = [f"{'run':<22}{'step':>8}{'backward':>10}{'AllReduce':>11}{'exposed':>8}{'hidden':>8}{'accuracy':>10}",
+             f"{'':<22}{'ms':>8}{'ms':>10}{'ms':>11}{'ms':>8}{'':>8}{'':>10}"]
+    for name, r in runs.items():
+        allreduce, exposed = r.allreduce_s(), r.exposed_s()
+        hidden = max(0.0, 1 - exposed / allreduce) if allreduce else 0.0
+        lines.append(f"{name:<22}{r.step_s() * 1e3:8.2f}{r.median('backward') * 1e3:10.2f}{allreduce * 1e3:11.2f}"
+                     f"{exposed * 1e3:8.2f}{hidden:8.0%}{r.accuracy():10.1%}")
+    return "\n".join(lines)
+
+
+def _bars(ax, lane, spans):
+    for kind, start, length in spans:
+        ax.broken_barh([(start * 1e3, length * 1e3)], (lane - 0.35, 0.7), color=COLOURS[kind])
+
+
+def timeline(runs, steps=2):
+    """Each run's steps drawn per rank, as a profiler's timeline: compute, communicate (inside the AllReduce,
+    doing), idle (inside it, waiting for a neighbour; or the step waiting for overlapped buckets). Overlapped
+    runs have a second lane per rank: its AllReduce thread, a bar per bucket."""
+    lanes_of = [len(r.per_rank) * (2 if r.overlap else 1) for r in runs.values()]
+    fig, axes = plt.subplots(len(runs), 1, figsize=(9, 0.8 + sum(0.7 + 0.35 * n for n in lanes_of)), squeeze=False,
+                             gridspec_kw={"height_ratios": [1 + n for n in lanes_of]})
+    for ax, (name, r) in zip(axes[:, 0], runs.items()):
+        first = SKIP
+        zero = min(rank["records"][first]["start"] for rank in r.per_rank)
+        lanes, labels = 0, []
+        for rank in r.per_rank:
+            for rec in rank["records"][first:first + steps]:
+                t = rec["start"] - zero
+                spans = [("compute", t, rec["backward"])]
+                t += rec["backward"]
+                if not r.overlap:
+                    doing = max(rec["reduce"] - rec["waited"], 0)
+                    spans += [("communicate", t, doing), ("idle", t + doing, rec["waited"])]
+                t += rec["reduce"]
+                spans += [("idle", t, rec["finish"]), ("compute", t + rec["finish"], rec["update"])]
+                _bars(ax, lanes, spans)
+                if r.overlap:
+                    _bars(ax, lanes + 1, [("communicate", s - zero, e - s) for _, s, e in rec["buckets"]])
+            labels.append(f"rank {rank['rank']}")
+            lanes += 1
+            if r.overlap:
+                labels.append(f"rank {rank['rank']} AllReduce thread")
+                lanes += 1
+        ax.set_yticks(range(lanes), labels, fontsize=9)
+        ax.invert_yaxis()
+        ax.set_title(f"{name} ({r.device}): {steps} steps, {r.step_s() * 1e3:.1f} ms each (median)", fontsize=10)
+        ax.grid(True, axis="x", alpha=0.3)
+    axes[-1, 0].set_xlabel("ms since the first rank started the step")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in COLOURS.values()]
+    fig.legend(handles, list(COLOURS), loc="upper right", fontsize=9, ncol=3)
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    return fig
+
+
+def landing(rdma_cluster, tcp_cluster, seconds=1.0, nbytes=1 << 20):
+    """Rank 0's compute rate alone and while rank 1 streams `nbytes` messages into its memory, over RDMA WRITEs
+    and over TCP: {"rdma": {...}, "tcp": {...}}, each with alone and landing (steps/s), their ratio, and the
+    bytes that landed per second."""
+    from rdmalab.allreduce import ranks as engine
+    out = {}
+    for name, cluster in (("rdma", rdma_cluster), ("tcp", tcp_cluster)):
+        zero, one = cluster.run(ranks_side.compute_while_landing, {"seconds": seconds, "nbytes": nbytes})[:2]
+        device = cluster.view.apply_sync(engine.device)[0] if name == "rdma" else "loopback TCP"
+        out[name] = {"device": device, "alone": zero["alone"], "landing": zero["landing"], "ratio": zero["landing"] / zero["alone"],
+                     "landed_MBps": one["sent_bytes"] / (seconds + 0.15) / 1e6, "cpu": zero["cpu"]}
+    return out
+
+
+def landing_chart(figures):
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    names = ["alone", "RDMA WRITEs landing", "TCP landing"]
+    values = [figures["rdma"]["alone"], figures["rdma"]["landing"], figures["tcp"]["landing"]]
+    ratios = ["1.00", f"{figures['rdma']['ratio']:.2f}", f"{figures['tcp']['ratio']:.2f}"]
+    # (each stream's own "alone" is its baseline: its ratio is printed on its bar)
+    ax.barh(names, values, color=["#999999", COLOURS["communicate"], COLOURS["idle"]])
+    for y, (value, ratio) in enumerate(zip(values, ratios)):
+        ax.text(value, y, f"  {ratio} x alone", va="center", fontsize=9)
+    ax.invert_yaxis()
+    ax.set_xlabel("rank 0's training steps (forward + backward) per second")
+    ax.set_title(f"Rank 0 computes while rank 1's gradients land in its memory (RDMA: {figures['rdma']['device']})",
+                 fontsize=10)
+    ax.set_xlim(0, max(values) * 1.3)
+    fig.tight_layout()
+    return fig
