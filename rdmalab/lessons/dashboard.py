@@ -201,8 +201,8 @@ def summary(results, repeats=1):
                    f"spent {a:.3g} ns of CPU per KiB; the TCP receiver {b:.3g} ns</b>: on every device the "
                    f"one-sided target runs nothing.")
     if "write_lat" in results:
-        out.append("In the latency tests both sides busy-poll (perftest's ping-pong): their target's CPU is busy by "
-                   "design there, and is no measure of RDMA.")
+        out.append("In the latency tests RDMA's side busy-polls its CQ (perftest's ping-pong) and TCP's blocks in "
+                   "read(): the RDMA target's CPU is busy by design there, and is no measure of RDMA.")
     noisy = sorted({row["size"] for r in results.values() for row in r.rows if row.get("spread", 1) > NOISY})
     if noisy:
         out.append(f"Noisy (repeats differ by more than {NOISY}x) at {', '.join(map(_pretty, noisy[:8]))}"

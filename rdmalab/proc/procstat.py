@@ -117,7 +117,8 @@ HOST_CPU_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq",
 def host_cpu():
     """This host's CPU time since it booted, all CPUs together, by what it went to (seconds, /proc/stat's
     cpu line): "softirq" is the kernel's deferred interrupt work (where a software NIC such as rxe handles
-    arriving packets, charged to no process unless the kernel accounts IRQ time to tasks), "system" kernel
+    arriving packets: without IRQ time accounting it is charged to whichever task it interrupted, with it,
+    CONFIG_IRQ_TIME_ACCOUNTING, to no task), "system" kernel
     code run for processes and kernel threads (rxe's kworkers too)."""
     with open("/proc/stat") as f:
         ticks = f.readline().split()[1:1 + len(HOST_CPU_FIELDS)]

@@ -10,7 +10,7 @@ PSNs are 24-bit numbers that wrap at 2**24 (MSNs and QP numbers are 24-bit too).
 10 is ahead of 2**24 - 5.
 
 A request nobody answers is resent after the QP's local ACK timeout, 4.096 us x 2**timeout, retry_cnt
-times; a timeout of 0 is infinite, no timer at all (IB spec Vol. 1, 9.7.6.1.3; ibv_modify_qp(3)).
+times; a timeout of 0 is infinite, no timer at all (IB spec Vol. 1, 9.7.6.1.3).
 """
 PSN_MODULUS = 1 << 24
 MASK24 = PSN_MODULUS - 1   # a 24-bit field: PSNs, MSNs, QP numbers
