@@ -136,10 +136,15 @@ def wait_for_what_was_launched(state):
         state.wait(b)
 
 
-def launch_at_once(state, i):
-    if i == 0 and 0 not in state.launched:   # parameter 0 comes last on most ranks, not all
-        for b in range(len(state.buckets)):
-            state.launch(b)
+def launch_and_wait(state, i):
+    while len(state.launched) < len(state.buckets) and all(j in state.final for j in state.buckets[len(state.launched)]):
+        state.launch(len(state.launched))
+        state.wait(state.launched[-1])
+
+
+def launch_on_first_gradient(state, i):
+    while len(state.launched) < len(state.buckets) and any(j in state.final for j in state.buckets[len(state.launched)]):
+        state.launch(len(state.launched))
 
 
 def launch_all_after_backward(state, i):
@@ -186,12 +191,13 @@ def one_twice(sizes, cap):
     (1, launch_on_each_gradient, "launched bucket 0 before gradient"),
     (1, launch_every_full_bucket, "launched bucket 0 twice"),
     (1, launch_when_full_in_any_order, "the ranks launched their buckets in different orders"),
-    (1, launch_at_once, "before gradient"),
-    (1, launch_all_after_backward, "nothing overlaps"),
-    (1, launch_all_but_the_last, "which it never launched: it would wait forever"),
-    ((1, 2), (launch_all_but_the_last, wait_for_what_was_launched), "never launched bucket"),
-    (2, lambda state: None, "before bucket 0's AllReduce had finished"),
-    (2, lambda state: state.wait(len(state.buckets) - 1), "before bucket 0's AllReduce had finished"),
+    (1, launch_on_first_gradient, "before gradient"),
+    (1, launch_all_after_backward, "left bucket 0 waiting"),
+    (1, launch_all_but_the_last, "left bucket 3 waiting"),
+    ((1, 2), (launch_all_but_the_last, wait_for_what_was_launched), "left bucket 3 waiting"),
+    (1, launch_and_wait, "waited for bucket 0 during backward"),
+    (2, lambda state: None, "without waiting for bucket 0"),
+    (2, lambda state: state.wait(len(state.buckets) - 1), "without waiting for bucket 0"),
     (2, lambda state: [state.wait(b) for b in range(len(state.buckets) + 1)], "never launched: it would wait forever"),
 ])
 def test_the_overlap_check_names_each_plausible_mistake(which, mistake, said):

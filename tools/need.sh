@@ -40,8 +40,11 @@ apt_install() {
     cannot "$why, and this machine has no apt-get: install $* with its own package manager, then run again"
   say "$why: installing $* (apt-get; log: /tmp/rdmalab-apt-$1.log)"
   # one apt-get at a time: .ci/run builds the guest (need.sh guest) while make test installs its own tools
-  { flock 8 && apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
-      -o DPkg::Lock::Timeout=600 "$@"; } 8> /tmp/rdmalab-apt.lock > "/tmp/rdmalab-apt-$1.log" 2>&1 ||
+  # (the lock is on a descriptor apt-get does not inherit: a daemon a package starts must not hold it for ever)
+  { flock -w 900 8 || cannot "another install step held /tmp/rdmalab-apt.lock for 15 minutes"
+    { apt-get update -q -o DPkg::Lock::Timeout=600 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+        --no-install-recommends -o DPkg::Lock::Timeout=600 "$@"; } 8>&- > "/tmp/rdmalab-apt-$1.log" 2>&1
+  } 8> /tmp/rdmalab-apt.lock ||
     { tail -5 "/tmp/rdmalab-apt-$1.log" >&2; cannot "apt-get could not install $*"; }
   local package
   for package in "$@"; do noted "installed $package $(version_of "$package") (apt-get): $why"; done
@@ -74,9 +77,10 @@ need_docker() {
     unix://*) ;;
     *) cannot "DOCKER_HOST=$DOCKER_HOST does not answer: start that engine, or unset DOCKER_HOST to use one on this machine" ;;
   esac
-  if ! command -v dockerd >/dev/null; then
+  if ! command -v dockerd >/dev/null || ! command -v docker >/dev/null; then
     local why="no Docker engine here"
     command -v docker >/dev/null && why="docker ($(command -v docker)) cannot reach an engine and there is no dockerd"
+    command -v dockerd >/dev/null && ! command -v docker >/dev/null && why="there is a dockerd but no docker client"
     apt_install "$why" docker.io
     engine_answers && return 0   # (where systemd runs, the package started it)
   fi
@@ -89,7 +93,7 @@ need_docker() {
 need_working() {
   local what=$1 check=$2 out; shift 2
   out=$("$check" 2>&1) && return 0
-  if [ $? = 127 ] && ! command -v "$what" >/dev/null; then   # (timeout's and the shell's "no such command")
+  if [ $? = 127 ] && ! command -v "$what" >/dev/null; then   # (timeout's, the shell's: "no such command")
     apt_install "there is no $what" "$@"
   else
     apt_install "$what does not run${out:+ ($(echo "$out" | tail -1 | cut -c1-120))}" "$@"
@@ -98,6 +102,7 @@ need_working() {
 }
 
 chromium_renders() {   # as tests/browser starts it: headless, no sandbox (root), no calls home
+  [ -x "$CHROMIUM" ] || return 127
   local profile; profile=$(mktemp -d)
   timeout 120 "$CHROMIUM" --headless --no-sandbox --disable-gpu --no-first-run --disable-background-networking \
     --disable-component-update --disable-sync --user-data-dir="$profile" --dump-dom 'data:text/html,<p>works</p>' |
@@ -131,17 +136,20 @@ need() {
 }
 
 report() {
-  first() { "$@" 2>/dev/null | head -1 | cut -c1-100; }
+  first() {   # a tool's first line about itself, or "none" (never two lines: the table stays a table)
+    command -v "$1" >/dev/null 2>&1 || { echo none; return; }
+    local said; said=$("$@" 2>/dev/null | head -1 | cut -c1-100); echo "${said:-none}"
+  }
   echo "what this machine has now (installed and started by this run: $LEDGER):"
   if [ -s "$LEDGER" ]; then sed 's/^/  + /' "$LEDGER"; else echo "  + nothing"; fi
   printf '  %-20s %s\n' \
     "docker engine" "$(engine_answers && timeout 30 "$DOCKER" info -f '{{.ServerVersion}} ({{.Driver}})' 2>/dev/null || echo "none answers")" \
-    "docker client" "$(command -v "$DOCKER" || echo none) $(first "$DOCKER" --version)" \
-    chromium "$(first "$CHROMIUM" --version || echo none)" \
-    tshark "$(first tshark -v || echo none)" \
-    node/npm "$(first node --version || echo none) / $(first npm --version || echo none)" \
-    qemu "$(first qemu-system-x86_64 --version || echo none)" \
-    debootstrap "$(first debootstrap --version || echo none)"
+    "docker client" "$(first "$DOCKER" --version) ($(command -v "$DOCKER" || echo -))" \
+    chromium "$(first "$CHROMIUM" --version)" \
+    tshark "$(first tshark -v)" \
+    node/npm "$(first node --version) / $(first npm --version)" \
+    qemu "$(first qemu-system-x86_64 --version)" \
+    debootstrap "$(first debootstrap --version)"
 }
 
 [ $# -gt 0 ] || { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }

@@ -34,7 +34,8 @@ import numpy as np
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "digits.csv.gz")
 TEST_ROWS = 297          # held out for accuracy: the rest (1500) is the training set
 WIDTH, DEPTH = 192, 4    # hidden units in each hidden layer, and how many hidden layers
-BUCKET_CAP = 128 << 10   # DDP's cap is 25 MB (1 MB for its first bucket), for models of GBs; ours is 0.5 MB
+BUCKET_CAP = 128 << 10   # DDP's cap is 25 MB (1 MB for its first bucket), for models of GBs; this model's gradients
+                         # are 0.5 MB, so 128 KiB makes 4 buckets
 
 
 def digits():
@@ -177,7 +178,7 @@ def train(comm, options, communicator=None):
             if o["drift"] and tuple(o["drift"][:2]) == (r, step):
                 params[o["drift"][2]].flat[0] += 1e-3          # a replica that drifts (a bug, a bit flip)
             t4 = time.perf_counter()
-            records.append({"step": step, "loss": loss * p, "start": t0, "backward": t1 - t0,
+            records.append({"step": step, "loss": loss, "start": t0, "backward": t1 - t0,
                             "reduce": t2 - t1, "finish": t3 - t2, "update": t4 - t3,
                             "waited": timed.waited - waited0, "buckets": reducer.intervals})
             prints.append([digest(param) for param in params])
@@ -221,7 +222,7 @@ class Reducer:
         self.run = algorithm if callable(algorithm) else REGISTRY[algorithm].run
         self.on_gradient, self.before_update = on_gradient, before_update
         self.grads, self.final, self.launched, self.intervals = [], set(), [], []
-        self.finished, self.failed = threading.Condition(), None
+        self.finished, self.failed, self.closing = threading.Condition(), None, False
         self.jobs, self.thread = None, None
         if threaded:
             self.jobs = queue.Queue()
@@ -239,10 +240,14 @@ class Reducer:
         self.on_gradient(self, i)
 
     def launch(self, b):
+        if b in self.launched:
+            raise RuntimeError(f"bucket {b} launched twice in one step: its gradients would be summed twice")
         self.launched.append(b)
         self.jobs.put(b)
 
     def wait(self, b):
+        if b not in self.launched:
+            raise RuntimeError(f"waiting for bucket {b}, which was never launched: it would wait forever")
         with self.finished:
             while b not in self.done and self.failed is None:
                 self.finished.wait(1.0)
@@ -269,7 +274,8 @@ class Reducer:
             if b is None:
                 return
             try:
-                self._reduce(b)
+                if self.failed is None and not self.closing:   # (after a failure the ranks are out of step)
+                    self._reduce(b)
             except BaseException as e:   # (told to the step's thread, which raises it in wait())
                 self.failed = e
             with self.finished:
@@ -293,9 +299,13 @@ class Reducer:
         self.intervals.append((b, start, time.perf_counter()))
 
     def close(self):
+        """Stop the communication thread: buckets still queued are dropped; one under way ends with the transport's
+        own timeout (a peer that stopped answering), after which the thread ends too."""
         if self.thread is not None:
+            self.closing = True
             self.jobs.put(None)
-            self.thread.join(timeout=5)
+            from rdmalab.allreduce.transports import peer_timeout
+            self.thread.join(timeout=peer_timeout() + 5)
 
 
 def compute_while_landing(comm, options):
@@ -341,13 +351,25 @@ def compute_while_landing(comm, options):
             out["alone"] = compute(o["seconds"])
         barrier()
         if r == 0:
-            receiver = threading.Thread(target=lambda: out.update(taken=drain())) if threading_tcp else None
+            failed = []
+
+            def receive():
+                try:
+                    out["taken"] = drain()
+                except BaseException as e:
+                    failed.append(e)
+
+            receiver = threading.Thread(target=receive, daemon=True) if threading_tcp else None
             if receiver:
                 receiver.start()
+                _pin_threads(pinned)                           # (the receiver too, on rank 0's CPU)
             time.sleep(0.05)                                   # the stream is under way
             out["landing"] = compute(o["seconds"])
             if receiver:
-                receiver.join()
+                from rdmalab.allreduce.transports import peer_timeout
+                receiver.join(timeout=o["seconds"] + peer_timeout())
+                if failed or receiver.is_alive():
+                    raise RuntimeError(f"rank 0's TCP receiver {'failed: ' + repr(failed[0]) if failed else 'hung'}")
             else:
                 out["taken"] = drain()
         elif r == 1:
@@ -366,21 +388,31 @@ def compute_while_landing(comm, options):
         barrier()
     finally:
         if pinned is not None:
-            os.sched_setaffinity(0, pinned[1])
+            _pin_threads((None, pinned[1]))
     return out
 
 
 def _pin(rank):
-    """Pin this rank to a CPU of its own (rank 0 to the first usable CPU, rank 1 to the second) where two are
-    usable; returns (the CPU, the affinity before) or None."""
+    """Pin this rank, every thread of it (the transport's sender threads too), to a CPU of its own (rank 0 to the
+    first usable CPU, rank 1 to the second) where two are usable; returns (the CPU, the affinity before) or None."""
     if not hasattr(os, "sched_setaffinity"):
         return None
     before = os.sched_getaffinity(0)
     cpus = sorted(before)
     if len(cpus) < 2 or rank > 1:
         return None
-    os.sched_setaffinity(0, {cpus[rank]})
+    _pin_threads((cpus[rank], before))
     return cpus[rank], before
+
+
+def _pin_threads(pinned):
+    """Every thread of this process on CPU pinned[0] (None: back to the affinity pinned[1])."""
+    cpus = pinned[1] if pinned[0] is None else {pinned[0]}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(tid), cpus)
+        except OSError:   # (a thread that ended meanwhile)
+            pass
 
 
 class MpiComm:
@@ -392,9 +424,11 @@ class MpiComm:
         self.mpi, self.world = MPI, MPI.COMM_WORLD
         self.rank, self.size, self.alive = self.world.rank, self.world.size, None
         self.t = self                                      # (train() times its waits: MPI's are inside Allreduce)
-        self.data = np.zeros(1 << 20, np.uint8)
+        self.data = np.zeros(0, np.uint8)
 
     def buffer(self, count, dtype="float32"):
+        if count * np.dtype(dtype).itemsize > self.data.nbytes:   # (the largest bucket so far)
+            self.data = np.zeros(count * np.dtype(dtype).itemsize, np.uint8)
         return self.data[:count * np.dtype(dtype).itemsize].view(dtype)
 
     def allreduce(self, comm, x):

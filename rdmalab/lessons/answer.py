@@ -101,8 +101,8 @@ PING_PONG = ("a ping-pong's two programs hand each message back and forth: each 
 
 
 # Whether a rank computing while gradients land in its memory by RDMA WRITE measures what a hardware NIC does
-LANDING_WHY_NOT = {"rxe": "on Soft-RoCE the target's kernel takes every packet in a softirq, on the target's CPUs: "
-                          "a hardware NIC's DMA engine writes the memory with no CPU"}
+LANDING_WHY_NOT = {"rxe": "on Soft-RoCE the kernels copy every packet (across two hosts the target's kernel, in "
+                          "softirq or a kworker, on the target's CPUs): a hardware NIC's DMA engine uses no CPU"}
 STEP_WHY_NOT = ("a step's times are this machine's: its CPUs are the accelerators and, on soft0, the NIC too; "
                 "what a GPU waits for depends on its own speed against its links'")
 
@@ -270,9 +270,10 @@ def rows(kept, kind=None):
     seven = kept.get("training-step", {})
     if seven.get("landing"):
         landing_kind = device_kind(None, seven.get("landing_device")) or kind
-        out.insert(6, ("a rank's training speed while gradients land in its memory, share of its speed alone",
-                       seven["landing"].get("tcp"), seven["landing"].get("rdma"), TRAINING,
-                       landing_kind not in LANDING_WHY_NOT))
+        first_local = next((i for i, row in enumerate(out) if not row[-1]), len(out))   # (after what holds)
+        out.insert(first_local, ("a rank's training speed while gradients land in its memory, share of its speed "
+                                 "alone", seven["landing"].get("tcp"), seven["landing"].get("rdma"), TRAINING,
+                                 landing_kind not in LANDING_WHY_NOT))
     if seven.get("step_ms", {}).get("rdma"):
         out.append(("a data-parallel training step, ms (this machine's CPUs as accelerators)",
                     seven["step_ms"].get("tcp"), seven["step_ms"]["rdma"], TRAINING, False))

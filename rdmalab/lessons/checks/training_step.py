@@ -9,7 +9,7 @@ orders (as autograd's threads make them on real ranks), with no timing involved:
 wait, then names the first mistake a learner would fix: a parameter in no bucket or in two, buckets not in
 DDP's order or over the cap, a bucket launched before its gradients were final, launched twice or never, ranks
 launching buckets in different orders (their AllReduces would pair unlike buckets, or hang), the update reading a
-bucket whose AllReduce had not finished, or no overlap at all (every bucket launched after backward)."""
+bucket not waited for, a wait during backward, or a bucket launched later than it could have been (no overlap)."""
 import random
 
 from rdmalab.allreduce import training
@@ -29,6 +29,7 @@ class Simulated:
     def __init__(self, buckets, rank):
         self.buckets, self.rank = buckets, rank
         self.final, self.launched, self.events = set(), [], []
+        self.in_backward = True
         self.reduced = set()   # buckets whose AllReduce finished (only ever by wait(): no timing)
 
     def launch(self, b):
@@ -48,6 +49,9 @@ class Simulated:
     def wait(self, b):
         if b not in self.launched:
             raise Wrong(f"rank {self.rank} waited for bucket {b}, which it never launched: it would wait forever.")
+        if self.in_backward:
+            raise Wrong(f"rank {self.rank} waited for bucket {b} during backward: backward stops until that AllReduce "
+                        "ends, so nothing overlaps.", "Wait only in my_before_update, once backward is over.")
         self.reduced.add(b)
         self.events.append(("wait", b, len(self.final)))
 
@@ -85,11 +89,6 @@ def _check_overlap(answer):
             raise Wrong(f"the ranks launched their buckets in different orders ({'; '.join(f'rank {r}: {list(o)}' for r, o in enumerate(orders))}): "
                         "AllReduces pair up in the order ranks start them, so rank 0's bucket would be summed "
                         "with rank 1's other bucket, or hang waiting for a size that never comes.", ORDER_HINT)
-        if all(at == len(sizes) for s in per_rank for kind, _, at in s.events if kind == "launch") and len(buckets) > 1:
-            raise Wrong("every bucket was launched only once backward had finished: correct sums, but nothing "
-                        "overlaps, and the step waits for the whole AllReduce.",
-                        "Launch a bucket from my_on_gradient as soon as its last gradient is final (and every "
-                        "bucket before it has gone): backward then goes on while its AllReduce runs.")
 
 
 def _judge_buckets(buckets, sizes, cap):
@@ -116,19 +115,37 @@ def _judge_buckets(buckets, sizes, cap):
                         "AllReduce's fixed cost each (its alpha).", "Close a bucket only once it holds cap bytes.")
 
 
+def _launchable(state):
+    """How many buckets DDP's rule has launched by now: in order, each once its gradients are all final."""
+    n = 0
+    while n < len(state.buckets) and all(j in state.final for j in state.buckets[n]):
+        n += 1
+    return n
+
+
 def _one_rank(buckets, sizes, rank, rng, on_gradient, before_update):
     state = Simulated(buckets, rank)
     for i in _orders(sizes, rank, rng):
         state.final.add(i)
         on_gradient(state, i)
+        due = _launchable(state)
+        if len(state.launched) < due and sorted(state.launched) == state.launched:
+            b = len(state.launched)
+            raise Wrong(f"rank {rank} left bucket {b} waiting: its gradients were all final (and every bucket before "
+                        f"it had gone) when gradient {i} came, but it did not start then, so its AllReduce could not "
+                        "overlap the rest of backward.",
+                        "Launch a bucket from my_on_gradient as soon as its last gradient is final and every bucket "
+                        "before it has gone.")
+    state.in_backward = False
     before_update(state)
     for b in range(len(buckets)):
         if b not in state.launched:
             raise Wrong(f"rank {rank} never launched bucket {b}: its gradients would stay rank-local and the "
                         "replicas drift apart.", "Launch every bucket once its gradients are final.")
         if b not in state.reduced:
-            raise Wrong(f"rank {rank} updated its parameters before bucket {b}'s AllReduce had finished (it "
-                        "never waited for it): the update would read half-summed gradients.",
+            raise Wrong(f"rank {rank} updated its parameters without waiting for bucket {b}: nothing says its "
+                        "AllReduce has finished (that a later bucket's has is an accident of one queue), so the "
+                        "update may read half-summed gradients.",
                         "In my_before_update, state.wait(b) for every bucket.")
     return state
 
