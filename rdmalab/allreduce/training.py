@@ -269,6 +269,11 @@ class Reducer:
             raise RuntimeError(f"the update would read buckets {missing} before their AllReduce finished")
 
     def _serve(self):
+        from rdmalab.proc import waiting
+        with waiting.sleeping():   # (a spinning wait would take the CPU and the GIL from backward beside it)
+            self._serve_jobs()
+
+    def _serve_jobs(self):
         while True:
             b = self.jobs.get()
             if b is None:
@@ -344,7 +349,7 @@ def compute_while_landing(comm, options):
             if told < 0 and taken >= -told + 1:
                 return taken
 
-    out = {"rank": r, "cpu": pinned}
+    out = {"rank": r, "cpu": pinned[0] if pinned else None}   # (the CPU it ran on, where it had one of its own)
     try:
         barrier()
         if r == 0:

@@ -103,6 +103,20 @@ class Policy:
 
 _policy = None
 _nic_processes = 0
+_this_thread = threading.local()   # .sleeps: waits in this thread skip spinning and yielding (sleeping())
+
+
+@contextlib.contextmanager
+def sleeping():
+    """Waits in this thread sleep at once, never spin or yield, while the block runs: for a thread beside
+    computation in the same process (an AllReduce overlapping backward), where a spin would take the CPU and
+    Python's GIL that the computation needs. soft0's writes wake a sleeper through its bell at once."""
+    before = getattr(_this_thread, "sleeps", False)
+    _this_thread.sleeps = True
+    try:
+        yield
+    finally:
+        _this_thread.sleeps = before
 
 
 def policy():
@@ -132,7 +146,7 @@ def until(ready, timeout, what="the peer", bell=None, alive=None, busy=True, spi
     p = _policy or policy()
     clock = time.monotonic
     last = clock()
-    if busy and p.busy_waiting(last):
+    if busy and not getattr(_this_thread, "sleeps", False) and p.busy_waiting(last):
         # yield first (one CPU or less: the peer can only answer once we let it run), then spin. Either way
         # a gap in our own clock means another process had the CPU for a while: when a yield hands the CPU
         # to a CPU-bound process it keeps it for a whole slice (about 2 ms), so go to sleep, where the
