@@ -1,5 +1,6 @@
 """rdmalab.proc.waiting: spin, yield, then sleep until woken; the policy follows the usable CPUs and backs
 off when spinning gets preempted. (How soft0's NIC wakes a sleeper: tests/soft/test_wakeups.py.)"""
+import time
 import errno
 import threading
 
@@ -187,3 +188,32 @@ def test_a_signal_pipe_turns_readable_on_a_signal_and_is_given_back():
         assert seen == [None]   # (only the main thread runs handlers)
     finally:
         signal.signal(signal.SIGUSR1, previous)
+
+
+def test_a_thread_that_waits_while_sleeping_never_spins():
+    """waiting.sleeping(): an AllReduce thread beside backward must not spin (it would hold the GIL and the CPU):
+    a 30 ms wait checks its condition a few dozen times, where the busy policy checks it thousands of times."""
+    import threading
+    from rdmalab.proc import waiting
+
+    def checks(sleeps):
+        calls, start = [0], time.monotonic()
+
+        def ready():
+            calls[0] += 1
+            return time.monotonic() - start > 0.03
+        if sleeps:
+            with waiting.sleeping():
+                waiting.until(ready, 5, spin_s=waiting.COLLECTIVE_SPIN_S)
+        else:
+            waiting.until(ready, 5, spin_s=waiting.COLLECTIVE_SPIN_S)
+        return calls[0]
+
+    got = {}
+    thread = threading.Thread(target=lambda: got.update(sleeping=checks(True)))
+    thread.start()
+    thread.join()
+    assert got["sleeping"] < 200, got
+    if waiting.policy().spin_s:   # (where this process spins at all, the same wait outside sleeping() does)
+        assert checks(False) > 5 * got["sleeping"]
+    assert not getattr(waiting._this_thread, "sleeps", False)   # (only that thread's waits changed, and only inside)
