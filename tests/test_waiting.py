@@ -1,8 +1,8 @@
 """rdmalab.proc.waiting: spin, yield, then sleep until woken; the policy follows the usable CPUs and backs
 off when spinning gets preempted. (How soft0's NIC wakes a sleeper: tests/soft/test_wakeups.py.)"""
-import time
 import errno
 import threading
+import time
 
 import pytest
 
