@@ -288,7 +288,7 @@ class Reducer:
                 self.finished.notify_all()
 
     def _reduce(self, b):
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.thread_time()
         members, source = self.buckets[b], self.grads
         count = sum(source[i].size for i in members)
         work = self.comm.buffer(count, "float32")
@@ -301,7 +301,7 @@ class Reducer:
         for i in members:
             source[i].reshape(-1)[:] = work[at:at + source[i].size]
             at += source[i].size
-        self.intervals.append((b, start, time.perf_counter()))
+        self.intervals.append((b, start, time.perf_counter(), time.thread_time() - cpu))   # (the CPU it took)
 
     def close(self):
         """Stop the communication thread: buckets still queued are dropped; one under way ends with the transport's

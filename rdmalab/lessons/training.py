@@ -37,7 +37,11 @@ class Run:
     def allreduce_s(self):
         """Median time of a step's AllReduces, all buckets (in the thread, when overlapped: stretched by backward,
         which shares the rank's CPU)."""
-        return float(np.median([sum(end - start for _, start, end in rec["buckets"]) for rec in self.records()]))
+        return float(np.median([sum(end - start for _, start, end, _ in rec["buckets"]) for rec in self.records()]))
+
+    def allreduce_cpu_s(self):
+        """Median CPU time a step's AllReduces took of the thread that ran them (the NIC's work too, on soft0)."""
+        return float(np.median([sum(cpu for *_, cpu in rec["buckets"]) for rec in self.records()]))
 
     def step_s(self):
         return float(np.median([rec["backward"] + rec["reduce"] + rec["finish"] + rec["update"]
@@ -183,7 +187,7 @@ def timeline(runs, steps=2):
                 spans += [("idle", t, rec["finish"]), ("compute", t + rec["finish"], rec["update"])]
                 _bars(ax, lanes, spans)
                 if r.overlap:
-                    _bars(ax, lanes + 1, [("communicate", s - zero, e - s) for _, s, e in rec["buckets"]])
+                    _bars(ax, lanes + 1, [("communicate", s - zero, e - s) for _, s, e, _ in rec["buckets"]])
             labels.append(f"rank {rank['rank']}")
             lanes += 1
             if r.overlap:
