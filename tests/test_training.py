@@ -2,6 +2,7 @@
 gradients are right, data parallelism matches one process on the global batch, replicas stay bit-identical (and a
 drifting one is named), overlap changes no result, the landing experiment accounts for every message, and the
 training lesson's exercise rejects plausible mistakes by name. No timing is asserted."""
+import contextlib
 import os
 
 import numpy as np
@@ -12,6 +13,7 @@ from rdmalab.allreduce.cluster import Cluster
 from rdmalab.errors import RdmalabError
 from rdmalab.lessons import exercises
 from rdmalab.lessons import training as lesson
+from rdmalab.proc.cpus import pinned_to_one_cpu
 
 STEPS = 8
 
@@ -84,14 +86,19 @@ def test_the_ranks_are_started_with_one_blas_thread(cluster):
             assert b"OPENBLAS_NUM_THREADS=1" in f.read().split(b"\0")
 
 
-@pytest.mark.parametrize("transport", ["rdma", "tcp"])
-def test_every_message_of_the_landing_stream_is_accounted_for(transport):
-    with Cluster(ranks=2, transport=transport, max_bytes=1 << 20) as c:
+@pytest.mark.parametrize("transport, one_cpu", [("rdma", False), ("tcp", False), ("tcp", True)])
+def test_every_message_of_the_landing_stream_is_accounted_for(transport, one_cpu):
+    with contextlib.ExitStack() as stack:
+        if one_cpu:   # (every rank on this process's first CPU, as taskset -c 0 starts them: no CPU to pin to)
+            stack.enter_context(pinned_to_one_cpu())
+        c = stack.enter_context(Cluster(ranks=2, transport=transport, max_bytes=1 << 20))
         zero, one = c.run(training.compute_while_landing, {"seconds": 0.2, "nbytes": 64 << 10})
         assert zero["alone"] > 0 and zero["landing"] > 0
         assert zero["taken"] * (64 << 10) == one["sent_bytes"]   # every put taken, the last one's count included
-        if len(os.sched_getaffinity(0)) >= 2:
+        if len(os.sched_getaffinity(0)) >= 2 and not one_cpu:
             assert zero["cpu"] is not None and zero["cpu"] != one["cpu"]
+        else:
+            assert zero["cpu"] is one["cpu"] is None
         c.run(training.compute_while_landing, {"seconds": 0.1, "nbytes": 64 << 10})   # the transport is reusable
 
 

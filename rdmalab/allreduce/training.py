@@ -367,7 +367,8 @@ def compute_while_landing(comm, options):
             receiver = threading.Thread(target=receive, daemon=True) if threading_tcp else None
             if receiver:
                 receiver.start()
-                _pin_threads(pinned)                           # (the receiver too, on rank 0's CPU)
+                if pinned:
+                    _pin_threads(pinned)                       # (the receiver too, on rank 0's CPU)
             time.sleep(0.05)                                   # the stream is under way
             out["landing"] = compute(o["seconds"])
             if receiver:

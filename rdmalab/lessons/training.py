@@ -146,12 +146,12 @@ def table(runs):
     time (in the thread, when overlapped), "waited" what of it the step waited for (all of it without overlap),
     and for an overlapped run beside its plain one ("rdma + overlap" beside "rdma"), "saved": how much shorter
     the step got, as a share of the plain step's AllReduce (Run.hidden)."""
-    lines = [f"{'run':<16}{'step':>8}{'fwd+bwd':>9}{'AllReduce':>11}{'waited':>8}{'saved':>7}{'accuracy':>10}",
-             f"{'':<16}{'ms':>8}{'ms':>9}{'ms':>11}{'ms':>8}{'':>7}{'':>10}"]
+    lines = [f"{'run':<24}{'step':>8}{'fwd+bwd':>9}{'AllReduce':>11}{'waited':>8}{'saved':>7}{'accuracy':>10}",
+             f"{'':<24}{'ms':>8}{'ms':>9}{'ms':>11}{'ms':>8}{'':>7}{'':>10}"]
     for name, r in runs.items():
         plain = runs.get(name.replace(" + overlap", "")) if r.overlap else None
         saved = f"{r.hidden(plain):7.0%}" if plain is not None and plain is not r else f"{'':7}"
-        lines.append(f"{name:<16}{r.step_s() * 1e3:8.2f}{r.median('backward') * 1e3:9.2f}"
+        lines.append(f"{name:<24}{r.step_s() * 1e3:8.2f}{r.median('backward') * 1e3:9.2f}"
                      f"{r.allreduce_s() * 1e3:11.2f}{r.exposed_s() * 1e3:8.2f}{saved}{r.accuracy():10.1%}")
     if any(r.label.startswith("mpi") for r in runs.values()):
         lines += ["(MPI waits inside MPI_Allreduce, where its waits cannot be told from its work:",
