@@ -29,7 +29,7 @@ from rdmalab.proc.cpus import usable_cpus  # noqa: E402
 
 # the model for the step: wider than the lesson's (1.9 MB of gradients), so that its AllReduce takes about as
 # long as forward and backward on one CPU (measured: "balance" in the JSON)
-STEP_MODEL = {"width": 384, "depth": 4, "batch": 128, "bucket_cap": 256 << 10}
+STEP_MODEL = {"width": 384, "depth": 4, "batch": 64, "bucket_cap": 256 << 10}
 
 
 def steps(transport, ranks, options):

@@ -281,7 +281,8 @@ def test_the_training_lesson_draws_each_ranks_step_and_the_gradients_landing(lab
     with lesson_page(lab, name_of("training-step"), shot) as page:
         wait_until_every_cell_ran(page, timeout_ms=600_000)
         assert page.locator(".jp-RenderedImage img").count() >= 3, "two timelines and the landing chart"
-        assert page.get_by_text("replicas bit-identical after each of").count() == 1
+        said = page.locator(".jp-OutputArea-output", has_text="replicas bit-identical after each of")
+        assert said.count() == 1, "the replicas' check, in the cell's output (the code says it too)"
         assert shows_progress(page)
         assert not (bad := nothing_wraps(page)), "\n".join(bad)
         page.locator(".jp-RenderedImage img").first.scroll_into_view_if_needed()
