@@ -170,7 +170,7 @@ def timeline(runs, steps=2):
     runs have a second lane per rank: its AllReduce thread, a bar per bucket."""
     lanes_of = [len(r.per_rank) * (2 if r.overlap else 1) for r in runs.values()]
     fig, axes = plt.subplots(len(runs), 1, figsize=(9, 0.8 + sum(0.7 + 0.35 * n for n in lanes_of)), squeeze=False,
-                             gridspec_kw={"height_ratios": [1 + n for n in lanes_of]})
+                             sharex=True, gridspec_kw={"height_ratios": [1 + n for n in lanes_of]})   # (one time scale)
     for ax, (name, r) in zip(axes[:, 0], runs.items()):
         first = min(SKIP, len(r.per_rank[0]["records"]) // 2)
         zero = min(rank["records"][first]["start"] for rank in r.per_rank)
@@ -195,7 +195,7 @@ def timeline(runs, steps=2):
                 lanes += 1
         ax.set_yticks(range(lanes), labels, fontsize=9)
         ax.invert_yaxis()
-        ax.set_title(f"{name} ({r.device}): {steps} steps, {r.step_s() * 1e3:.1f} ms each (median)", fontsize=10)
+        ax.set_title(f"{name}, {r.device}: {steps} steps, {r.step_s() * 1e3:.1f} ms each (median)", fontsize=10)
         ax.grid(True, axis="x", alpha=0.3)
     axes[-1, 0].set_xlabel("ms since the first rank started the step")
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in COLOURS.values()]
