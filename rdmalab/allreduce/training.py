@@ -147,17 +147,16 @@ def train(comm, options, communicator=None):
     whose parameter this rank nudges once, to show the check catching a replica that drifts).
     communicator: one to use instead of a Communicator over comm's transport (MpiComm)."""
     from rdmalab.allreduce.algorithms import Communicator
-    o = {"algorithm": "ring", "steps": 100, "batch": 128, "width": WIDTH, "depth": DEPTH, "lr": 0.1, "seed": 0, "overlap": False,
-         "bucket_cap": BUCKET_CAP, "buckets": None, "drift": None, **options}
+    o = {"algorithm": "ring", "steps": 100, "batch": 128, "width": WIDTH, "depth": DEPTH, "lr": 0.1, "seed": 0,
+         "overlap": False, "bucket_cap": BUCKET_CAP, "buckets": None, "on_gradient": launch_in_order,
+         "before_update": wait_for_all, "drift": None, **options}
     timed = TimedWaits(comm.t)
     comm = communicator or Communicator(timed, comm.alive)   # (MPI: its own, whose waits are inside Allreduce)
     p, r = comm.size, comm.rank
     train_x, train_y, test_x, test_y = digits()
     params = init(layer_sizes(o["width"], o["depth"]), o["seed"])
     buckets = o["buckets"] or ddp_buckets(params, o["bucket_cap"])
-    reducer = Reducer(comm, params, buckets, o["algorithm"], threaded=o["overlap"],
-                      on_gradient=o.get("on_gradient") or launch_in_order,
-                      before_update=o.get("before_update") or wait_for_all)
+    reducer = Reducer(comm, params, buckets, o["algorithm"], o["overlap"], o["on_gradient"], o["before_update"])
     rng = np.random.default_rng(o["seed"] + 1)              # the same global batches on every rank
     records, prints = [], []
     try:
@@ -189,15 +188,20 @@ def train(comm, options, communicator=None):
             "buckets": buckets, "overlap": o["overlap"], "transport": type(timed.inner).__name__}
 
 
+def launchable(state):
+    """How many buckets DDP's rule has started by now: in index order, each once all its gradients are final."""
+    n = 0
+    while n < len(state.buckets) and all(j in state.final for j in state.buckets[n]):
+        n += 1
+    return n
+
+
 def launch_in_order(state, i):
     """DDP's rule for when a bucket's AllReduce starts (backward has just made gradient i final): a bucket goes out
     once all its gradients are final, and only after every bucket before it, so that every rank starts the same
     AllReduces in the same order whatever order its gradients came in."""
-    while len(state.launched) < len(state.buckets):
-        b = len(state.launched)
-        if not all(j in state.final for j in state.buckets[b]):
-            return
-        state.launch(b)
+    while len(state.launched) < launchable(state):
+        state.launch(len(state.launched))
 
 
 def wait_for_all(state):
@@ -221,7 +225,7 @@ class Reducer:
         self.comm, self.params, self.buckets = comm, params, buckets
         self.run = algorithm if callable(algorithm) else REGISTRY[algorithm].run
         self.on_gradient, self.before_update = on_gradient, before_update
-        self.grads, self.final, self.launched, self.intervals = [], set(), [], []
+        self.start_step()
         self.finished, self.failed, self.closing = threading.Condition(), None, False
         self.jobs, self.thread = None, None
         if threaded:
@@ -329,7 +333,8 @@ def compute_while_landing(comm, options):
     pinned = _pin(r)
     t, barrier = comm.t, comm.barrier
     params = init(layer_sizes(o["width"], o["depth"]))
-    x, y = digits()[0][:o["batch"]], digits()[1][:o["batch"]]
+    train_x, train_y, _, _ = digits()
+    x, y = train_x[:o["batch"]], train_y[:o["batch"]]
     threading_tcp = not hasattr(t, "flags")                  # TCP: bytes land only when rank 0 reads them
 
     def compute(seconds):

@@ -107,6 +107,12 @@ STEP_WHY_NOT = ("a step's times are this machine's: its CPUs are the accelerator
                 "what a GPU waits for depends on its own speed against its links'")
 
 
+def _landing_why_not(seven, kind):
+    """Why the training lesson's landing figure does not hold on every device ('' where it does), by the device
+    its RDMA stream ran on."""
+    return LANDING_WHY_NOT.get(device_kind(None, seven.get("landing_device")) or kind, "")
+
+
 def _ring_busbw_why_not(kind):
     return (f"your two rings ran {ONE_HOST.get(kind, ONE_HOST[None])}: their ratio says how this machine's two "
             f"paths copy, not what holds on an RDMA device (on another device it comes out otherwise)")
@@ -176,11 +182,10 @@ def gather(kept=None, kind=None):
                           f"process used {tshare:.0%} of the sender's CPU time over TCP, {four['rdma_target_cpu_share']:.0%} "
                           "as the target of RDMA WRITEs", True, ANSWER))
     if seven.get("landing"):
-        landing_kind = device_kind(None, seven.get("landing_device")) or kind
+        why_not = _landing_why_not(seven, kind)
         out.append(Figure("landing", "training-step", f"a rank training while a neighbour streamed gradients into its "
                           f"memory kept {seven['landing']['rdma']:.0%} of its speed by RDMA WRITE, "
-                          f"{seven['landing']['tcp']:.0%} by TCP", landing_kind not in LANDING_WHY_NOT, ANSWER,
-                          LANDING_WHY_NOT.get(landing_kind, "")))
+                          f"{seven['landing']['tcp']:.0%} by TCP", not why_not, ANSWER, why_not))
     if wire.get("reth_rkey") is not None:
         out.append(Figure("first-packet", "on-the-wire", f"a WRITE of {wire['write_length']} B went as "
                           f"{wire['write_packets']} packets; only the first carried a RETH: the target's address "
@@ -269,11 +274,10 @@ def rows(kept, kind=None):
                     f"{ONE_HOST.get(kind, ONE_HOST[None])})", t, r, ALLREDUCE, kind == "hardware"))
     seven = kept.get("training-step", {})
     if seven.get("landing"):
-        landing_kind = device_kind(None, seven.get("landing_device")) or kind
         first_local = next((i for i, row in enumerate(out) if not row[-1]), len(out))   # (after what holds)
         out.insert(first_local, ("a rank's training speed while gradients land in its memory, share of its speed "
                                  "alone", seven["landing"].get("tcp"), seven["landing"].get("rdma"), TRAINING,
-                                 landing_kind not in LANDING_WHY_NOT))
+                                 not _landing_why_not(seven, kind)))
     if seven.get("step_ms", {}).get("rdma"):
         out.append(("a data-parallel training step, ms (this machine's CPUs as accelerators)",
                     seven["step_ms"].get("tcp"), seven["step_ms"]["rdma"], TRAINING, False))

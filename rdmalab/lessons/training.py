@@ -7,9 +7,16 @@
 
 What runs on the ranks is rdmalab.allreduce.training; this module gathers, checks and draws.
 """
+import json
+import os
+import subprocess
+import sys
+
 import matplotlib.pyplot as plt
 import numpy as np
 
+from rdmalab.allreduce import mpi
+from rdmalab.allreduce import ranks as engine
 from rdmalab.allreduce import training as ranks_side
 from rdmalab.errors import RdmalabError
 
@@ -77,20 +84,18 @@ def ring_from_06(fn):
 
 def run(cluster, options, label=None, timeout=1800):
     """Train on every rank of `cluster` (rdmalab.allreduce.training.train) and check the replicas agree."""
-    from rdmalab.allreduce import ranks as engine
     per_rank = cluster.run(ranks_side.train, dict(options), timeout=timeout)
-    device = cluster.view.apply_sync(engine.device)[0] if cluster.transport == "rdma" else "loopback TCP"
     return Run(label or f"{cluster.transport}{' + overlap' if options.get('overlap') else ''}", per_rank, options,
-               device)
+               device_of(cluster))
+
+
+def device_of(cluster):
+    """What moves a cluster's bytes, as its ranks name it: "soft0 (soft)", "rxe0 (pyverbs)", or loopback TCP."""
+    return cluster.view.apply_sync(engine.device)[0] if cluster.transport == "rdma" else "loopback TCP"
 
 
 def mpi_run(ranks, options, timeout=1800):
     """The same training with MPI_Allreduce (MPICH, under its mpiexec) summing the gradients."""
-    import json
-    import os
-    import subprocess
-    import sys
-    from rdmalab.allreduce import mpi
     # (what crosses to mpiexec's ranks is JSON: functions stay here, and the ranks keep no parameters to send back)
     options = {k: v for k, v in options.items() if k not in ("algorithm", "on_gradient", "before_update",
                                                             "keep_params")}
@@ -208,12 +213,10 @@ def landing(rdma_cluster, tcp_cluster, seconds=1.0, nbytes=1 << 20):
     """Rank 0's compute rate alone and while rank 1 streams `nbytes` messages into its memory, over RDMA WRITEs
     and over TCP: {"rdma": {...}, "tcp": {...}}, each with alone and landing (steps/s), their ratio, and the
     bytes that landed per second."""
-    from rdmalab.allreduce import ranks as engine
     out = {}
     for name, cluster in (("rdma", rdma_cluster), ("tcp", tcp_cluster)):
         zero, one = cluster.run(ranks_side.compute_while_landing, {"seconds": seconds, "nbytes": nbytes})[:2]
-        device = cluster.view.apply_sync(engine.device)[0] if name == "rdma" else "loopback TCP"
-        out[name] = {"device": device, "alone": zero["alone"], "landing": zero["landing"], "ratio": zero["landing"] / zero["alone"],
+        out[name] = {"device": device_of(cluster), "alone": zero["alone"], "landing": zero["landing"], "ratio": zero["landing"] / zero["alone"],
                      "landed_MBps": one["sent_bytes"] / (seconds + 0.15) / 1e6, "cpu": zero["cpu"]}
     return out
 

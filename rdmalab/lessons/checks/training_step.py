@@ -115,20 +115,12 @@ def _judge_buckets(buckets, sizes, cap):
                         "AllReduce's fixed cost each (its alpha).", "Close a bucket only once it holds cap bytes.")
 
 
-def _launchable(state):
-    """How many buckets DDP's rule has launched by now: in order, each once its gradients are all final."""
-    n = 0
-    while n < len(state.buckets) and all(j in state.final for j in state.buckets[n]):
-        n += 1
-    return n
-
-
 def _one_rank(buckets, sizes, rank, rng, on_gradient, before_update):
     state = Simulated(buckets, rank)
     for i in _orders(sizes, rank, rng):
         state.final.add(i)
         on_gradient(state, i)
-        due = _launchable(state)
+        due = training.launchable(state)
         if len(state.launched) < due and sorted(state.launched) == state.launched:
             b = len(state.launched)
             raise Wrong(f"rank {rank} left bucket {b} waiting: its gradients were all final (and every bucket before "
