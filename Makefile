@@ -22,7 +22,7 @@ STAMP  := $(VENV)/.rdmalab-installed
 CHP_DIR := $(HOME)/.cache/rdmalab/configurable-http-proxy
 CHP     := $(CHP_DIR)/node_modules/.bin/configurable-http-proxy
 
-.PHONY: lab test test-softroce test-two-hosts book lab-container image image-lock workshop-deps wire-deps browser-deps clean
+.PHONY: lab test test-softroce test-two-hosts book lab-container image image-lock workshop-deps wire-deps browser-deps torch-deps clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV) || { \
@@ -40,7 +40,7 @@ $(STAMP): pyproject.toml
 lab: $(STAMP)
 	$(PY) -m rdmalab.lab notebooks/
 
-test: $(STAMP) workshop-deps wire-deps browser-deps
+test: $(STAMP) workshop-deps wire-deps browser-deps torch-deps
 	$(PY) -m pytest --durations=15 $(PYTEST_ARGS)
 
 # Each tool below is judged by whether it runs, not by its name on the PATH (tools/need.sh: as root it installs
@@ -61,6 +61,17 @@ wire-deps:
 # Chromium, the browser tests/browser drives (Debian's: a test tool's own browser download does not work everywhere)
 browser-deps:
 	@tools/need.sh chromium || echo "no chromium: tests/browser will skip"
+
+# PyTorch, an optional extra (lesson 08's DDP part; tests/test_ddp.py): installed into .venv where RDMALAB_TORCH_TEST=1
+# (.ci/run) and PyTorch does not import there; otherwise those tests skip and say how to add it. TORCH names the
+# build: the version pinned so that a wheel on disk (a CPU build, as .ci/run's machine has) is taken over PyPI's newer
+# CUDA one (GBs of libraries this lab never uses); elsewhere say TORCH='torch --index-url https://download.pytorch.org/whl/cpu'
+TORCH ?= torch==2.13.0
+torch-deps: $(STAMP)
+	@[ "$${RDMALAB_TORCH_TEST:-0}" != 1 ] || $(PY) -c 'import torch' 2>/dev/null || { \
+	  $(PY) -m pip install --quiet $(TORCH) && \
+	  echo "$$(date -u +%H:%M:%S) installed torch $$($(PY) -c 'import torch; print(torch.__version__)') (pip): lesson 08's DDP part" \
+	    >> $${RDMALAB_INSTALL_LOG:-/tmp/rdmalab-installed.log}; }
 
 book: $(STAMP)
 	$(PY) book/build.py

@@ -53,7 +53,7 @@ def run_lesson(path, out, quick, learner_dir, cpu=None):
 
 
 def lesson_04_figures(learner_dir):
-    """What lesson 04 recorded for lesson 11 (rdmalab.lessons.evidence, "one-sided") in a learner folder."""
+    """What lesson 04 recorded for lesson 12 (rdmalab.lessons.evidence, "one-sided") in a learner folder."""
     with open(os.path.join(learner_dir, "evidence.json")) as f:
         kept = json.load(f).get("one-sided", {})
     return {"read_8B_us": kept.get("one_cpu_read_us"), "tcp_request_response_8B_us": kept.get("one_cpu_request_us"),

@@ -9,7 +9,10 @@ Targets (issue 46, 2 ranks with a CPU each):
   RDMA WRITE >= 0.95 x its rate alone; under a TCP stream of the same messages, reported;
 - an overlapped step (DDP's buckets, each reduced while backward goes on) with the RDMA ring <= 0.8 x the same step
   with the TCP ring, at a model size where the AllReduce takes about as long as backward;
-- overlap hides >= 50% of the RDMA AllReduce's time.
+- overlap hides >= 50% of the RDMA AllReduce's time;
+- with PyTorch installed: a DDP step with the lab's ring as its communication hook <= 0.7 x the same DDP step on
+  Gloo, and the ring's AllReduce >= 3 x Gloo's all_reduce busbw at 1 MiB and 16 MiB (without PyTorch: said, not
+  measured).
 Also measured, labelled: MPI_Allreduce (MPICH) summing the same gradients; 4 ranks on the machine's CPUs; and (run
 with taskset) every rank on one CPU. A missed target says what this run measured of why.
 """
@@ -23,6 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from report import emit  # noqa: E402
 
+from rdmalab.allreduce import ddp  # noqa: E402
 from rdmalab.allreduce.cluster import Cluster  # noqa: E402
 from rdmalab.lessons import training  # noqa: E402
 from rdmalab.proc.cpus import usable_cpus  # noqa: E402
@@ -89,8 +93,12 @@ def main(argv=None):
             four.update({f"4 ranks {k}": v for k, v in steps(transport, 4, {**options, "steps": 20}).items()})
         print(training.table(four), file=sys.stderr)
 
+    pytorch = in_pytorch(options["steps"]) if ddp.available() else None
+
     figures = {"usable_cpus": cpus, "model": options, "landing": landing,
-               "steps_2_ranks": figures_of(runs), "steps_4_ranks": figures_of(four)}
+               "steps_2_ranks": figures_of(runs), "steps_4_ranks": figures_of(four),
+               "pytorch": pytorch or "not installed: pip install torch (CPU wheels: --index-url "
+                                     "https://download.pytorch.org/whl/cpu)"}
     step = figures["steps_2_ranks"]
     figures["balance"] = {"what": "the RDMA AllReduce's time over backward's, without overlap (about 1 is the "
                                   "regime the step target is set for)",
@@ -104,6 +112,10 @@ def main(argv=None):
         "overlapped step, RDMA ring <= 0.8 x TCP ring": overlapped <= 0.8,
         "overlap hides >= 50% of the RDMA AllReduce": step["rdma + overlap"]["saved"] >= 0.5,
     }
+    if pytorch:
+        targets["DDP step, ring hook <= 0.7 x Gloo"] = pytorch["step_ring_over_gloo"] <= 0.7
+        for size, f in pytorch["busbw"].items():
+            targets[f"ring busbw >= 3 x Gloo's at {size}"] = f["ring_over_gloo"] >= 3
     figures["replicas"] = "bit-identical on every rank after every step (training.run raises where they are not)"
     explained = {name: why_missed(name, figures) for name, met in targets.items() if not met}
     for name, why in explained.items():
@@ -111,6 +123,25 @@ def main(argv=None):
     report = {"benchmark": "training", "quick": args.quick, "seconds": round(time.time() - started, 1),
               "pinned_to_one_cpu": cpus == 1, "figures": figures, "targets": targets, "explained": explained}
     return emit(report, args.out)
+
+
+def in_pytorch(steps):
+    """PyTorch's DDP on 2 ranks, the step model: on Gloo and with the lab's ring as its hook, and the two AllReduces'
+    busbw at 1 MiB and 16 MiB, in one cluster."""
+    print("PyTorch DDP, 2 ranks: Gloo, then the ring as DDP's communication hook", file=sys.stderr)
+    with Cluster(ranks=2, transport="rdma", max_bytes=16 << 20) as cluster:
+        runs = training.in_pytorch(cluster, ddp.ring_hook, "ring", steps=steps, model=STEP_MODEL)
+        times = cluster.run(ddp.busbw, {"sizes": [1 << 20, 16 << 20]})[0]
+    print(training.pytorch_table(runs), file=sys.stderr)
+    busbw = {}
+    for size, (gloo_s, ring_s) in times.items():
+        bus = size * 2 * (2 - 1) / 2 / 1e9   # GB moved per rank over a link, nccl-tests' busbw factor at 2 ranks
+        busbw[f"{size >> 20} MiB"] = {"gloo_GBps": bus / gloo_s, "ring_GBps": bus / ring_s, "ring_over_gloo": gloo_s / ring_s}
+        print(f"  busbw at {size >> 20} MiB: ring {bus / ring_s:.2f} GB/s, Gloo {bus / gloo_s:.2f} GB/s", file=sys.stderr)
+    return {"steps": {name: {"step_ms": r.step_s() * 1e3, "compute_ms": r.compute_s() * 1e3,
+                             "waited_ms": r.waited_s() * 1e3, "accuracy": r.accuracy()} for name, r in runs.items()},
+            "step_ring_over_gloo": runs["your ring"].step_s() / runs["gloo"].step_s(), "busbw": busbw,
+            "torch": __import__("torch").__version__}
 
 
 def why_missed(target, figures):
@@ -143,6 +174,15 @@ def why_missed(target, figures):
                 f"{o['fwd_bwd_ms']:.2f} ms beside it: each rank has one CPU, which did both, so there was no idle "
                 f"processor for the AllReduce to hide on (a NIC's DMA engine or a GPU's copy engines are one); the "
                 f"step saved {o['saved']:.0%} of the plain step's {p['waited_ms']:.2f} ms AllReduce")
+    if target.startswith("DDP step"):
+        s = figures["pytorch"]["steps"]
+        return (f"DDP's step took {s['your ring']['step_ms']:.2f} ms with the ring as its hook and "
+                f"{s['gloo']['step_ms']:.2f} ms on Gloo, of which {s['your ring']['compute_ms']:.2f} and "
+                f"{s['gloo']['compute_ms']:.2f} ms were forward, backward and the update without an AllReduce")
+    if target.startswith("ring busbw"):
+        b = figures["pytorch"]["busbw"][target.rsplit(" at ", 1)[1]]
+        return (f"the ring reached {b['ring_GBps']:.2f} GB/s and Gloo {b['gloo_GBps']:.2f}: both ranks' CPUs move the "
+                "ring's bytes here (soft0's NIC is the initiator's CPU), as Gloo's kernels move its")
     return "unexplained"
 
 

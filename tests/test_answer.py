@@ -19,8 +19,9 @@ FULL = {
     "allreduce": dict(ranks=4, sizes=[65536, 1 << 20], ring_rdma_s=[1e-4, 1e-3], ring_tcp_s=[3e-4, 4e-3],
                mpi_s=[2e-4, 2e-3], busbw_rdma=[0.98, 1.57], busbw_tcp=[0.33, 0.39], provider="soft"),
     "training-step": dict(step_ms={"rdma": 1.55, "tcp": 2.71, "mpi": 1.15}, device="soft0 (soft)",
-                          waiting_share={"predicted": 0.3, "measured": 0.49}, hidden={"predicted": None, "measured": 0.5},
-                          landing_device="soft0 (soft)", landing={"rdma": 0.97, "tcp": 0.52}),
+                          waiting_share={"predicted": 0.3, "measured": 0.49}, hidden={"predicted": None, "measured": 0.5}),
+    "in-pytorch": dict(landing_device="soft0 (soft)", landing={"rdma": 0.97, "tcp": 0.52},
+                       ddp_ratio={"predicted": 1.0, "measured": 0.31}, ddp_device="soft0 (soft)"),
 }
 EVERY = {**FULL,
          "one-sided": {**FULL["one-sided"], "frozen_rdma_completed": 4, "frozen_rdma_posted": 4,
@@ -93,7 +94,7 @@ def test_the_evidence_that_holds_on_every_device_leads_the_view_and_alone_argues
     assert busbw and all(not r[4] and "one host: soft0's shared memory against TCP loopback" in r[0] for r in busbw)
     right = next(text for _, ok, text, _ in view.verdict if ok)
     assert "4 of 4 RDMA operations on its memory completed; a TCP sender to it stalled" in right
-    assert "first-packet (09)" in right and "access-refused (10)" in right
+    assert "first-packet (10)" in right and "access-refused (11)" in right
     assert "busbw" not in right and "ping-pong" not in right, "what holds on this machine only argues nothing"
     assert "kept out of this verdict" in str(view)
 
@@ -172,15 +173,16 @@ def test_a_disturbed_run_is_said_so_and_draws_no_conclusion():
 
 @pytest.mark.parametrize("device, holds", [("soft0 (soft)", True), ("mlx5_0 (pyverbs)", True), ("rxe0 (pyverbs)", False)])
 def test_the_training_steps_figures_are_labelled_by_what_holds_on_any_device(device, holds):
-    kept = {**FULL, "training-step": {**FULL["training-step"], "landing_device": device}}
+    kept = {**FULL, "in-pytorch": {**FULL["in-pytorch"], "landing_device": device}}
     figures = answer.gather(kept)
-    landing, step = figures["landing"], figures["step-wait"]
+    landing, step, ddp = figures["landing"], figures["step-wait"], figures["ddp-step"]
     assert "kept 97% of its speed by RDMA WRITE, 52% by TCP" in landing.text and landing.holds is holds
     assert ("softirq" in landing.why_not) is not holds
     assert not step.holds and "1.55 ms with the ring over RDMA, 2.71 over TCP" in step.text and "49%" in step.text
+    assert not ddp.holds and "0.31 x the same step on Gloo" in ddp.text
     table = answer.rows(kept)
     [row] = [r for r in table if r[0].startswith("a rank's training speed")]
-    assert row[1:] == (0.52, 0.97, answer.TRAINING, holds)
+    assert row[1:] == (0.52, 0.97, answer.PYTORCH, holds)
     assert table.index(row) < [r[0] for r in table].index(next(r[0] for r in table if r[0].startswith("ping-pong")))
     assert table[-1][1:] == (2.71, 1.55, answer.TRAINING, False)
 
@@ -188,13 +190,13 @@ def test_the_training_steps_figures_are_labelled_by_what_holds_on_any_device(dev
 def test_missing_lessons_are_named_and_nothing_fails():
     view = answer.closing_view(device=None, kept={}, answers={})
     text = str(view)
-    for lesson in ("01", "04", "06", "07", "09", "10"):   # the lessons that record, by today's numbers
+    for lesson in ("01", "04", "06", "07", "08", "10", "11"):   # the lessons that record, by today's numbers
         assert f"Lesson {lesson} has not recorded its figures yet" in text
     assert "have not answered lesson 00" in text
     assert "06 AllReduce by hand" in view._repr_html_()
     partial = answer.closing_view(device="soft0", kept={"allreduce": FULL["allreduce"]}, answers={"welcome": 99})
-    assert [m for m, _ in partial.missing] == ["socket-path", "one-sided", "training-step", "on-the-wire",
-                                               "when-it-breaks"]
+    assert [m for m, _ in partial.missing] == ["socket-path", "one-sided", "training-step", "in-pytorch",
+                                               "on-the-wire", "when-it-breaks"]
     assert "have not answered" in str(partial)
     assert answer.gather({}).missing == partial.missing[:2] + [("allreduce", "06 AllReduce by hand")] + \
         partial.missing[2:]
@@ -214,9 +216,9 @@ def test_every_lesson_that_records_gives_its_figures_each_named_and_sorted():
     figures = answer.gather(EVERY)
     assert list(figures) == list(answer.NAMES) and not figures.missing
     assert {f.lesson for f in figures.values()} == set(answer.RECORDING)
-    assert {n for n, f in figures.items() if not f.holds} == {"ping-pong", "ring-busbw", "step-wait"}
+    assert {n for n, f in figures.items() if not f.holds} == {"ping-pong", "ring-busbw", "step-wait", "ddp-step"}
     assert {n for n, f in figures.items() if f.bears_on != quiz.ANSWER} == {"ping-pong", "ring-busbw", "step-wait",
-                                                                          "headers", "go-back-n", "retries"}
+                                                                          "ddp-step", "headers", "go-back-n", "retries"}
     assert "0x1234" in figures["first-packet"].text and "10 REM_ACCESS_ERR" in figures["access-refused"].text
     assert "one host: soft0's shared memory against TCP loopback" in figures["ring-busbw"].text
     html = figures._repr_html_()
@@ -259,7 +261,7 @@ def test_the_answers_exercise_names_each_wrong_claim_and_why(wrong, says):
 
 
 def test_a_figure_the_learners_lessons_did_not_record_cannot_be_cited():
-    figures = answer.gather(FULL)   # no lesson 09 or 10, no stopped target
+    figures = answer.gather(FULL)   # no lesson 10 or 11, no stopped target
     f = feedback({"choice": 2, "because": ["tcp-receiver", "write-target", "first-packet"]}, figures)
     assert f.status == "wrong" and "'first-packet': your lessons have not recorded it" in f.message
 
@@ -323,7 +325,7 @@ def test_what_the_first_edition_saved_under_lesson_numbers_reads_as_the_lessons_
     assert evidence.recall() == {k: FULL[k] for k in ("socket-path", "one-sided", "allreduce")}
     assert evidence.recall("posting") == {}
     assert [m for m, _ in answer.closing_view(device="soft0", kept=None, answers={}).missing] == \
-        ["training-step", "on-the-wire", "when-it-breaks"]   # (the first edition had no such lessons)
+        ["training-step", "in-pytorch", "on-the-wire", "when-it-breaks"]   # (the first edition had no such lessons)
     evidence.record("allreduce", ranks=2)          # a new run: its slug wins, and the file is rewritten by slug
     assert evidence.recall("allreduce")["ranks"] == 2 and evidence.recall("one-sided") == FULL["one-sided"]
     assert set(json.loads((tmp_path / "evidence.json").read_text())) == {"socket-path", "one-sided", "allreduce"}

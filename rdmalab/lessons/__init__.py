@@ -5,7 +5,8 @@ nothing else of rdmalab imports lessons (but the `rdmalab class report` command,
                    by slug, never by number; length.py: each lesson's time by the guide's estimate
     quiz.py        the opening question (welcome), its choices, the answer and why, the saved answers
     answer.py      the last lesson's (the-answer) figures and closing view: the answer from the learner's own
-                   numbers (socket-path, one-sided, allreduce, training-step, on-the-wire, when-it-breaks)
+                   numbers (socket-path, one-sided, allreduce, training-step, in-pytorch, on-the-wire,
+                   when-it-breaks)
     nccl.py        NCCL in practice (allreduce): LL/LL128/Simple's bytes per flag, ring against tree steps
     fixtures.py    QP state diagrams, connected pairs (Pair, one_sided), queue-pairs' QPLab, posting's
                    poll_or_sleep and post_writes
@@ -19,8 +20,9 @@ nothing else of rdmalab imports lessons (but the `rdmalab class report` command,
                    redrawn while cells run (soft0's own state; query_qp's on a real device)
     evidence.py    what the learner measured, kept so that the last lesson answers with their own numbers
     classroom.py   the instructor's opt-in view: answers and exercises recorded in a class directory
-    training.py    training-step: data-parallel training on a Cluster, replicas checked, each rank's step drawn,
-                   a rank computing while gradients land (rdmalab.allreduce.training runs on the ranks)
+    training.py    training-step: data-parallel training on a Cluster, replicas checked, each rank's step drawn;
+                   in-pytorch: a rank computing while gradients land, DDP on Gloo and with the learner's hook
+                   (rdmalab.allreduce.training and .ddp run on the ranks)
     scaling.py     scaling-out: the model judged on unseen sizes, 4-rank times, the cluster charts and explorer
     target.py      one-sided's second process (RemoteBuffer); dashboard.py, plots.py: charts and widgets
     cm_peer.py     queue-pairs' second process for rdma_cm (CMPeer), and a CMID's QP numbers

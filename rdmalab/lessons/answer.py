@@ -26,10 +26,11 @@ from rdmalab.lessons.quiz import ANSWER, CHOICES, WHY, load_answers
 from rdmalab.lessons.series import number, title
 from rdmalab import verbs
 
-RECORDING = ("socket-path", "one-sided", "allreduce", "training-step", "on-the-wire", "when-it-breaks")   # they record
+RECORDING = ("socket-path", "one-sided", "allreduce", "training-step", "in-pytorch", "on-the-wire", "when-it-breaks")   # they record
 LESSONS = {slug: title(slug) for slug in RECORDING}
-SOCKETS, ONE_SIDED, ALLREDUCE, TRAINING, SCALING, WIRE, BREAKS, WELCOME = (number(s) for s in (
-    "socket-path", "one-sided", "allreduce", "training-step", "scaling-out", "on-the-wire", "when-it-breaks", "welcome"))
+SOCKETS, ONE_SIDED, ALLREDUCE, TRAINING, PYTORCH, SCALING, WIRE, BREAKS, WELCOME = (number(s) for s in (
+    "socket-path", "one-sided", "allreduce", "training-step", "in-pytorch", "scaling-out", "on-the-wire", "when-it-breaks",
+    "welcome"))
 
 DEVICE_LABEL = {"soft": "the emulated NIC, through shared memory", "rxe": "Linux's Soft-RoCE (rdma_rxe)",
                 "hardware": "a hardware NIC"}
@@ -95,7 +96,7 @@ class Figure:
 
 
 NAMES = ("stopped-target", "one-cpu-read", "tcp-receiver", "write-target", "tcp-copies", "receiver-cpu", "landing",
-         "first-packet", "access-refused", "ping-pong", "ring-busbw", "step-wait", "headers", "go-back-n", "retries")
+         "first-packet", "access-refused", "ping-pong", "ring-busbw", "step-wait", "ddp-step", "headers", "go-back-n", "retries")
 PING_PONG = ("a ping-pong's two programs hand each message back and forth: each waits for the other to be "
              "scheduled, so on this machine it measures the scheduler's wake-ups as much as the transport")
 
@@ -107,10 +108,10 @@ STEP_WHY_NOT = ("a step's times are this machine's: its CPUs are the accelerator
                 "what a GPU waits for depends on its own speed against its links'")
 
 
-def _landing_why_not(seven, kind):
-    """Why the training lesson's landing figure does not hold on every device ('' where it does), by the device
+def _landing_why_not(eight, kind):
+    """Why the PyTorch lesson's landing figure does not hold on every device ('' where it does), by the device
     its RDMA stream ran on."""
-    return LANDING_WHY_NOT.get(device_kind(None, seven.get("landing_device")) or kind, "")
+    return LANDING_WHY_NOT.get(device_kind(None, eight.get("landing_device")) or kind, "")
 
 
 def _ring_busbw_why_not(kind):
@@ -152,7 +153,7 @@ def gather(kept=None, kind=None):
     kept = evidence.recall() if kept is None else kept
     one, four, five = kept.get("socket-path", {}), kept.get("one-sided", {}), kept.get("allreduce", {})
     wire, broke = kept.get("on-the-wire", {}), kept.get("when-it-breaks", {}).get("failures", {})
-    seven = kept.get("training-step", {})
+    seven, eight = kept.get("training-step", {}), kept.get("in-pytorch", {})
     kind = kind or _kind(kept)
     out = []
     if "frozen_rdma_posted" in four:
@@ -181,11 +182,11 @@ def gather(kept=None, kind=None):
         out.append(Figure("receiver-cpu", "one-sided", f"streaming {_size(four.get('bw_size'))}, the receiving "
                           f"process used {tshare:.0%} of the sender's CPU time over TCP, {four['rdma_target_cpu_share']:.0%} "
                           "as the target of RDMA WRITEs", True, ANSWER))
-    if seven.get("landing"):
-        why_not = _landing_why_not(seven, kind)
-        out.append(Figure("landing", "training-step", f"a rank training while a neighbour streamed gradients into its "
-                          f"memory kept {seven['landing']['rdma']:.0%} of its speed by RDMA WRITE, "
-                          f"{seven['landing']['tcp']:.0%} by TCP", not why_not, ANSWER, why_not))
+    if eight.get("landing"):
+        why_not = _landing_why_not(eight, kind)
+        out.append(Figure("landing", "in-pytorch", f"a rank training while a neighbour streamed gradients into its "
+                          f"memory kept {eight['landing']['rdma']:.0%} of its speed by RDMA WRITE, "
+                          f"{eight['landing']['tcp']:.0%} by TCP", not why_not, ANSWER, why_not))
     if wire.get("reth_rkey") is not None:
         out.append(Figure("first-packet", "on-the-wire", f"a WRITE of {wire['write_length']} B went as "
                           f"{wire['write_packets']} packets; only the first carried a RETH: the target's address "
@@ -216,6 +217,10 @@ def gather(kept=None, kind=None):
                           f"with the ring over RDMA, {step['tcp']:.2f} over TCP"
                           + (f"; the AllReduce was {share:.0%} of the RDMA step" if share is not None else ""),
                           False, 1, STEP_WHY_NOT))
+    ddp = (eight.get("ddp_ratio") or {}).get("measured")
+    if ddp is not None:
+        out.append(Figure("ddp-step", "in-pytorch", f"in PyTorch's DDP, a step with your ring as its hook took {ddp:.2f} "
+                          "x the same step on Gloo (TCP)", False, 1, STEP_WHY_NOT))
     if wire.get("headers_share") is not None:
         out.append(Figure("headers", "on-the-wire", f"a ring AllReduce puts 2(n-1)/n of the gradient on every "
                           f"rank's link, plus {wire['headers_share']:.1%} of headers at MTU 4096, whatever the "
@@ -272,12 +277,12 @@ def rows(kept, kind=None):
     for size, t, r in zip(five.get("sizes", []), five.get("busbw_tcp", []), five.get("busbw_rdma", [])):
         out.append((f"ring AllReduce busbw at {_size(size)}, GB/s ({five['ranks']} ranks; "
                     f"{ONE_HOST.get(kind, ONE_HOST[None])})", t, r, ALLREDUCE, kind == "hardware"))
-    seven = kept.get("training-step", {})
-    if seven.get("landing"):
+    seven, eight = kept.get("training-step", {}), kept.get("in-pytorch", {})
+    if eight.get("landing"):
         first_local = next((i for i, row in enumerate(out) if not row[-1]), len(out))   # (after what holds)
         out.insert(first_local, ("a rank's training speed while gradients land in its memory, share of its speed "
-                                 "alone", seven["landing"].get("tcp"), seven["landing"].get("rdma"), TRAINING,
-                                 not _landing_why_not(seven, kind)))
+                                 "alone", eight["landing"].get("tcp"), eight["landing"].get("rdma"), PYTORCH,
+                                 not _landing_why_not(eight, kind)))
     if seven.get("step_ms", {}).get("rdma"):
         out.append(("a data-parallel training step, ms (this machine's CPUs as accelerators)",
                     seven["step_ms"].get("tcp"), seven["step_ms"]["rdma"], TRAINING, False))

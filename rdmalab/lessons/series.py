@@ -4,7 +4,7 @@
 Whatever outlives a lesson's run is keyed by slug, never by number: the learner's evidence
 ("allreduce"), the quiz's answers ("welcome"), exercise names ("allreduce.by-hand") and so the class
 records. Renumbering the lessons (as the second edition did, splitting lesson 04 in two, and the fifth,
-adding the training step after the AllReduce) changes
+adding the training step and PyTorch after the AllReduce) changes
 none of them: only LESSONS below and the notebooks' file names, which tests/test_lengths.py holds
 to each other.
 
@@ -23,6 +23,7 @@ LESSONS = [   # (slug, title), in the series' order: the index is the lesson's n
     ("posting", "Posting at speed"),
     ("allreduce", "AllReduce by hand"),
     ("training-step", "Your ring trains a model"),
+    ("in-pytorch", "Your ring in PyTorch"),
     ("scaling-out", "Scaling out"),
     ("on-the-wire", "On the wire"),
     ("when-it-breaks", "When it breaks"),

@@ -4,8 +4,9 @@
     training.timeline(runs)          # per rank: compute, communicate, idle, as a profiler draws a step
     training.table(runs)             # the step's parts per transport, and how much of the AllReduce overlap hid
     training.landing(rdma_cluster, tcp_cluster)   # rank 0's compute rate while gradients land in its memory
+    pytorch = training.in_pytorch(cluster, my_hook, ring_fn)   # DDP on Gloo, then with your ring as its hook
 
-What runs on the ranks is rdmalab.allreduce.training; this module gathers, checks and draws.
+What runs on the ranks is rdmalab.allreduce.training (and .ddp, PyTorch's); this module gathers, checks and draws.
 """
 import json
 import os
@@ -235,5 +236,73 @@ def landing_chart(figures):
     ax.set_title(f"Rank 0 computes while rank 1's gradients land in its memory (RDMA: {figures['rdma']['device']})",
                  fontsize=10)
     ax.set_xlim(0, max(values) * 1.3)
+    fig.tight_layout()
+    return fig
+
+
+class DdpRun:
+    """One PyTorch DDP run (rdmalab.allreduce.ddp.train) on every rank, checked to have kept bit-identical replicas."""
+
+    def __init__(self, label, per_rank):
+        self.label, self.per_rank = label, sorted(per_rank, key=lambda r: r["rank"])
+        replicas_agree(self.per_rank)
+
+    def step_s(self):
+        """Median step: forward, backward with the buckets' AllReduces inside, the update."""
+        skip = min(SKIP, len(self.per_rank[0]["records"]) // 2)
+        return float(np.median([rec["backward"] + rec["update"] for r in self.per_rank for rec in r["records"][skip:]]))
+
+    def compute_s(self):
+        """Median forward and backward without the AllReduce (DDP's no_sync), and the update: the step alone."""
+        update = np.median([rec["update"] for r in self.per_rank for rec in r["records"]])
+        return float(np.median([t for r in self.per_rank for t in r["compute_alone"]]) + update)
+
+    def waited_s(self):
+        """What the AllReduces added to the step: what of them backward did not hide."""
+        return max(self.step_s() - self.compute_s(), 0.0)
+
+    def accuracy(self):
+        return self.per_rank[0]["accuracy"]
+
+
+def in_pytorch(cluster, hook, ring, steps=100, model=None, timeout=1800):
+    """The lesson-07 model in PyTorch's DistributedDataParallel on the ranks of `cluster`: first on Gloo (DDP's own
+    hook), then with `hook` (a DDP communication hook; rdmalab.allreduce.ddp.ring_hook is the reference) running
+    `ring`: {"gloo": DdpRun, "your ring": DdpRun}. model: width, depth, batch, bucket_cap (ddp.train's options)."""
+    from rdmalab.allreduce import ddp
+    hosts = getattr(cluster, "hosts", None) or ["127.0.0.1"]
+    master = "127.0.0.1" if len(set(hosts)) == 1 else hosts[0]   # (rank 0 serves the process group's store)
+    options = {**(model or {}), "steps": steps, "master": master}
+    runs = {"gloo": DdpRun("gloo", cluster.run(ddp.train, {**options, "hook": None}, timeout=timeout))}
+    runs["your ring"] = DdpRun("your ring", cluster.run(ddp.train, {**options, "hook": hook, "ring": ring},
+                                                         timeout=timeout))
+    return runs
+
+
+def pytorch_table(runs):
+    lines = [f"{'DDP with':<12}{'step':>8}{'compute':>9}{'waited':>8}{'accuracy':>10}",
+             f"{'':<12}{'ms':>8}{'ms':>9}{'ms':>8}{'':>10}"]
+    for name, r in runs.items():
+        lines.append(f"{name:<12}{r.step_s() * 1e3:8.2f}{r.compute_s() * 1e3:9.2f}{r.waited_s() * 1e3:8.2f}"
+                     f"{r.accuracy():10.1%}")
+    return "\n".join(lines)
+
+
+def pytorch_chart(runs, device):
+    """One bar per run: the step's compute (forward, backward and the update, without the AllReduce) and what the
+    AllReduces added to it."""
+    fig, ax = plt.subplots(figsize=(7, 2.6))
+    names = ["DDP on Gloo (loopback TCP)" if name == "gloo" else f"DDP, {name} ({device})" for name in runs]
+    computes = [r.compute_s() * 1e3 for r in runs.values()]
+    waits = [r.waited_s() * 1e3 for r in runs.values()]
+    ax.barh(names, computes, color=COLOURS["compute"], label="compute")
+    ax.barh(names, waits, left=computes, color=COLOURS["idle"], label="waiting for the AllReduce")
+    for y, (c, w) in enumerate(zip(computes, waits)):
+        ax.text(c + w, y, f"  {c + w:.1f} ms", va="center", fontsize=9)
+    ax.invert_yaxis()
+    ax.set_xlim(0, max(c + w for c, w in zip(computes, waits)) * 1.25)
+    ax.set_xlabel("one training step, ms (median)")
+    ax.legend(loc="lower right", fontsize=8)
+    ax.set_title("The same model and batches in PyTorch DDP: who sums the gradients", fontsize=10)
     fig.tight_layout()
     return fig

@@ -276,16 +276,31 @@ def test_the_allreduce_lesson_runs_its_ranks_and_shows_its_busbw_table(lab):
         page.screenshot(path=shot)
 
 
-def test_the_training_lesson_draws_each_ranks_step_and_the_gradients_landing(lab):
+def test_the_training_lesson_draws_each_ranks_step(lab):
     shot = screenshot_path(name_of("training-step"))
     with lesson_page(lab, name_of("training-step"), shot) as page:
         wait_until_every_cell_ran(page, timeout_ms=600_000)
-        assert page.locator(".jp-RenderedImage img").count() >= 3, "two timelines and the landing chart"
+        assert page.locator(".jp-RenderedImage img").count() >= 2, "the step's timeline, then the overlapped one"
         said = page.locator(".jp-OutputArea-output", has_text="replicas bit-identical after each of")
         assert said.count() == 1, "the replicas' check, in the cell's output (the code says it too)"
         assert shows_progress(page)
         assert not (bad := nothing_wraps(page)), "\n".join(bad)
         page.locator(".jp-RenderedImage img").first.scroll_into_view_if_needed()
+        page.screenshot(path=shot)
+
+
+def test_the_pytorch_lesson_charts_the_gradients_landing_and_ddps_two_hooks(lab):
+    from rdmalab.allreduce import ddp
+    shot = screenshot_path(name_of("in-pytorch"))
+    with lesson_page(lab, name_of("in-pytorch"), shot) as page:
+        wait_until_every_cell_ran(page, timeout_ms=600_000)
+        with_torch = ddp.available()   # (the lab's kernel runs this .venv's Python)
+        assert page.locator(".jp-RenderedImage img").count() >= (2 if with_torch else 1), "landing, then DDP's steps"
+        said = page.locator(".jp-OutputArea-output", has_text="DDP with" if with_torch else "PyTorch is not installed")
+        assert said.count() >= 1, "DDP's table (Gloo beside the learner's hook), or how to add PyTorch"
+        assert shows_progress(page)
+        assert not (bad := nothing_wraps(page)), "\n".join(bad)
+        page.locator(".jp-RenderedImage img").last.scroll_into_view_if_needed()
         page.screenshot(path=shot)
 
 
@@ -337,7 +352,7 @@ def test_the_failures_lesson_shows_each_failure_and_its_exercise_reveals_its_sol
 
 
 def test_the_last_lesson_gathers_every_lessons_figures_and_closes_with_the_answer(lab):
-    """Runs after every other lesson (this file's order) in the same HOME: the figures of 01, 04, 06, 07, 09 and 10
+    """Runs after every other lesson (this file's order) in the same HOME: the figures of 01, 04, 06, 07, 08, 10 and 11
     are all there, the exercise (left as its skeleton) says "not yet" and reveals its solution, and the closing
     view of the learner's own figures follows, led by the frozen target, with what is by design beside it."""
     shot = screenshot_path(name_of("the-answer"))
@@ -346,8 +361,9 @@ def test_the_last_lesson_gathers_every_lessons_figures_and_closes_with_the_answe
         figures = page.locator(".jp-RenderedHTMLCommon table", has_text="what you measured").first
         figures.wait_for(state="attached", timeout=30_000)
         text = " ".join(figures.text_content().split())
-        for name in ("stopped-target", "tcp-receiver", "ring-busbw", "landing", "first-packet", "access-refused"):
-            assert name in text, text[:800]   # one from each lesson that records: 04, 01, 06, 07, 09, 10
+        for name in ("stopped-target", "tcp-receiver", "ring-busbw", "step-wait", "landing", "first-packet",
+                     "access-refused"):
+            assert name in text, text[:800]   # one from each lesson that records: 04, 01, 06, 07, 08, 10, 11
         assert page.get_by_text("has recorded nothing yet", exact=False).count() == 0
         page.get_by_text("no answer yet", exact=False).first.wait_for(timeout=30_000)
         page.locator(".widget-button", has_text="Show solution").first.click()

@@ -62,7 +62,7 @@ def _check_claims(answer, figures):
 @reference("the-answer.claims")
 def _my_answer(figures):
     # three figures from three lessons, each the same on any device: the target's CPU did nothing (04), a TCP
-    # receiver's did (01), and the packet itself told the target's NIC where the bytes go (09)
+    # receiver's did (01), and the packet itself told the target's NIC where the bytes go (10)
     strongest = ["stopped-target", "tcp-receiver", "first-packet", "one-cpu-read", "access-refused", "tcp-copies",
                  "write-target", "receiver-cpu"]
     return {"choice": 2, "because": [name for name in strongest if name in figures][:3]}
