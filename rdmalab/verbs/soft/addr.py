@@ -84,6 +84,23 @@ class AHAttr(PyverbsObject):
         return ah_attr_lines(self, indent="  ")
 
 
+def route_hop_limit(dgid):
+    """The hop limit the kernel puts in a RoCE address vector in place of the one asked for (ib_resolve_eth_dmac,
+    for a QP's AV at modify_qp and an AH at create_ah, on every RoCE device): the route's to a unicast dgid (for an
+    IPv4-mapped GID, the IPv4 default TTL; else IPv6's default hop limit), or None where the kernel keeps the
+    program's (a link-local or multicast dgid)."""
+    text = str(dgid).lower()
+    if text.startswith(("fe8", "fe9", "fea", "feb", "ff")):
+        return None
+    setting = ("/proc/sys/net/ipv4/ip_default_ttl" if text.startswith("::ffff:")
+               else "/proc/sys/net/ipv6/conf/default/hop_limit")
+    try:
+        with open(setting) as f:
+            return int(f.read())
+    except (OSError, ValueError):   # (no such file outside Linux: both default to 64)
+        return 64
+
+
 def ah_attr_lines(ah, indent, grh_indent=None, port_twice=False):
     """An AHAttr's lines as pyverbs prints them, alone (AHAttr.__str__) or inside a QPAttr's printout,
     which indents the GRH's lines further and names the port twice (`port_twice`), as pyverbs does."""

@@ -36,6 +36,28 @@ def no_attribute(obj, name):
     return AttributeError(f"'{pyverbs_name(type(obj))}' object has no attribute '{name}'")
 
 
+class since:
+    """Decorator of a method pyverbs added in rdma-core release `version`: a program soft0 answers as an older
+    pyverbs (RDMALAB_PYVERBS=44) finds no such attribute, as on that install (hasattr() is False)."""
+
+    def __init__(self, version):
+        self.version = version
+
+    def __call__(self, method):
+        self.method = method
+        return self
+
+    def __set_name__(self, owner, name):
+        self.name = name
+
+    def __get__(self, obj, owner=None):
+        from rdmalab import settings
+        older = settings.pyverbs_version()
+        if obj is not None and older is not None and older < self.version:
+            raise no_attribute(obj, self.name)
+        return self.method.__get__(obj, owner)
+
+
 class PyverbsObject:
     """pyverbs.base.PyverbsObject, every pyverbs class's base. A class on the data path (SendWR, RecvWR,
     SGE, ...) fixes its names with __slots__, which costs nothing per attribute set; the others are Fixed.

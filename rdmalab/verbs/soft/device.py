@@ -6,11 +6,11 @@ address and GID 1 an IPv4-mapped RoCE v2 address (the one that routes). Its limi
 import collections
 import os
 import weakref
-from errno import EINTR, EINVAL, ENODATA, ENOENT
+from errno import EINTR, EINVAL, ENODATA
 
 from . import shm
 from .gid import GID
-from .base import Resource, readonly
+from .base import Resource, readonly, since
 from .constants import IBV_EVENT_SRQ_LIMIT_REACHED, IBV_NODE_CA, IBV_TRANSPORT_IB
 from .pyverbs_error import PyverbsRDMAError, PyverbsUserError
 from .utils import be64toh, field_lines, gid_str
@@ -153,7 +153,7 @@ class Context(Resource):
         self.check_open()
         if port_num != 1 or not 0 <= index < GID_TABLE_LEN:
             raise PyverbsRDMAError(f"Failed to query gid type of port {port_num} and gid index {index}")
-        return 1 if index < len(GIDS) else 0
+        return returned(_enums.ibv_gid_type_sysfs, 1 if index < len(GIDS) else 0)   # (a C enum: >= 59, a member)
 
     def query_device_ex(self, ex_input=None):
         """ibv_query_device_ex: the plain attributes (orig_attr) and the extended ones, as rxe reports
@@ -177,10 +177,13 @@ class Context(Resource):
             raise PyverbsRDMAError("Failed to query gid tables of the device", -EINVAL)
         return [GIDEntry.of(i) for i in range(len(GIDS))]
 
+    @since(52)
     def get_pkey_index(self, port_num, pkey):
+        """The index of `pkey` in the port's P_Key table (soft0's holds the default, 0xFFFF, alone): a P_Key not
+        there is PyverbsRDMAError with no error code (-1), as ibv_get_pkey_index's -1 gives in pyverbs."""
         self.check_open()
         if port_num != 1 or pkey & 0x7FFF != 0x7FFF:
-            raise PyverbsRDMAError(f"Failed to get index of pkey {pkey}", ENOENT)
+            raise PyverbsRDMAError(f"Failed to get pkey index of pkey = {pkey} of port {port_num}")
         return 0
 
     def query_rt_values_ex(self, comp_mask=1):
@@ -215,12 +218,13 @@ class Context(Resource):
         return 0xFFFF
 
 
+import socket  # noqa: E402
 import struct  # noqa: E402
 
 from .base import Record, absent, not_supported  # noqa: E402
 from . import libibverbs_enums as _enums  # noqa: E402
 from .libibverbs_enums import ibv_device_cap_flags, ibv_port_cap_flags2  # noqa: E402
-from .pyverbs_generation import returns  # noqa: E402
+from .pyverbs_generation import returned, returns  # noqa: E402
 
 DM = absent("DM", "Device memory (ibv_alloc_dm)", rxe_has=False)
 
@@ -261,6 +265,12 @@ class FdArr:
         self.arr, self.count = list(arr or []), count
 
 
+try:
+    NETDEV_INDEX = socket.if_nametoindex("lo")
+except OSError:   # (a system without one: Linux numbers it 1)
+    NETDEV_INDEX = 1
+
+
 class GIDEntry(Record):
     """ibv_gid_entry. The GID's two halves are kept as the C struct has them, big-endian 64-bit words."""
     _fields = dict(gid_subnet_prefix=0, gid_interface_id=0, gid_index=0, port_num=0, gid_type=0, ndev_ifindex=0)
@@ -269,8 +279,9 @@ class GIDEntry(Record):
     def of(cls, index):
         raw = bytes.fromhex(GIDS[index].replace(":", ""))
         prefix, interface = struct.unpack("=QQ", raw)
-        # ibv_gid_type: 0 IB, 1 RoCE v1, 2 RoCE v2 (soft0's entries are RoCE v2, as rxe's IPv4-mapped one)
-        return cls(prefix, interface, index, 1, 2, 0)
+        # ibv_gid_type: 0 IB, 1 RoCE v1, 2 RoCE v2 (soft0's entries are RoCE v2, as rxe's IPv4-mapped one), on the
+        # netdev soft0's addresses are on (the loopback interface), as rxe's are on the netdev it was added to
+        return cls(prefix, interface, index, 1, 2, NETDEV_INDEX)
 
     def gid_str(self):
         return gid_str(self.gid_subnet_prefix, self.gid_interface_id)

@@ -7,7 +7,8 @@ it (device.py's Context and query_*() serve them).
 from rdmalab import settings
 
 from . import link as _link
-from .constants import (IBV_ATOMIC_HCA, IBV_DEVICE_MEM_WINDOW, IBV_DEVICE_MEM_WINDOW_TYPE_2B, IBV_DEVICE_SRQ_RESIZE,
+from .constants import (IBV_ATOMIC_HCA, IBV_DEVICE_MEM_MGT_EXTENSIONS, IBV_DEVICE_MEM_WINDOW,
+                        IBV_DEVICE_MEM_WINDOW_TYPE_2B, IBV_DEVICE_RC_RNR_NAK_GEN, IBV_DEVICE_SRQ_RESIZE,
                         IBV_LINK_LAYER_ETHERNET, IBV_MTU_256, IBV_MTU_1024, IBV_MTU_4096, IBV_PORT_ACTIVE)
 from .utils import be64toh
 
@@ -30,8 +31,10 @@ def device_names():
     return (DEVICE_NAME, alias) if alias and alias.startswith(SOFT_ROCE_PREFIX) else (DEVICE_NAME,)
 
 
-# of rxe's device_cap_flags, those soft0 has: resizable SRQs, memory windows of type 1 and 2B
-CAP_FLAGS = IBV_DEVICE_SRQ_RESIZE | IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B
+# of rxe's device_cap_flags, those soft0 has: RNR NAKs from an RC responder, resizable SRQs, the memory management
+# extensions (local invalidate, send with invalidate), memory windows of type 1 and 2B
+CAP_FLAGS = (IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SRQ_RESIZE | IBV_DEVICE_MEM_MGT_EXTENSIONS | IBV_DEVICE_MEM_WINDOW
+             | IBV_DEVICE_MEM_WINDOW_TYPE_2B)
 # node_guid and sys_image_guid are ibv_device_attr's __be64 fields, read as pyverbs reads them (in host order:
 # on x86 the GUID's bytes reversed), so that guid_format() shows them as 0002:c9ff:fe5a:b000, as for rxe0
 DEVICE_ATTR = dict(

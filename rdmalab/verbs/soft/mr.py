@@ -71,6 +71,13 @@ def find(key):
     return seg
 
 
+# MR(cmid, length, access): pyverbs registers through rdma_reg_msgs, rdma_reg_write or rdma_reg_read by the access
+# asked for, each adding local write; any other access registers nothing
+CMID_ACCESS = {IBV_ACCESS_LOCAL_WRITE: IBV_ACCESS_LOCAL_WRITE,
+               IBV_ACCESS_REMOTE_WRITE: IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE,
+               IBV_ACCESS_REMOTE_READ: IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ}
+
+
 class MR(Resource):
     """A registered buffer. pyverbs' names are read-only (buf, length, lkey, rkey, handle); what the NIC
     reads besides is soft0's own: _pd, _access, _memory (the buffer as a memoryview), _data (numpy's view of
@@ -79,8 +86,12 @@ class MR(Resource):
 
     def __init__(self, creator, length=0, access=0, address=None, implicit=False, **kwargs):
         super().__init__()
-        if not isinstance(typed(creator, object, "creator", none=False), PD):
-            raise PyverbsUserError(f"Expected PD, got {type(creator)}")
+        from .cmid import CMID
+        if isinstance(typed(creator, object, "creator", none=False), CMID):   # rdma_reg_msgs, _read, _write: the id's PD
+            creator, access = (creator._pd, CMID_ACCESS[access]) if access in CMID_ACCESS else (None, access)
+        if not isinstance(creator, PD):   # (pyverbs registers nothing, and raises what its failed C call set)
+            raise PyverbsRDMAError(f"Failed to register a MR. length: {length}, access flags: {access} (an MR is "
+                                   f"registered in a PD, MR(pd, ...), or a CM id's)", EINVAL)
         creator.check_open()
         if implicit:
             raise PyverbsUserError("The emulated NIC registers no implicit MR (the whole address space): register "
@@ -120,8 +131,10 @@ class MR(Resource):
         self.check_open()
         if isinstance(data, str):
             data = data.encode()
+        if not isinstance(data, (bytes, bytearray)):   # (pyverbs casts it to char *, which takes no other type)
+            raise TypeError(f"expected bytes, {type(data).__name__} found")
         self._check_range(length, offset)
-        source = memoryview(data).cast("B")
+        source = memoryview(data)
         if len(source) < length:
             raise PyverbsUserError(f"write() asked for {length} bytes but the data has only {len(source)}")
         self._data[offset:offset + length] = source[:length]

@@ -16,7 +16,7 @@ from errno import EINVAL, ENODATA, ENOMEM, EPERM
 from rdmalab.errors import QP_STATE_NAMES
 
 from . import datagram, requester, responder, shm
-from .addr import AHAttr, GlobalRoute, ah_attr_lines
+from .addr import AHAttr, GlobalRoute, ah_attr_lines, route_hop_limit
 from .base import PyverbsObject, Record, Resource, not_supported, readonly, typed
 from .cq import CQ
 from .hardware import DEVICE_ATTR, GIDS, GID_TABLE_LEN, LINK, PORT_ATTR
@@ -389,6 +389,9 @@ class QP(Resource):
                     self._kept[name] = value
         if mask & AV:
             self._send.dgid = a._ah_attr._gr.dgid
+            hops = route_hop_limit(self._send.dgid)   # (the kernel's, on every RoCE device: what query() shows)
+            if hops is not None:
+                self._kept["ah_attr"]._gr.hop_limit = hops
         if mask & PATH_MTU:   # (as rxe: the path MTU asked for, even past the port's active MTU)
             self._send.mtu = 128 << a.path_mtu
 
