@@ -32,6 +32,7 @@ import ctypes
 import errno
 import os
 import platform
+import select
 import signal
 import sys
 import threading
@@ -280,6 +281,11 @@ def signal_pipe():
             signal.set_wakeup_fd(-1)
         os.close(read)
         os.close(write)
+
+
+def signalled(pipe):
+    """Whether a signal came since signal_pipe() gave `pipe` (None: no pipe, so nothing to tell), without waiting."""
+    return pipe is not None and bool(select.select([pipe], [], [], 0)[0])
 
 
 def futex_wait(address, expected, seconds):

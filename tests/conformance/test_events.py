@@ -87,6 +87,21 @@ def test_a_receive_raises_an_event_on_the_receivers_channel(make_pair, channel):
     p.cq_b.ack_events(1)
 
 
+def test_one_channel_hands_out_its_cqs_events_in_the_order_they_were_raised(make_pair, channel):
+    # cq_a (the sender's) was made first; the receive completes as the SEND arrives, the send only once its ACK
+    # is back: rxe0 queues the receiver's event first (tests/wild/cq_channel_two_cqs.py in a program's shape)
+    p = make_pair(channel=channel)
+    p.b.post_recv(recv_wr(p.dst, 64, wr_id=2))
+    p.cq_a.req_notify()
+    p.cq_b.req_notify()
+    p.a.post_send(send_wr(p.src, 8, e.IBV_WR_SEND, wr_id=1))
+    assert [c["wr_id"] for c in poll(p.cq_b) + poll(p.cq_a)] == [2, 1]   # both in: both events raised
+    assert next_event(channel, p.cq_b) == "event"
+    assert next_event(channel, p.cq_a) == "event"
+    p.cq_a.ack_events(1)
+    p.cq_b.ack_events(1)
+
+
 def test_a_send_that_met_rnr_completes_while_its_program_waits_for_the_event(make_pair, channel):
     # the retry after an RNR NAK is the NIC's timer (rxe: the kernel's): it must run while the program
     # blocks in get_cq_event, not only when the program polls. The receive is posted before the wait,

@@ -21,7 +21,7 @@ from rdmalab.proc.procstat import pid_alive
 
 from . import shm
 from .constants import IBV_EVENT_CQ_ERR
-from .layout import C_ALIVE, C_ARMED, C_CHANNEL, C_EVENTS, W_OWNER_PID, W_SLEEPERS
+from .layout import C_ALIVE, C_ARMED, C_CHANNEL, C_EVENT_AT, C_EVENTS, W_OWNER_PID, W_SLEEPERS
 from .base import Record, Resource, readonly, typed
 from .device import Context
 from .hardware import DEVICE_ATTR
@@ -178,6 +178,7 @@ def announce_to(seg, solicited=False):
     armed = h[C_ARMED]
     if armed and (armed == NEXT_COMPLETION or solicited):
         h[C_ARMED] = NOT_ARMED   # one event per req_notify, as on every device
+        h[C_EVENT_AT] = time.monotonic_ns()
         h[C_EVENTS] += 1
         channel = find_segment("ch", h[C_CHANNEL])
         if channel is not None:
@@ -203,21 +204,24 @@ class CompChannel(Resource):
         from rdmalab.proc import waiting
         self.check_open()
         bell = self._segment.bell
-        while True:
-            cq = self._next_event()
-            if cq is not None:
-                break
-            due = self._tend()
-            if not waiting.futex_works():   # naps, which a signal ends as it ends the real blocking read
-                if waiting.nap(0.001) == EINTR:
+        with waiting.signal_pipe() as signalled:   # (a signal between two sleeps ends the wait too)
+            while True:
+                cq = self._next_event()
+                if cq is not None:
+                    break
+                due = self._tend()
+                if waiting.signalled(signalled):
                     raise PyverbsRDMAError("Failed to get CQ event", EINTR)
-                continue
-            token = bell.arm()
-            try:
-                if self._next_event(peek=True) is None and bell.sleep(token, due) == EINTR:
-                    raise PyverbsRDMAError("Failed to get CQ event", EINTR)
-            finally:
-                bell.disarm()
+                if not waiting.futex_works():   # naps, which a signal ends as it ends the real blocking read
+                    if waiting.nap(0.001) == EINTR:
+                        raise PyverbsRDMAError("Failed to get CQ event", EINTR)
+                    continue
+                token = bell.arm()
+                try:
+                    if self._next_event(peek=True) is None and bell.sleep(token, due) == EINTR:
+                        raise PyverbsRDMAError("Failed to get CQ event", EINTR)
+                finally:
+                    bell.disarm()
         cq._unacked_events += 1
         if cq is not expected_cq:
             raise PyverbsRDMAError("Received event on an unexpected CQ", 0)
@@ -237,13 +241,16 @@ class CompChannel(Resource):
         return due
 
     def _next_event(self, peek=False):
-        """Take (or just see) the first CQ of this channel with an event not yet handed out."""
+        """Take (or just see) the CQ of this channel whose event not yet handed out came first: events leave a
+        channel in the order they were raised, as they queue in the kernel's channel (a SEND's receive CQ
+        before its send CQ, whose completion waits for the ACK), not in the order the CQs were made."""
         if self._closed:
             raise PyverbsRDMAError("Failed to get CQ event: the completion channel was closed", EBADF)
-        for cq in self._cqs:
-            if cq.take_event(peek):
-                return cq
-        return None
+        pending = [cq for cq in self._cqs if cq.take_event(peek=True)]
+        if not pending:
+            return None
+        first = min(pending, key=lambda cq: cq._segment.header[C_EVENT_AT])
+        return first if peek or first.take_event() else None
 
     def _release(self):
         self._segment.header[C_ALIVE] = 0

@@ -5,6 +5,7 @@ address and GID 1 an IPv4-mapped RoCE v2 address (the one that routes). Its limi
 """
 import collections
 import os
+import select
 import weakref
 from errno import EINTR, EINVAL, ENODATA
 
@@ -201,15 +202,19 @@ class Context(Resource):
         from rdmalab.proc import waiting
         self.check_open()
         pause = 0.0005
-        while True:
-            if self._async_events:
-                return AsyncEvent(self._async_events.popleft())
-            for srq in list(self._srqs):
-                if srq._take_event():
-                    return AsyncEvent(IBV_EVENT_SRQ_LIMIT_REACHED)
-            if waiting.nap(pause) == EINTR:
-                raise PyverbsRDMAError("Failed to get async event", -1)
-            pause = min(pause * 2, 0.05)
+        with waiting.signal_pipe() as signalled:   # (a signal between two naps ends the wait too)
+            while True:
+                if self._async_events:
+                    return AsyncEvent(self._async_events.popleft())
+                for srq in list(self._srqs):
+                    if srq._take_event():
+                        return AsyncEvent(IBV_EVENT_SRQ_LIMIT_REACHED)
+                if signalled is not None:
+                    if select.select([signalled], [], [], pause)[0]:
+                        raise PyverbsRDMAError("Failed to get async event", -1)
+                elif waiting.nap(pause) == EINTR:
+                    raise PyverbsRDMAError("Failed to get async event", -1)
+                pause = min(pause * 2, 0.05)
 
     def query_pkey(self, port_num, index):
         self.check_open()

@@ -48,8 +48,9 @@ P_SGES = 64   # then (addr, length, lkey) for each SGE, or the inline data's byt
 R_WR_ID, R_NUM_SGE, R_STATUS, R_OPCODE, R_BYTE_LEN, R_IMM, R_FLAGS, R_SRC_QP = range(8)   # src_qp: a datagram's sender
 R_SGES = 8   # then (addr, length, lkey) for each SGE
 
-# a completion queue (rdmalab-cq-<n>) or a completion channel (rdmalab-ch-<n>)
-C_ALIVE, C_ARMED, C_CHANNEL, C_EVENTS = 2, 3, 4, 5
+# a completion queue (rdmalab-cq-<n>) or a completion channel (rdmalab-ch-<n>); C_EVENT_AT: when the CQ's last
+# event was raised (CLOCK_MONOTONIC, ns: one clock for every process), so that its channel hands events out in order
+C_ALIVE, C_ARMED, C_CHANNEL, C_EVENTS, C_EVENT_AT = 2, 3, 4, 5, 6
 
 # a shared receive queue (rdmalab-srq-<n>): slots as a receive queue's, posted by its owner and taken
 # by the NICs of the QPs on it (under a record lock); the limit arms SRQ_LIMIT_REACHED (counted in S_EVENTS)
