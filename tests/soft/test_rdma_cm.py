@@ -149,9 +149,11 @@ def test_ack_timeout_option_reaches_the_qp(pair):
 
 
 def test_the_qps_get_what_each_side_asked(pair):
-    """Retries as the REQ asks, RNR retries as the receiving peer asks, READ/atomic depths no more than
-    the other side takes, and READ/atomic access only for a side that answers READs."""
-    from rdmalab.verbs.soft.constants import IBV_ACCESS_REMOTE_READ, IBV_ACCESS_REMOTE_WRITE
+    """Retries as the REQ asks, RNR retries as the receiving peer asks, READ/atomic depths as the IB CM keeps them
+    (rxe0, tests/wild/cm_negotiated_attrs.py: the passive side its accept()'s, the active side the REP's, the
+    peer's responder resources as its initiator depth: no minimum taken), and READ/atomic access only for a side
+    that answers READs."""
+    from rdmalab.verbs.soft.constants import IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_REMOTE_READ, IBV_ACCESS_REMOTE_WRITE
     p = pair()
     p.active.create_qp(p.qp_attr())
     p.active.connect(cm.ConnParam(resources=0, depth=4, retry=3, rnr_retry=6))
@@ -162,10 +164,11 @@ def test_the_qps_get_what_each_side_asked(pair):
     event(p.pch, EV.RDMA_CM_EVENT_ESTABLISHED)
     active, passive = p.active.query_qp(0)[0], p.child.query_qp(0)[0]
     assert (active.retry_cnt, active.rnr_retry, passive.retry_cnt, passive.rnr_retry) == (3, 2, 3, 6)
-    assert (active.max_rd_atomic, active.max_dest_rd_atomic) == (2, 0)
-    assert (passive.max_rd_atomic, passive.max_dest_rd_atomic) == (0, 2)
-    assert active.qp_access_flags == IBV_ACCESS_REMOTE_WRITE
-    assert passive.qp_access_flags & IBV_ACCESS_REMOTE_READ
+    assert (active.max_rd_atomic, active.max_dest_rd_atomic) == (2, 2)
+    assert (passive.max_rd_atomic, passive.max_dest_rd_atomic) == (2, 2)
+    # (the active side answers READs too: the REP's initiator depth of 2 is its responder resources)
+    assert active.qp_access_flags == passive.qp_access_flags == (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ
+                                                                | IBV_ACCESS_REMOTE_ATOMIC)
 
 
 def test_reject_carries_its_private_data(pair):

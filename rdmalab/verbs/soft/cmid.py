@@ -34,7 +34,7 @@ from .addr import AHAttr, GID, GlobalRoute
 from .base import Fixed, PyverbsObject, Resource, not_supported, readonly, typed
 from .cq import CQ, CompChannel
 from .device import Context
-from .hardware import GIDS, active_mtu
+from .hardware import DEVICE_ATTR, GIDS, active_mtu
 from .constants import (IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_REMOTE_READ, IBV_ACCESS_REMOTE_WRITE,
                     IBV_QP_ACCESS_FLAGS, IBV_QP_AV, IBV_QP_DEST_QPN, IBV_QP_MAX_DEST_RD_ATOMIC,
                     IBV_QP_MAX_QP_RD_ATOMIC, IBV_QP_MIN_RNR_TIMER, IBV_QP_PATH_MTU, IBV_QP_PKEY_INDEX, IBV_QP_PORT,
@@ -52,7 +52,8 @@ from .wr import SGE, RecvWR, SendWR
 
 RDMA_UDP_QKEY = 0x01234567      # the Q_Key rdma_cm gives UD QPs and multicast groups of the UDP port space
 SGID_INDEX = 1                  # soft0's GID for 127.0.0.1 (::ffff:127.0.0.1)
-ACK_TIMEOUT = 14                # an RC QP's ACK timeout unless set_option(ACK_TIMEOUT) says otherwise
+ACK_TIMEOUT = 19                # an RC QP's ACK timeout unless its side's set_option(ACK_TIMEOUT) says otherwise
+                                # (rxe0's, both sides: what the kernel's CM derives for RoCE)
 HOP_LIMIT = 64
 REJ_NO_LISTENER = 8             # the IB CM's reject reason when nobody listens there (invalid service ID)
 REJ_CONSUMER = 28               # ... when the peer called reject()
@@ -148,6 +149,13 @@ class AddrInfo(Resource):
 
 
 # ---------------------------------------------------------------- parameters
+
+def default_param():
+    """What librdmacm asks for a connect() or accept() without parameters: the device's most READs and atomics
+    both ways (its max_qp_init_rd_atom and max_qp_rd_atom), and retries without end (7)."""
+    return ConnParam(resources=DEVICE_ATTR["max_qp_rd_atom"], depth=DEVICE_ATTR["max_qp_init_rd_atom"], retry=7,
+                     rnr_retry=7)
+
 
 class ConnParam(PyverbsObject):
     """rdma_conn_param: what a side asks of a connection (READ/atomic depths, retries, a QP number
@@ -277,6 +285,18 @@ returns(CMEvent, event_type=EV)   # (an int in pyverbs <= 58, a member in >= 59:
 
 
 # ---------------------------------------------------------------- the CM id
+
+def _no_route(ip):
+    """The errno of this host's route lookup for `ip` (ENETUNREACH where no route leads there), or 0."""
+    probe = socket.socket(socket.AF_INET6 if ip.version == 6 else socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        probe.connect((str(ip), 9))   # (a UDP connect sends nothing: it looks the route up)
+        return 0
+    except OSError as error:
+        return error.errno if error.errno in (errno.ENETUNREACH, errno.EHOSTUNREACH) else 0
+    finally:
+        probe.close()
+
 
 def _listener_path(port_space, port):
     return os.path.join(shm.directory(), f"{shm.PREFIX}cm-{os.geteuid()}-{PORT_SPACE_NAMES[port_space]}-{port}")
@@ -495,14 +515,23 @@ class CMID(Resource):
 
     def resolve_addr(self, rai, timeout_ms=2000):
         """Find the device for the destination (and bind to the source if given): ADDR_RESOLVED for one of
-        soft0's addresses or a multicast group; ADDR_ERROR (EHOSTUNREACH) for any other."""
+        soft0's addresses or a multicast group; ADDR_ERROR (EHOSTUNREACH) for any other this host has a route
+        to. As the kernel's rdma_resolve_addr, it fails at once, queuing nothing, where it can tell without
+        waiting: an id whose address is resolved or resolving already (EINVAL: a second resolve_addr), or a
+        destination this host has no route to (ENETUNREACH, the route lookup's answer)."""
         self.check_open()
         typed(rai, AddrInfo, "rai", none=False)
+        if self._state not in ("idle", "bound"):
+            raise _error(f"Failed to Resolve Address: the id is {self._state.replace('_', ' ')} already",
+                         errno.EINVAL)
         if self._state == "idle":
             self.bind_addr(rai)
         if rai._dst_addr is None:
             raise _error("Failed to Resolve Address: no destination", errno.EINVAL)
         ip, _ = rai._dst_addr
+        unroutable = None if ours(ip) or ip.is_multicast else _no_route(ip)
+        if unroutable:
+            raise _error(f"Failed to Resolve Address: no route to {ip}", unroutable)
         self._remote = rai._dst_addr
         if ours(ip) or ip.is_multicast:
             self._state = "addr_resolved"
@@ -588,7 +617,7 @@ class CMID(Resource):
         typed(param, ConnParam, "param")
         if self._state != "route_resolved":
             raise _error("Failed to Connect: resolve the route first", errno.EINVAL)
-        self._param = param if param is not None else ConnParam(retry=7, rnr_retry=7)
+        self._param = param if param is not None else default_param()
         qpn = self._qp.qp_num if self._qp is not None else self._param._qp_num
         kind = "SIDR_REQ" if self._is_ud() else "REQ"
         private = _private_data(kind, self._param.private_data)
@@ -619,7 +648,7 @@ class CMID(Resource):
         typed(param, ConnParam, "param")
         if self._state != "requested":
             raise _error("Failed to Accept Connection: no request to accept", errno.EINVAL)
-        self._param = param if param is not None else ConnParam(retry=7, rnr_retry=7)
+        self._param = param if param is not None else default_param()
         qpn = self._qp.qp_num if self._qp is not None else self._param._qp_num
         private = _private_data("SIDR_REP" if self._is_ud() else "REP", self._param.private_data)
         if self._is_ud():
@@ -732,11 +761,12 @@ class CMID(Resource):
             return attr, {IBV_QPS_INIT: IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY,
                           IBV_QPS_RTR: IBV_QP_STATE, IBV_QPS_RTS: IBV_QP_STATE | IBV_QP_SQ_PSN}[qp_state]
         known = "qpn" in peer
-        # READ/atomic depths: what this side offers, no more than the other side asks for
-        theirs_depth = peer.get("initiator_depth", p._initiator_depth)
-        theirs_resources = peer.get("responder_resources", p._responder_resources)
-        responder = min(p._responder_resources, theirs_depth)
-        initiator = min(p._initiator_depth, theirs_resources)
+        # READ/atomic depths, as the IB CM keeps them: the passive side its accept()'s, passed through; the active
+        # side the REP's, the peer's responder resources as its initiator depth and the other way round
+        if self._passive or "responder_resources" not in peer:
+            responder, initiator = p._responder_resources, p._initiator_depth
+        else:
+            responder, initiator = peer["initiator_depth"], peer["responder_resources"]
         if qp_state == IBV_QPS_INIT:
             attr.pkey_index, attr.port_num = 0, 1
             attr.qp_access_flags = (IBV_ACCESS_REMOTE_WRITE | (IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC
