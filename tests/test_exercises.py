@@ -381,17 +381,24 @@ def test_one_sided_freeze_names_each_plausible_mistake(frozen_target):
 # module is __main__, so the check runs them as the ranks would: without the notebook's names, imports inside).
 
 def ring(send=lambda r, s, p: (r - s) % p, add=lambda r, s, p: (r - s - 1) % p, slot=lambda s: s,
-         read_first=False, forward=False, all_gather=True):
+         read_first=False, forward=False, all_gather=True, wait_first=False, flush=True, itemsize=None,
+         view=None, extra_wait=False, gather=lambda r, s, p: (r + 1 - s) % p, leftwards=False):
     """The reference ring with one decision changed: which chunk goes in step s, which one what arrives is added
     to, which stage slot step s uses, whether a rank reads the slot before its wait(), whether it forwards what
-    it received, whether there is an all-gather at all."""
+    it received, whether there is an all-gather at all, whether it waits before its first put, whether it
+    flushes before returning, a hard-coded element size or dtype for the stage, one wait too many."""
     def my_ring(comm, x):
         import numpy as np
         p, r = comm.size, comm.rank
         right, left = (r + 1) % p, (r - 1) % p
+        if leftwards:   # the same steps, round the other way
+            right, left = left, right
         bounds = np.linspace(0, x.size, p + 1).astype(int)
-        size = int(max(np.diff(bounds))) * x.itemsize
+        item = itemsize or x.itemsize
+        size = int(max(np.diff(bounds))) * item
         stage = comm.t.buffer("stage")
+        if wait_first:
+            comm.t.wait(left)
         for s in range(p - 1):
             c, at = send(r, s, p), slot(s) * size
             if forward and s > 0:   # what arrived in step s - 1, as it arrived
@@ -402,14 +409,18 @@ def ring(send=lambda r, s, p: (r - s) % p, add=lambda r, s, p: (r - s - 1) % p, 
             if not read_first:
                 comm.t.wait(left)
             c = add(r, s, p)
-            x[bounds[c]:bounds[c + 1]] += stage[at:at + (bounds[c + 1] - bounds[c]) * x.itemsize].view(x.dtype)
+            got = stage[at:at + (bounds[c + 1] - bounds[c]) * x.itemsize].view(view or x.dtype)
+            x[bounds[c]:bounds[c + 1]] += got[:bounds[c + 1] - bounds[c]]
             if read_first:
                 comm.t.wait(left)
         for s in range(p - 1 if all_gather else 0):
-            c = (r + 1 - s) % p
+            c = gather(r, s, p)
             comm.t.put(right, x[bounds[c]:bounds[c + 1]], "data", int(bounds[c]) * x.itemsize)
             comm.t.wait(left)
-        comm.t.flush()
+        if extra_wait:
+            comm.t.wait(left)
+        if flush:
+            comm.t.flush()
     my_ring.__module__ = "__main__"
     return my_ring
 
@@ -421,8 +432,20 @@ def notebook(fn):
 
 @notebook
 def my_naive(comm, x):
-    from rdmalab.allreduce.algorithms import naive_allreduce
-    naive_allreduce(comm, x)
+    """The reference naive AllReduce, as a learner writes it."""
+    p, r = comm.size, comm.rank
+    if r == 0:
+        stage = comm.t.buffer("stage")
+        for peer in range(1, p):
+            comm.t.wait(peer)
+            slot = (peer - 1) * x.nbytes
+            x += stage[slot:slot + x.nbytes].view(x.dtype)
+        for peer in range(1, p):
+            comm.t.put(peer, x, "data", 0)
+    else:
+        comm.t.put(0, x, "stage", (r - 1) * x.nbytes)
+        comm.t.wait(0)
+    comm.t.flush()
 
 
 def by_hand(naive=my_naive, ring_fn=None):
@@ -458,17 +481,6 @@ def test_allreduce_by_hand_the_reference_passes_on_2_3_and_4_ranks_and_a_skeleto
 
 def test_allreduce_by_hand_rejects_each_plausible_wrong_ring_and_says_what_was_wrong():
     @notebook
-    def the_naive_one(comm, x):
-        from rdmalab.allreduce.algorithms import naive_allreduce
-        naive_allreduce(comm, x)
-
-    @notebook
-    def waits_before_it_puts(comm, x):
-        from rdmalab.allreduce.algorithms import ring_allreduce
-        comm.t.wait((comm.rank - 1) % comm.size)
-        ring_allreduce(comm, x)
-
-    @notebook
     def uses_the_notebooks_numpy(comm, x):
         return np.linspace(0, x.size, comm.size + 1)   # noqa: F821 (the notebook's np: not on the ranks)
 
@@ -481,15 +493,79 @@ def test_allreduce_by_hand_rejects_each_plausible_wrong_ring_and_says_what_was_w
             (ring(add=lambda r, s, p: (r - s) % p), "what arrives is added to the wrong one", ""),
             (ring(all_gather=False), "no all-gather", ""),
             (ring(forward=True), "rank 1 sent what it had received (bytes of its stage)", ""),
-            (waits_before_it_puts, "deadlocked: "
+            (ring(wait_first=True), "deadlocked: "
              "every rank waited for another and none had put anything for it: rank 0 waited for rank 2", "put first"),
-            (the_naive_one, "the sums are right, but rank 0 put to ranks 1, 2: in a ring each rank writes to one "
+            (my_naive, "the sums are right, but rank 0 put to ranks 1, 2: in a ring each rank writes to one "
              "neighbour only", ""),
             (uses_the_notebooks_numpy, "raised NameError", "import what it needs"),
     ]:
         f = by_hand(ring_fn=wrong)
         assert f.status == "wrong" and says in f.message and hint in f.hint, (says, f.message, f.hint)
         assert f.message.startswith("your ring (on 3 ranks, 7 float32 elements)"), f.message
+
+
+def test_allreduce_by_hand_rejects_ten_more_plausible_wrong_rings_each_named():
+    """Mistakes a checker that copied a put's source at once, ran only 4-byte elements on at most 4 ranks, never
+    compared the ranks' bits and let the library's AllReduce in, took for right (issue 47)."""
+    @notebook
+    def calls_the_librarys_ring(comm, x):
+        from rdmalab.allreduce.algorithms import ring_allreduce
+        ring_allreduce(comm, x)
+
+    @notebook
+    def calls_comm_allreduce(comm, x):
+        comm.allreduce(x)
+
+    @notebook
+    def sums_in_its_own_order(comm, x):   # every rank gathers every x, then adds them starting from its own
+        import numpy as np
+        p, r = comm.size, comm.rank
+        stage = comm.t.buffer("stage")
+        for peer in range(p):
+            if peer != r:
+                comm.t.put(peer, x, "stage", (r - peer - 1) % p * x.nbytes)
+        for peer in range(p):
+            if peer != r:
+                comm.t.wait(peer)
+        total = x.copy()
+        for k in range(1, p):
+            total += stage[(k - 1) * x.nbytes:k * x.nbytes].view(x.dtype)
+        comm.t.flush()
+        x[:] = total
+        comm.barrier()
+
+    @notebook
+    def naive_without_flush(comm, x):
+        p, r = comm.size, comm.rank
+        if r == 0:
+            stage = comm.t.buffer("stage")
+            for peer in range(1, p):
+                comm.t.wait(peer)
+                x += stage[(peer - 1) * x.nbytes:peer * x.nbytes].view(x.dtype)
+            for peer in range(1, p):
+                comm.t.put(peer, x, "data", 0)
+        else:
+            comm.t.put(0, x, "stage", (r - 1) * x.nbytes)
+            comm.t.wait(0)
+
+    import numpy as np
+    cases = [
+        (ring(flush=False), None, "changed the bytes its put of all-gather step 0 sent (data bytes 8 to 16) after it "
+         "returned", "flush()"),
+        (calls_the_librarys_ring, None, "calls the library's AllReduce (ring_allreduce)", ""),
+        (calls_comm_allreduce, None, "calls the library's AllReduce (allreduce)", ""),
+        (ring(extra_wait=True), None, "deadlocked", "Every rank had put before it waited"),
+        (sums_in_its_own_order, None, "differs from rank 0's in the last bits", ""),
+        (ring(itemsize=4), None, "5 ranks, 1003 float64 elements", ""),
+        (ring(view=np.float32), None, "int32 elements", ""),
+        (ring(leftwards=True), None, "your ring (on 3 ranks, 7 float32 elements)", ""),
+        (ring(gather=lambda r, s, p: (r - s) % p), None, "in all-gather step 0, rank 0 sent chunk 0", ""),
+        (None, naive_without_flush, "rank 0 changed the bytes its put sent (data bytes 0 to 28) after it returned",
+         "flush()"),
+    ]
+    for ring_fn, naive, says, hint in cases:
+        f = by_hand(naive=naive or my_naive, ring_fn=ring_fn)
+        assert f.status == "wrong" and says in f.message and hint in f.hint, (says, f.message, f.hint)
 
 
 def test_allreduce_by_hand_rejects_a_naive_allreduce_that_shares_a_slot_or_never_waits_for_the_sum():
@@ -508,10 +584,16 @@ def test_allreduce_by_hand_rejects_a_naive_allreduce_that_shares_a_slot_or_never
     @notebook
     def never_waits_for_the_sum(comm, x):
         if comm.rank == 0:
-            from rdmalab.allreduce.algorithms import naive_allreduce
-            naive_allreduce(comm, x)
+            for peer in range(1, comm.size):
+                comm.t.wait(peer)
+                slot = (peer - 1) * x.nbytes
+                x += comm.t.buffer("stage")[slot:slot + x.nbytes].view(x.dtype)
+            for peer in range(1, comm.size):
+                comm.t.put(peer, x, "data", 0)
+            comm.t.flush()
         else:
             comm.t.put(0, x, "stage", (comm.rank - 1) * x.nbytes)
+            comm.t.flush()
 
     f = by_hand(naive=one_slot)
     assert f.status == "wrong" and "its own slot in rank 0's stage" in f.hint, f.message

@@ -16,6 +16,9 @@ in a row, as a training loop calls it. What the transport adds:
   there again once it has heard of that next call, through puts and signals passed on from rank to rank.
   Vector clocks keep what each rank has heard of every other, so the verdict is the same every run.
 - One rank (chosen by the seed) is delayed at random points, so that the threads interleave differently.
+- A put's source is read when the NIC reads it: any time until the sender's flush() returns, or until the sender
+  has heard (through the vector clocks) that the put has landed (its bytes precede its flag). A rank whose own
+  code changes a put's source before either is seen changing it (`run.reused`), whatever the timing.
 - A run where every rank waits for another, and none has anything on its way, is a deadlock, named at once.
 """
 import builtins
@@ -48,6 +51,7 @@ class Put:
         self.source = source      # (region, byte offset) of what was sent, in the sender's memory
         self.clock = clock        # what the sender had heard of every rank when it put
         self.used = None          # the target's clock once it has used the bytes (its first call after they landed)
+        self.landed = None        # the target's clock when its wait() made the bytes land
 
 
 class Fabric:
@@ -64,6 +68,11 @@ class Fabric:
         self.landed = [[] for _ in range(ranks)]   # what each rank's last wait() made land
         self.puts, self.waiting, self.finished = [], {}, set()
         self.overwrites = []    # every put that landed on bytes not used yet (the run goes on)
+        self.unread = [[] for _ in range(ranks)]   # each rank's puts the NIC may not have read yet: neither
+                                                   # flushed nor known to have landed
+        self.reused = []        # (put, the sender's call that saw its source changed): Reused
+        self.current = [None] * ranks                       # each rank's AllReduce call under way
+        self.puts_made = collections.Counter()              # (rank, call): puts and signals it made in that call
         self.stopped = None     # why the run stopped: a Deadlock, or a sentence (a rank that hung)
         self.cv = threading.Condition()
         self.slow, self.rng = seed % ranks, random.Random(seed)
@@ -73,21 +82,45 @@ class Fabric:
         if rank == self.slow and self.rng.random() < 0.5:
             time.sleep(self.rng.uniform(0, DELAY_S))
 
-    def call(self, rank):
-        """A call of `rank`'s (under the lock): it has used what its last wait() landed; its clock ticks."""
+    def call(self, rank, call=None):
+        """A call of `rank`'s (under the lock): it has used what its last wait() landed; its clock ticks; and what
+        its code did since its last call is seen: a put's source it changed while the NIC might still read it."""
+        self._sources_kept(rank, call)
         for put in self.landed[rank]:
             put.used = self.clock[rank][rank] + 1
         self.landed[rank] = []
         self.clock[rank][rank] += 1
 
+    def _fabric_writes(self, rank, region, lo, hi):
+        """A peer's put writes rank's bytes lo..hi: a source of rank's own puts there is no longer its code's to
+        keep (whether that put could come yet is the overwrite check's to say)."""
+        self.unread[rank] = [put for put in self.unread[rank] if put.source[0] != region
+                             or not (put.source[1] < hi and lo < put.source[1] + put.data.nbytes)]
+
+    def _sources_kept(self, rank, call):
+        still = []
+        for put in self.unread[rank]:
+            if put.landed is not None and self.clock[rank][put.target] >= put.landed:
+                continue   # the sender has heard that it landed: the NIC read it before
+            region, at = put.source
+            if not np.array_equal(self.memory[rank][region][at:at + put.data.nbytes], put.data):
+                self.reused.append(Reused(put, call))
+                continue
+            still.append(put)
+        self.unread[rank] = still
+
     def put(self, sender, target, call, index, region, offset, data, source):
         with self.cv:
-            self.call(sender)
+            self.call(sender, call)
             put = Put(sender, target, call, index, region, offset, data, source, list(self.clock[sender]))
+            self.current[sender] = call
+            self.puts_made[sender, call] += 1
             if data is not None and data.nbytes:
                 self._overwrites(put)
+                self._fabric_writes(target, region, put.lo, put.hi)
                 self.memory[target][region][put.lo:put.hi] = self.poison[put.lo:put.hi]   # not landed yet
                 self.unused[target].append(put)
+                self.unread[sender].append(put)
             self.puts.append(put)
             self.on_the_way[sender, target].append(put)
             self.cv.notify_all()
@@ -109,16 +142,18 @@ class Fabric:
         key = lambda o: (o.put.call, o.put.index, o.put.sender, o.put.target)   # noqa: E731
         return min(self.overwrites, key=key, default=None)
 
-    def wait(self, rank, peer):
+    def wait(self, rank, peer, call=None):
         with self.cv:
-            self.call(rank)
+            self.call(rank, call)
+            self.current[rank] = call
             self.waiting[rank] = peer
             try:
                 while not self.on_the_way[peer, rank]:
                     if self.stopped is not None:
                         raise Stop()
                     if self._deadlocked():
-                        self.stopped = Deadlock(dict(self.waiting), set(self.finished))
+                        before_put = {r for r in self.waiting if not self.puts_made[r, self.current[r]]}
+                        self.stopped = Deadlock(dict(self.waiting), set(self.finished), before_put)
                         self.cv.notify_all()
                         raise Stop()
                     self.cv.wait(0.05)
@@ -126,17 +161,25 @@ class Fabric:
                 del self.waiting[rank]
             put = self.on_the_way[peer, rank].popleft()
             if put.data is not None:
+                self._fabric_writes(rank, put.region, put.lo, put.hi)
                 self.memory[rank][put.region][put.lo:put.hi] = put.data   # the flag has landed: so have the bytes
             self.clock[rank] = [max(a, b) for a, b in zip(self.clock[rank], put.clock)]
+            put.landed = self.clock[rank][rank]
             self.landed[rank].append(put)
 
     def _deadlocked(self):
         running = set(range(self.p)) - self.finished
         return all(r in self.waiting and not self.on_the_way[self.waiting[r], r] for r in running)
 
-    def flush(self, rank):
+    def flush(self, rank, call=None):
         with self.cv:
-            self.call(rank)
+            self.call(rank, call)
+            self.unread[rank] = []   # flush() returned: the NIC has read every put's source
+
+    def returned(self, rank, call):
+        """The rank's AllReduce returned (its caller may now change x): a call, as far as its sources go."""
+        with self.cv:
+            self._sources_kept(rank, call)
 
     def finish(self, rank):
         with self.cv:
@@ -158,11 +201,19 @@ class Overwrite:
                 f"nothing rank {put.sender} had heard said that rank {put.target} had used it yet")
 
 
+class Reused:
+    """A put whose source its sender's own code changed before flush() and before hearing that it had landed."""
+
+    def __init__(self, put, call):
+        self.put, self.call = put, call   # call: the sender's AllReduce call in which it was seen (None: in its last)
+
+
 class Deadlock:
     """Every rank that had not returned was waiting for a rank that had nothing on its way to it."""
 
-    def __init__(self, waiting, finished):
+    def __init__(self, waiting, finished, before_put=()):
         self.waiting, self.finished = waiting, finished
+        self.before_put = set(before_put)   # the ranks that waited before making any put in their call
 
     def __str__(self):
         who = "; ".join(f"rank {r} waited for rank {peer}" + (" (which had returned)" if peer in self.finished else "")
@@ -194,7 +245,8 @@ class CheckingTransport:
             raise ValueError(f"put of {src.nbytes} bytes at {offset} overflows rank {peer}'s {region} "
                              f"({target.nbytes} bytes)")
         self.fabric.pause(self.rank)
-        self.fabric.put(self.rank, peer, self.call, self.index, region, offset, src.copy(), source)
+        self.fabric.put(self.rank, peer, self.call, self.index, region, offset, src.copy(), source)   # (what it
+        # had when it put: the bytes that land; a later change before flush() is seen as Reused)
         self.index += 1
         self.messages += 1
 
@@ -206,7 +258,7 @@ class CheckingTransport:
 
     def wait(self, peer, alive=None):
         self.fabric.pause(self.rank)
-        self.fabric.wait(self.rank, peer)
+        self.fabric.wait(self.rank, peer, self.call)
         self.fabric.pause(self.rank)
         self.messages += 1
 
@@ -214,7 +266,21 @@ class CheckingTransport:
         return self.messages
 
     def flush(self):
-        self.fabric.flush(self.rank)   # (nothing to drain here: a call, which says the rank has used what landed)
+        self.fabric.flush(self.rank, self.call)   # (nothing to drain: every put's source counts as read from now on)
+
+
+class LibraryUsed(Exception):
+    """The learner's function called the library's AllReduce, which the exercise asks them to write."""
+
+
+class CheckingCommunicator(Communicator):
+    """A Communicator whose allreduce() (the library's) refuses: the exercise's functions are written from put and
+    wait."""
+
+    def allreduce(self, x, algorithm="ring", out=None):
+        raise LibraryUsed("comm.allreduce")
+
+    allreduce_validated = allreduce
 
 
 class Run:
@@ -228,6 +294,7 @@ class Run:
         self.stopped = None   # a Deadlock, or a sentence (a rank that hung)
         self.puts = []        # every put and signal, in order
         self.unwaited = []    # puts whose flag the target never waited for
+        self.reused = []      # Reused: puts whose source changed while the NIC might still read it
 
     def __str__(self):
         return f"{self.ranks} ranks, {self.count} {self.dtype} elements"
@@ -261,7 +328,7 @@ def run(fn, ranks, count, dtype, seed=0, calls=2):
 
     def rank(r):
         t = CheckingTransport(fabric, r)
-        comm = Communicator(t)
+        comm = CheckingCommunicator(t)
         x = comm.buffer(count, dtype)
         try:
             for call in range(calls):
@@ -269,6 +336,7 @@ def run(fn, ranks, count, dtype, seed=0, calls=2):
                 x[:] = out.inputs[call][r]
                 fn(comm, x)
                 out.results[call][r] = x.copy()
+                fabric.returned(r, call)
         except Stop:
             pass
         except BaseException as error:   # the learner's code failed: that is the verdict
@@ -287,7 +355,11 @@ def run(fn, ranks, count, dtype, seed=0, calls=2):
         if stuck and fabric.stopped is None:
             fabric.stopped = f"rank {', '.join(map(str, stuck))} had not returned after {TIMEOUT_S:.0f} s"
         fabric.cv.notify_all()   # a rank still waiting stops
+        for r in range(ranks):   # (the caller changes x after the last call too: puts never flushed count)
+            fabric.memory[r]["data"][:] = fabric.poison[:fabric.memory[r]["data"].nbytes]
+            fabric._sources_kept(r, None)
         out.overwrite, out.stopped, out.puts = fabric.overwrite, fabric.stopped, list(fabric.puts)
+        out.reused = sorted(fabric.reused, key=lambda u: (u.put.call, u.put.index, u.put.sender))
         if out.stopped is None:   # (a run that stopped early left puts on their way: they say nothing)
             out.unwaited = [put for queue in fabric.on_the_way.values() for put in queue]
     return out

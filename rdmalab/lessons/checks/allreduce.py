@@ -1,11 +1,15 @@
 """The AllReduce lesson (allreduce): its exercise, the naive AllReduce and the ring written by hand from put and
 wait, and the reference solutions (rdmalab.allreduce.algorithms' naive_allreduce and ring_allreduce).
 
-The check runs each function on 3, 4 and 2 ranks as threads over rdmalab.lessons.checking's transport, twice in
-a row, with sizes that p does not divide, float32 and int32, and a rank delayed at random points. That transport
-makes every mistake below fail every time, and the check names it: a put that lands on a slot its target has not
-used (one stage slot for all steps), bytes used before their flag (poison in the sums), a put nobody waited for,
-a deadlock; for the ring, what it forwarded from its stage, a missing all-gather, the wrong chunk in a step."""
+The check runs each function on 3, 4, 2 and 5 ranks as threads over rdmalab.lessons.checking's transport, twice in
+a row, with sizes that p does not divide, 4- and 8-byte elements (float32, int32, float64, int64), and a rank
+delayed at random points. That transport makes every mistake below fail every time, and the check names it: a
+function that calls the library's AllReduce; a put that lands on a slot its target has not used (one stage slot
+for all steps), bytes used before their flag (poison in the sums), a put nobody waited for, a deadlock (with the
+rank that waited before it put, or, where every rank put first, the count of puts and waits to fix); a put's
+source changed before flush() and before the sender heard it had landed (a NIC reads it any time until then);
+ranks whose sums differ in the last bits; for the ring, what it forwarded from its stage, a missing all-gather,
+the wrong chunk in a step."""
 import numpy as np
 
 from rdmalab.allreduce.ranks import wrong_elements
@@ -14,7 +18,12 @@ from rdmalab.lessons.exercises import NotYet, Wrong, exercise, reference
 
 # (ranks, dtype, elements): 7 and 1003 are divided by neither 3 nor 4; 1 leaves chunks empty. The first cases
 # have a chunk for every rank, so the feedback can name chunks.
-CASES = [(p, dtype, count) for p in (3, 4, 2) for dtype in ("float32", "int32") for count in (7, 1003, 1)]
+CASES = [(p, dtype, count) for p in (3, 4, 2) for dtype in ("float32", "int32") for count in (7, 1003, 1)] + \
+    [(5, "float64", 1003), (5, "int64", 7), (2, "float64", 7)]   # 8-byte elements, and 5 ranks
+LIBRARY = {"allreduce", "allreduce_validated", "ring_allreduce", "naive_allreduce", "REGISTRY", "ring_plan"}
+REUSE_HINT = ("A NIC reads a put's source when it sends it, any time until flush() returns (or until you hear the "
+              "put has landed): don't change those bytes before. Call comm.t.flush() before you change what you "
+              "put, and before you return, since the caller then writes new gradients into x.")
 SLOT_HINT = ("Nothing tells a sender that its neighbour has added a chunk (no credit: that would cost a round trip "
              "per step), and a neighbour that another process holds up adds late. Give every step its own slot: "
              "slot s at s x (the largest chunk, in bytes).")
@@ -33,8 +42,23 @@ def _check_by_hand(answer):
     if not (isinstance(answer, tuple) and len(answer) == 2 and all(callable(fn) for fn in answer)):
         raise Wrong("answer with your two functions, as the cell does: lambda: (my_naive, my_ring).")
     for what, fn in zip(("naive AllReduce", "ring"), answer):
+        used = _library_names(fn)
+        if used:
+            raise Wrong(f"your {what} calls the library's AllReduce ({', '.join(sorted(used))}): the exercise is to "
+                        "write it yourself, from put and wait.")
         for seed, (p, dtype, count) in enumerate(CASES):
             _judge(what, checking.run(fn, p, count, dtype, seed))
+
+
+def _library_names(fn):
+    """The names of the library's AllReduce that fn's code (and the functions defined in it) refers to."""
+    names, codes = set(), [getattr(fn, "__code__", None)]
+    while codes:
+        code = codes.pop()
+        if code is not None:
+            names |= set(code.co_names) & LIBRARY
+            codes += [c for c in code.co_consts if hasattr(c, "co_names")]
+    return names
 
 
 @reference("allreduce.by-hand")
@@ -50,11 +74,18 @@ def _judge(what, run):
         rank, error = min(run.errors.items())
         if isinstance(error, NotImplementedError):
             raise NotYet()
+        if isinstance(error, checking.LibraryUsed):
+            raise Wrong(f"{where}: rank {rank} called the library's AllReduce ({error}): the exercise is to write it "
+                        "yourself, from put and wait.")
         raise Wrong(f"{where}: rank {rank} raised {type(error).__name__}: {error}",
                     RANKS_HINT if isinstance(error, NameError) else "")
     if isinstance(run.stopped, checking.Deadlock):
+        early = sorted(run.stopped.before_put)
         raise Wrong(f"{where} deadlocked: {run.stopped}.",
-                    "A rank that waits before it puts waits for a neighbour doing the same: put first, then wait.")
+                    f"Rank {early[0]} waited before it had put anything: a rank that waits before it puts waits for a "
+                    "neighbour doing the same: put first, then wait." if early else
+                    "Every rank had put before it waited, and each waits for a put nobody makes: count them. Each put "
+                    "needs exactly one wait() on its target, for that sender, and each wait() one put.")
     if run.stopped is not None:
         raise Wrong(f"{where} hung: {run.stopped}.")
     if not run.puts:
@@ -70,6 +101,8 @@ def _judge(what, run):
                     f"was still on its way to it: nothing waited for its flag, so nothing said its bytes had landed.",
                     "Each put needs one wait() on the rank it goes to: a rank waits for every put made to it.")
     _values(where, run, 0, ring)
+    if run.reused:   # (after the sums: a wrong chunk added into the one just sent is named as what it is)
+        raise Wrong(_reused(where, run.reused[0], run.ranks, ring), REUSE_HINT)
     if overwrite is not None:
         said = _overwritten(where, overwrite, run.ranks, ring)
         raise Wrong(f"Called a second time, as a training loop calls it: {said}", SLOT_HINT if ring else "")
@@ -84,6 +117,15 @@ def _values(where, run, call, ring):
     wrong = {rank: wrong_elements(got, expected, run.magnitude[call], run.ranks)
              for rank, got in enumerate(run.results[call]) if got is not None}
     if not any(off.any() for off in wrong.values()):
+        first = run.results[call][0]
+        for rank, got in enumerate(run.results[call]):
+            if got is not None and first is not None and got.tobytes() != first.tobytes():
+                i = int(np.flatnonzero(got.view(np.uint8).reshape(-1, run.dtype.itemsize).any(axis=1)
+                                       & (got != first))[0]) if (got != first).any() else 0
+                raise Wrong(f"{where}: every rank has the sum, but rank {rank}'s differs from rank 0's in the last "
+                            f"bits (element {i}: {got[i]!r} against {first[i]!r}): the ranks added in different orders. "
+                            "Replicas that differ drift apart step after step (lesson 07): each chunk must be summed "
+                            "once, by one rank, and copied to the others.")
         return
     said = _ring_mistake(run, call) if ring else None   # first what its puts show: it may explain the poison too
     if said:
@@ -104,6 +146,15 @@ def _values(where, run, call, ring):
     i = int(np.flatnonzero(wrong[ranks[0]])[0])
     raise Wrong(f"{where}: the sums are wrong on rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}: "
                 f"rank {ranks[0]}'s element {i} is {run.results[call][ranks[0]][i]}, and the sum is {expected[i]:g}.")
+
+
+def _reused(where, reused, p, ring):
+    put = reused.put
+    when = ("after it returned (the caller writes new values into x then)" if reused.call is None
+            or reused.call > put.call else "in the same call")
+    return (f"{where}: rank {put.sender} changed the bytes its {_step(put, p, ring)} sent ({put.source[0]} bytes "
+            f"{put.source[1]} to {put.source[1] + put.hi - put.lo}) {when}, before flush() and before anything told it "
+            f"the put had landed: the NIC may not have read them yet, so rank {put.target} could get the new bytes.")
 
 
 def _bounds(run):
