@@ -292,7 +292,7 @@ def test_the_quiz_offers_plausible_distractors_beside_the_answer():
 
 def test_nccl_protocols_flag_per_data_as_ncclS_sources_say():
     f = nccl.protocol_figures(1 << 20)
-    assert f["LL"]["data_share"] == 0.5 and f["LL"]["flags"] == (1 << 20) // 4
+    assert f["LL"]["data_share"] == 0.5 and f["LL"]["flags"] == (1 << 20) // 4 and f["LL"]["unit"] == 16
     assert f["LL128"]["data_share"] == pytest.approx(120 / 128) and f["LL128"]["unit"] == 128
     assert f["LL"]["data_share"] < f["LL128"]["data_share"] < f["Simple"]["data_share"] < 1
     assert "LL128" in str(nccl.protocols()) and str(nccl.steps()).splitlines()[1].split()[:3] == ["8", "14", "6"]
@@ -331,3 +331,13 @@ def test_what_the_first_edition_saved_under_lesson_numbers_reads_as_the_lessons_
     assert set(json.loads((tmp_path / "evidence.json").read_text())) == {"socket-path", "one-sided", "allreduce"}
     (tmp_path / "answers.json").write_text(json.dumps({"00": 1, "00:choice": quiz.CHOICES[1]}))
     assert quiz.load_answers() == {"welcome": 1}
+
+
+def test_a_writes_counted_copies_are_its_devices_not_every_devices():
+    """soft0 counts the copy its initiator's CPU makes for a WRITE (1.00 a byte): a figure of that device, filed with
+    this machine's, never under what holds on any device (issue 47); TCP's count alone holds everywhere."""
+    counted = {**FULL, "one-sided": {**FULL["one-sided"], "rdma_copies_per_byte": 1.0}}
+    [row] = [r for r in answer.rows(counted) if r[0].startswith("CPU copies per byte")]
+    assert row[2] == 1.0 and row[-1] is False
+    [row] = [r for r in answer.rows(FULL) if r[0].startswith("CPU copies per byte")]
+    assert row[-1] is True

@@ -12,10 +12,10 @@ gamma: time per byte reduced (s/B). For p ranks and n bytes (Thakur, Rabenseifne
            only at small p does the ring send less (half at p = 2). NCCL models it so: its tuning converts
            bus bandwidth to algorithm bandwidth with algbw = busbw / 2 for the tree and busbw p / (2 (p-1))
            for the ring (src/graph/tuning.cc, "Convert bus BW to algorithm BW"))
-    sharp  2 alpha + (p+1)/p n beta                               (in-network reduction, one switch level:
-           every rank sends its n bytes up once and receives the sum once; the switch adds, so no gamma.
-           NCCL's maintainer, nccl-tests PR 239: with NVLink SHARP "algobw = busbw * n / (n+1)", busbw
-           being the wire's bandwidth)
+    sharp  2 alpha + n beta                                       (in-network reduction, one switch level:
+           every rank sends its n bytes up once and receives the sum once, both at the same time on a
+           full-duplex link; the switch adds, so no gamma. algbw is then the link's bandwidth, about twice
+           the ring's at scale, and the busbw nccl-tests prints, algbw x 2 (p-1)/p, exceeds the link's)
 The bandwidth terms do not grow with p: that is why the ring scales, and why beta, the network,
 decides AllReduce time for large gradients. nccl-tests reports busbw = algbw x 2 (p-1)/p whatever the
 algorithm (doc/PERFORMANCE.md: "independent of the algorithm used (ring, tree, or other)").
@@ -54,7 +54,7 @@ def terms(algorithm, p, n):
     if algorithm == "tree":
         return 2 * math.log2(p), 2.0 * n, 1.0 * n
     if algorithm == "sharp":
-        return 2.0, (p + 1) / p * n, 0.0
+        return 2.0, 1.0 * n, 0.0
     raise ValueError(f"algorithm {algorithm!r}: {', '.join(PRICED)}")
 
 

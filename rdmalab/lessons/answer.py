@@ -267,7 +267,7 @@ def rows(kept, kind=None):
          _per(four.get("rdma_target_switches"), writes), f"{SOCKETS} / {ONE_SIDED}", True),
         ("CPU copies per byte delivered (counted)", one.get("tcp_copies_per_byte"),
          copies if copies is not None else ("not counted: see by design, below" if four else None),
-         f"{SOCKETS} / {ONE_SIDED}", True),
+         f"{SOCKETS} / {ONE_SIDED}", copies is None),   # (a WRITE's count is its device's: soft0's CPU copies once)
         (f"receiver CPU / sender CPU, streaming {_size(four.get('bw_size'))}",
          four.get("tcp_receiver_cpu_share", one.get("tcp_receiver_cpu_share")),
          four.get("rdma_target_cpu_share"), f"{ONE_SIDED} (TCP: {SOCKETS} if {ONE_SIDED} is missing)", True),

@@ -4,11 +4,13 @@
     nccl.protocols()          # LL, LL128, Simple: bytes per flag, share of the wire that is data
     nccl.steps()              # messages on a ring's and a tree's critical path, for p ranks
 
-A receiver must learn that data has arrived. Lesson 04's mailbox and this lab's ring write the data,
-then a flag the reader polls, and trust the order of the two writes; NCCL's Simple protocol also
-sends a chunk and then a separate flag, with a memory fence between. NCCL's LL and LL128 protocols
-put a flag inside every 8-byte word or 128-byte line instead, so the receiver polls the data itself
-and no ordering between two writes is needed: only that the unit arrives whole.
+A receiver must learn that data has arrived. This lab's ring (lesson 06) writes the data, then a flag the
+reader polls, and trusts the order of the two writes (lesson 04's mailbox ends with a WRITE_WITH_IMM instead,
+whose completion comes after the data); NCCL's Simple protocol also sends a chunk and then a separate flag,
+with a memory fence between. NCCL's LL and LL128 protocols put the flags inside the data instead, so the
+receiver polls the data itself and no ordering between two writes is needed: LL stores two 4-byte data words,
+each beside its 4-byte flag, with one 16-byte store, and needs each 8-byte pair to arrive whole; LL128 puts
+an 8-byte flag in every 128-byte line, which must arrive whole.
 
 Sources: NCCL's src/include/device.h (`union ncclLLFifoLine`: data1, flag1, data2, flag2, "flags
 have to be after data ... assuming data is written with an atomicity of 8 bytes (IB/RDMA)";
@@ -22,14 +24,16 @@ import math
 
 SIMPLE_STEP = (4 << 20) // 8    # NCCL_BUFFSIZE (4 MiB by default) split into NCCL_STEPS (8) slots
 
-# name, unit the receiver checks (bytes), data bytes in it, flag bytes in it, what makes the flag trustworthy
+# name, unit the receiver checks (bytes), data bytes in it, flag bytes in it, flags in it, what makes the flags
+# trustworthy
 PROTOCOLS = [
-    ("LL", 8, 4, 4, "data and flag are one 8-byte store, which NCCL assumes a GPU or an RDMA NIC writes at once"),
-    ("LL128", 128, 120, 8, "the 128-byte line must arrive whole and in order: NCCL enables LL128 only where the "
-                           "platform guarantees it (NVLink); its 2.18.1 release notes warn that a PCI path with "
-                           "relaxed ordering can corrupt data"),
-    ("Simple", SIMPLE_STEP + 8, SIMPLE_STEP, 8, "the flag (a step counter) is written after the data, with a "
-                                                 "fence between: lesson 04's mailbox, and this lab's ring"),
+    ("LL", 16, 8, 8, 2, "two pairs of a 4-byte word and its 4-byte flag, written by one 16-byte store (an "
+                        "ncclLLFifoLine); NCCL assumes an RDMA NIC writes each 8-byte pair at once"),
+    ("LL128", 128, 120, 8, 1, "the 128-byte line must arrive whole and in order: NCCL enables LL128 only where "
+                              "the platform guarantees it (NVLink); its 2.18.1 release notes warn that a PCI path "
+                              "with relaxed ordering can corrupt data"),
+    ("Simple", SIMPLE_STEP + 8, SIMPLE_STEP, 8, 1, "the flag (a step counter) is written after the data, with a "
+                                                    "fence between, as this lab's ring does (lesson 06)"),
 ]
 
 
@@ -58,8 +62,8 @@ class Table:
 def protocol_figures(nbytes=1 << 20):
     """Per protocol: data share of the bytes sent, and how many flags the receiver checks for `nbytes`."""
     return {name: {"unit": unit, "data": data, "flag": flag, "data_share": data / (data + flag),
-                   "flags": math.ceil(nbytes / data), "why": why}
-            for name, unit, data, flag, why in PROTOCOLS}
+                   "flags": math.ceil(nbytes / data) * flags, "why": why}
+            for name, unit, data, flag, flags, why in PROTOCOLS}
 
 
 def protocols(nbytes=1 << 20):
