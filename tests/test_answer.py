@@ -341,3 +341,17 @@ def test_a_writes_counted_copies_are_its_devices_not_every_devices():
     assert row[2] == 1.0 and row[-1] is False
     [row] = [r for r in answer.rows(FULL) if r[0].startswith("CPU copies per byte")]
     assert row[-1] is True
+
+
+def test_the_closing_view_shows_the_learners_predictions_beside_their_measurements():
+    predicted = {"training-step": {"the AllReduce's share of an RDMA step": {"predicted": 0.3, "measured": 0.49}},
+                 "socket-path": {"syscalls per message": {"predicted": None, "measured": 2.0}}}
+    view = answer.closing_view(device="soft0", kept=FULL, answers={}, predicted=predicted)
+    text = str(view)
+    assert "Your predictions, beside what you then measured:" in text
+    first, second = text.index("01 syscalls per message: you predicted nothing written, measured 2"), \
+        text.index("07 the AllReduce's share of an RDMA step: you predicted 0.3, measured 0.49")
+    assert first < second   # the series' order, not the order they were made
+    html = view._repr_html_()
+    assert "<b>Your predictions, beside what you then measured</b>" in html and "<td>0.49</td>" in html
+    assert "Your predictions" not in str(answer.closing_view(device="soft0", kept=FULL, answers={}, predicted={}))

@@ -72,6 +72,26 @@ def test_the_lessons_record_answers_and_attempts_in_the_learners_own_file(fresh,
     assert classroom.me() in widget.children[1].value
 
 
+def test_the_class_report_shows_each_learners_predictions_beside_their_measurements(fresh, monkeypatch, capsys):
+    class_dir = fresh / "class"
+    class_dir.mkdir(mode=0o1733)
+    monkeypatch.setenv(classroom.ENV, str(class_dir))
+    from rdmalab.lessons import evidence
+    monkeypatch.setattr(evidence, "PREDICTIONS_FILE", str(fresh / "learner" / "predictions.json"))
+    exercises.compare("syscalls per message", 1, 2.0, lesson="socket-path")
+    exercises.compare("the AllReduce's share of an RDMA step", None, 0.45, lesson="training-step")
+    table = classroom.table(str(class_dir))
+    assert table["predictions"]["socket-path"]["syscalls per message"] == {classroom.me(): [1, 2.0]}
+    assert cli.main(["class", "report", str(class_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "01 syscalls per message (1 of 1 predicted first)" in out and f"{classroom.me()}: 1 -> 2" in out
+    assert "07 the AllReduce's share of an RDMA step (0 of 1 predicted first)" in out
+    assert out.index("01 syscalls") < out.index("07 the AllReduce")   # in the series' order
+    assert cli.main(["class", "report", "--json", str(class_dir)]) == 0
+    assert json.loads(capsys.readouterr().out)["predictions"]["training-step"]
+    assert evidence.predictions()["socket-path"]["syscalls per message"]["measured"] == 2.0   # the learner's own too
+
+
 @pytest.mark.parametrize("where", ["missing", "a file"])
 def test_a_class_dir_that_cannot_be_written_is_a_no_op_with_one_warning(fresh, monkeypatch, capsys, where):
     target = fresh / "nowhere"

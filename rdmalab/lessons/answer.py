@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from rdmalab.bench.results import BY_DESIGN, device_kind
 from rdmalab.lessons import evidence
 from rdmalab.lessons.quiz import ANSWER, CHOICES, WHY, load_answers
-from rdmalab.lessons.series import number, title
+from rdmalab.lessons.series import LESSONS as LESSON_ORDER, number, title
 from rdmalab import verbs
 
 RECORDING = ("socket-path", "one-sided", "allreduce", "training-step", "in-pytorch", "on-the-wire", "when-it-breaks")   # they record
@@ -470,8 +470,9 @@ def committed_answer(fn, figures):
 class ClosingView:
     """The answer with the learner's numbers: shows as HTML (tables, chart, verdict) or as text."""
 
-    def __init__(self, kept, answers, kind, device=None, committed=None):
+    def __init__(self, kept, answers, kind, device=None, committed=None, predicted=None):
         self.kept, self.answers, self.kind, self.device = kept, answers, kind, device
+        self.predicted = _predictions(evidence.predictions() if predicted is None else predicted)
         self.figures = gather(kept, kind)
         self.asked = committed is not None   # (the last lesson asks for an answer before the view)
         self.committed = committed_answer(committed, self.figures) if self.asked else None
@@ -507,6 +508,9 @@ class ClosingView:
                     if h == holds]
         out.append("By design: an RDMA WRITE's CPU copies per byte (measured only where counted, in the table)")
         out += [("> " if mine else "  ") + f"{label}: {copies} ({who})" for label, copies, who, mine in self.design]
+        if self.predicted:
+            out.append("Your predictions, beside what you then measured:")
+            out += [f"  {lesson} {what}: you predicted {p}, measured {m}" for lesson, what, p, m in self.predicted]
         out += self._choices()
         out += [f"{'*' if ok else '-'} {choice}: {text}" for choice, ok, text, _ in self.verdict]
         out += ["Challenge the answer:"] + [f"  {name}: {text}" for name, text in CHALLENGES]
@@ -538,6 +542,13 @@ class ClosingView:
         from rdmalab.lessons.plots import png_base64
         parts.append(f"<img src='data:image/png;base64,{png_base64(chart(self.kept, self.kind, self.device))}' "
                      "style='max-width:100%'/>")
+        if self.predicted:
+            body = "".join(f"<tr><td>{esc(lesson)}</td><td style='text-align:left'>{esc(what)}</td><td>{esc(p)}</td>"
+                           f"<td>{esc(m)}</td></tr>" for lesson, what, p, m in self.predicted)
+            parts.append("<p><b>Your predictions, beside what you then measured</b> (each written before its "
+                         "measurement: where they differ most, the lesson had the most to teach)</p><table><tr>"
+                         "<th>lesson</th><th style='text-align:left'>prediction</th><th>you predicted</th>"
+                         f"<th>you measured</th></tr>{body}</table>")
         parts += [f"<p>{esc(line)}</p>" for line in self._choices()]
         items = "".join(f"<li style='{'font-weight:bold' if mine else ''}'>{'&#10004;' if ok else '&#10008;'} "
                         f"<i>{esc(choice)}</i>{' (your choice in lesson ' + WELCOME + ')' if mine else ''}: "
@@ -549,11 +560,22 @@ class ClosingView:
         return "".join(parts)
 
 
+def _predictions(kept):
+    """[(lesson number, what, predicted, measured)] as text, in the series' order, from evidence.predictions()."""
+    out = []
+    for slug, _ in LESSON_ORDER:
+        for what, pair in kept.get(slug, {}).items():
+            predicted = pair.get("predicted")
+            out.append((number(slug), what, "nothing written" if predicted is None else _text(predicted),
+                        _text(pair.get("measured"))))
+    return out
+
+
 def _text(x):
     return "-" if x is None else (f"{x:.3g}" if isinstance(x, float) else str(x))
 
 
-def closing_view(device=None, kept=None, answers=None, committed=None):
+def closing_view(device=None, kept=None, answers=None, committed=None, predicted=None):
     """The closing view: `kept` defaults to everything recorded, `answers` to the saved quiz answers, `device` to
     the one the AllReduce lesson ran on (its name, as the run recorded it); `committed`: the learner's answer
     before the view (the-answer's exercise function, or what it returned)."""
@@ -562,4 +584,4 @@ def closing_view(device=None, kept=None, answers=None, committed=None):
     five = kept.get("allreduce", {})
     device = device or five.get("device")
     kind = kind_of(device, five.get("provider")) if device or five else kept.get("one-sided", {}).get("device_kind")
-    return ClosingView(kept, answers, kind, device, committed)
+    return ClosingView(kept, answers, kind, device, committed, predicted)

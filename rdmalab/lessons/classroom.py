@@ -5,6 +5,7 @@ for every learner's server). Then the lessons call
 
     record_answer("welcome", 2)                     # quiz.save_answer: the learner chose CHOICES[2]
     record_exercise("one-sided.freeze", "passed")    # exercises.attempt: "passed", "wrong" or "not yet"
+    record_prediction("socket-path", "syscalls per message", 1, 2.0)   # exercises.compare(..., lesson=)
 
 and each learner's process writes only DIR/<their user name>.json, mode 0644, replaced atomically. The
 directory is the instructor's, mode 1733: learners may create files in it but not list it, and the
@@ -24,7 +25,7 @@ import pwd
 import sys
 import time
 
-from rdmalab.lessons.series import by_slug
+from rdmalab.lessons.series import by_slug, number
 from rdmalab.lessons.question import ANSWER, CHOICES
 
 ENV = "RDMALAB_CLASS_DIR"
@@ -122,6 +123,14 @@ def record_exercise(name, status):
     return _update(change)
 
 
+def record_prediction(lesson, what, predicted, measured):
+    """What the learner predicted in lesson `lesson` (a slug) for `what`, and what they then measured."""
+    def change(record):
+        record.setdefault("predictions", {}).setdefault(lesson, {})[what] = {"predicted": predicted,
+                                                                             "measured": measured}
+    return _update(change)
+
+
 def gather(directory):
     """Every learner's record in `directory`, by user name: only files owned by the user they name."""
     records = {}
@@ -141,10 +150,15 @@ def gather(directory):
 
 def table(directory):
     """{"answers": {user: {key: choice}}, "passed": {user: [names]}, "stuck": {user: [names]},
-    "stuck_on": {exercise: [users]}}: stuck means attempted and not (yet) passed."""
+    "stuck_on": {exercise: [users]}, "predictions": {lesson: {what: {user: [predicted, measured]}}}}: stuck
+    means attempted and not (yet) passed."""
     records = gather(directory)
-    out = {"learners": sorted(records), "answers": {}, "passed": {}, "stuck": {}, "stuck_on": {}}
+    out = {"learners": sorted(records), "answers": {}, "passed": {}, "stuck": {}, "stuck_on": {}, "predictions": {}}
     for user, record in records.items():
+        for lesson, asked in by_slug(record.get("predictions", {})).items():
+            for what, pair in asked.items():
+                out["predictions"].setdefault(lesson, {}).setdefault(what, {})[user] = [pair.get("predicted"),
+                                                                                         pair.get("measured")]
         out["answers"][user] = {k: v["choice"] for k, v in sorted(by_slug(record.get("answers", {})).items())}
         exercises = by_slug(record.get("exercises", {}))
         out["passed"][user] = sorted(n for n, e in exercises.items() if e["status"] == "passed")
@@ -172,7 +186,18 @@ def report(directory):
     if t["stuck_on"]:
         lines += ["", "stuck (attempted, not passed yet):"]
         lines += [f"  {name}: {', '.join(users)}" for name, users in sorted(t["stuck_on"].items())]
+    if t["predictions"]:
+        lines += ["", "predicted, then measured (each learner's prediction -> their measurement):"]
+        for lesson, asked in sorted(t["predictions"].items(), key=lambda item: number(item[0])):
+            for what, by_user in asked.items():
+                made = [u for u, (p, _) in sorted(by_user.items()) if p is not None]
+                lines.append(f"  {number(lesson)} {what} ({len(made)} of {len(by_user)} predicted first)")
+                lines += [f"    {user}: {_shown(p)} -> {_shown(m)}" for user, (p, m) in sorted(by_user.items())]
     return "\n".join(lines)
+
+
+def _shown(value):
+    return "-" if value is None else f"{value:.3g}" if isinstance(value, float) else str(value)
 
 
 def widget(directory=None):

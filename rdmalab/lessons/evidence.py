@@ -4,6 +4,8 @@ question with their own numbers rather than with prose.
     from rdmalab.lessons import evidence
     evidence.record("socket-path", tcp_syscalls_per_message=2.0, ...)
     evidence.recall()          # {"socket-path": {...}, "one-sided": {...}, ...}: what has been recorded so far
+    evidence.keep_prediction("socket-path", "syscalls per message", 1, 2.0)   # exercises.compare(..., lesson=)
+    evidence.predictions()     # {"socket-path": {"syscalls per message": {"predicted": 1, "measured": 2.0}}, ...}
 
 Who records what (rdmalab.lessons.answer.gather names each figure the last lesson cites):
     socket-path      the notebook: a TCP receiver's syscalls, switches, copies per byte, CPU share, latency
@@ -24,17 +26,14 @@ from rdmalab.lessons.series import by_slug
 
 LEARNER_DIR = os.environ.get("RDMALAB_LEARNER_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "rdmalab")
 EVIDENCE_FILE = os.path.join(LEARNER_DIR, "evidence.json")
+PREDICTIONS_FILE = os.path.join(LEARNER_DIR, "predictions.json")   # what the learner predicted, beside what came
 
 
 def record(lesson, **figures):
     """Keep `figures` (numbers, short strings) as what lesson `lesson` (a slug) measured; returns them."""
     kept = recall()
     kept[lesson] = {**figures, "recorded": time.strftime("%Y-%m-%d %H:%M")}
-    os.makedirs(LEARNER_DIR, exist_ok=True)
-    scratch = f"{EVIDENCE_FILE}.{os.getpid()}"
-    with open(scratch, "w") as f:
-        json.dump(kept, f, indent=1)
-    os.replace(scratch, EVIDENCE_FILE)      # a lesson killed mid-write leaves the old file whole
+    _write(EVIDENCE_FILE, kept)
     return figures
 
 
@@ -46,3 +45,30 @@ def recall(lesson=None):
     except (OSError, ValueError, AttributeError):   # unreadable, or not a dict: nothing kept
         kept = {}
     return kept.get(lesson, {}) if lesson is not None else kept
+
+
+def _write(path, kept):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    scratch = f"{path}.{os.getpid()}"
+    with open(scratch, "w") as f:
+        json.dump(kept, f, indent=1)
+    os.replace(scratch, path)      # a lesson killed mid-write leaves the old file whole
+
+
+def keep_prediction(lesson, what, predicted, measured):
+    """Keep what the learner predicted for `what` in lesson `lesson` (a slug) beside what was measured: the last
+    lesson shows them side by side. A run again replaces that prediction's entry."""
+    kept = predictions()
+    kept.setdefault(lesson, {})[what] = {"predicted": predicted, "measured": measured,
+                                         "recorded": time.strftime("%Y-%m-%d %H:%M")}
+    _write(PREDICTIONS_FILE, kept)
+
+
+def predictions():
+    """{slug: {what: {"predicted", "measured", "recorded"}}}: every prediction kept, by lesson."""
+    try:
+        with open(PREDICTIONS_FILE) as f:
+            kept = json.load(f)
+        return kept if isinstance(kept, dict) else {}
+    except (OSError, ValueError):
+        return {}

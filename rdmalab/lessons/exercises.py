@@ -163,11 +163,17 @@ def _shown(value):
     return f"{value:,}" if isinstance(value, int) else f"{value:,.3g}"
 
 
-def compare(what, predicted, measured, meaning=""):
+def compare(what, predicted, measured, meaning="", lesson=None):
     """A predict-first check: what the learner wrote down before a measurement (`predicted`, a number or
     a choice; None if they wrote nothing) beside what was measured, and what the measurement means. It
     judges nothing and never fails: a prediction is for learning, and a noisy machine moves measurements.
+    With `lesson` (its slug) both are kept: the last lesson shows the learner's predictions beside their
+    numbers (evidence.keep_prediction), and an instructor's class report the class's (classroom).
     Returns {"predicted": ..., "measured": ...}, to keep with the lesson's figures."""
+    if lesson is not None:
+        from rdmalab.lessons import evidence
+        evidence.keep_prediction(lesson, what, predicted, measured)
+        classroom.record_prediction(lesson, what, predicted, measured)
     if predicted is None:
         said = f"{what}: measured {_shown(measured)} (you wrote no prediction: next time, write it first)."
     else:

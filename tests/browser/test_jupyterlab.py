@@ -377,8 +377,12 @@ def test_the_last_lesson_gathers_every_lessons_figures_and_closes_with_the_answe
         assert "has not recorded its figures" not in said, said[:500]
         assert "stopped (SIGSTOP) target" in said, "the frozen target leads the evidence"
         assert "By design: an RDMA WRITE" in said and "kept out of the verdict" in said
+        # every lesson's predictions (left unwritten by this run's skeletons) beside what it measured
+        assert "Your predictions, beside what you then measured" in said
+        predicted = view.locator("table", has_text="you predicted")
+        assert predicted.locator("tr").count() >= 12 and "nothing written" in predicted.inner_text()
         assert not (bad := nothing_wraps(page)), "\n".join(bad)
-        view.locator("img").first.scroll_into_view_if_needed()
+        predicted.scroll_into_view_if_needed()
         page.screenshot(path=shot)
 
 
