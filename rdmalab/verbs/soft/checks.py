@@ -36,7 +36,7 @@ from .layout import (M_ACCESS, M_ADDR, M_LENGTH, M_MW_TYPE, M_PD, M_QP, M_VALID,
                      Q_EXPECTED_PSN, Q_MAX_DEST_RD_ATOMIC, Q_MIN_RNR_TIMER, Q_NUM, Q_PATH_MTU, Q_PD, Q_QKEY, Q_RQ_CONSUMED,
                      Q_RQ_POSTED, Q_SRQ, Q_STATE, Q_TYPE, R_NUM_SGE, R_SGES)
 from .operations import ANSWERS_DATA, ATOMICS, CONSUMES_RECEIVE, NEEDS_ACCESS, OPERATIONS
-from rdmalab.wire.psn import PSN_MODULUS
+from rdmalab.wire.psn import psn_diff
 
 ACK, NO_ANSWER, RNR_NAK = IBV_WC_SUCCESS, -1, -2   # what a responder answers, besides a NAK's status
 RECEIVING = (IBV_QPS_RTR, IBV_QPS_RTS, IBV_QPS_SQD)   # the states a QP takes requests in (SQD drains sends only)
@@ -182,9 +182,9 @@ def sequence(r):
     if h is None or h[Q_TYPE] == IBV_QPT_UC or h[Q_EXPECTED_PSN] == r.psn:
         return None
     expected = int(h[Q_EXPECTED_PSN])
-    behind = (expected - r.psn) % PSN_MODULUS
+    behind = psn_diff(expected, r.psn)   # (negative: the PSN is ahead of the expected one)
     figures = {"expected": expected, "psn": r.psn, "behind": behind, "count": r.count}
-    if behind >= PSN_MODULUS // 2:
+    if behind < 0:
         return Verdict("PSN", NO_ANSWER, f"PSN {r.psn:#x} is ahead of the expected {expected:#x}", figures)
     if behind < r.count:
         return Verdict("PSN", IBV_WC_REM_INV_REQ_ERR, f"the message began {behind} packets behind the expected PSN "

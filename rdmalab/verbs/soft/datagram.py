@@ -26,7 +26,7 @@ from . import checks, counters, requester, responder, shm
 from .addr import IPV4_MAPPED
 from .hardware import GIDS, active_mtu
 from .operations import WITH_IMM
-from rdmalab.wire.psn import PSN_MODULUS
+from rdmalab.wire.psn import psn_add
 from .constants import (IBV_QPS_ERR, IBV_QPT_UD, IBV_SEND_SOLICITED, IBV_WC_GRH, IBV_WC_RECV, IBV_WC_SUCCESS,
                         IBV_WC_WITH_IMM, IBV_WR_SEND)
 from .layout import Q_PD, Q_RQ_CONSUMED
@@ -52,7 +52,7 @@ class DatagramQueue(requester.UnansweredQueue):
             return requester.fail(self, wqe, payload)
         if len(payload) <= 128 << active_mtu():   # a longer one would take packets UD has not: lost
             self.deliver(wqe, payload)
-        self.psn = (self.psn + 1) % PSN_MODULUS
+        self.psn = psn_add(self.psn, 1)
         return requester.complete(self, wqe, IBV_WC_SUCCESS, len(payload))
 
     def deliver(self, wqe, payload):

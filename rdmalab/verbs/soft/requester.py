@@ -53,7 +53,7 @@ from .layout import (C_ARMED, M_VALID, P_ANSWER, P_COUNT, P_DEST, P_FLAGS, P_IMM
 from .mr import REGISTERED
 from .operations import (ATOMICS, CARRIES_DATA, CONSUMES_RECEIVE, LOCAL_OPERATIONS, NEEDS_ACCESS, WC_OPCODE,
                          WITH_IMM)
-from rdmalab.wire.psn import PSN_MODULUS, ack_timeout, packets
+from rdmalab.wire.psn import ack_timeout, packets, psn_add
 from .responder import ACK, COMPLETION, NO_ANSWER, RNR_NAK, invalidate, respond
 
 # a receive slot's R_NUM_SGE and first SGE (addr, length, lkey), in one read (the words between skipped)
@@ -282,7 +282,7 @@ class SendQueue(Queue):
         """Complete a message the peer's NIC carried out for us (carry_parked), with the answer it got."""
         if answer != ACK:
             return fail(self, head.wqe, answer)   # a NAK: the responder is in ERR already
-        self.psn = (self.psn + self.header[P_COUNT]) % PSN_MODULUS
+        self.psn = psn_add(self.psn, self.header[P_COUNT])
         return complete(self, head.wqe, IBV_WC_SUCCESS, self.header[P_LENGTH])
 
     def segment(self):
@@ -352,7 +352,7 @@ class UnansweredQueue(SendQueue):
                 respond(peer, wqe, payload, length, self.psn, count)   # (whatever it answers, nobody hears)
             except ValueError:   # the peer was a QP of this process, closed since
                 pass
-        self.psn = (self.psn + count) % PSN_MODULUS
+        self.psn = psn_add(self.psn, count)
         return complete(self, wqe, IBV_WC_SUCCESS, length)
 
 
@@ -434,7 +434,7 @@ class Shortcut:
                 return False
         except ValueError:   # a QP or MR of this process, closed since
             return False
-        sq.psn = peer[Q_EXPECTED_PSN] = (sq.psn + count) % PSN_MODULUS   # (the peer expected sq.psn: see above)
+        sq.psn = peer[Q_EXPECTED_PSN] = psn_add(sq.psn, count)   # (the peer expected sq.psn: see above)
         if wr.send_flags & IBV_SEND_SIGNALED or sq.sig_all:
             complete(sq, wr, IBV_WC_SUCCESS, length)
         return True
@@ -584,7 +584,7 @@ def attempt(sq, wqe, pending):
     except ValueError:   # the peer was a QP of this process, closed since: nobody answers now
         sq.connected_to, answer, data = None, NO_ANSWER, None
     if answer == ACK:
-        sq.psn = (sq.psn + count) % PSN_MODULUS
+        sq.psn = psn_add(sq.psn, count)
         refused = _scatter(sq, wqe, data) if data is not None else None   # a READ's or atomic's answer, into our memory
         if refused is not None:
             return fail(sq, wqe, refused.answer)

@@ -36,7 +36,7 @@ from .constants import (
     IBV_WR_RDMA_WRITE as WRITE, IBV_WR_RDMA_WRITE_WITH_IMM as WRITE_WITH_IMM, IBV_WR_SEND as SEND,
     IBV_WR_SEND_WITH_INV as SEND_WITH_INV)
 from .operations import CONSUMES_RECEIVE
-from rdmalab.wire.psn import PSN_MODULUS
+from rdmalab.wire.psn import psn_add
 from .layout import (M_ADDR, M_LENGTH, M_VALID, Q_ALIVE, Q_EXPECTED_PSN, Q_GENERATION, Q_PD, Q_RECV_CQ,
                      Q_RQ_CONSUMED, Q_RQ_MAX_SGE, Q_RQ_POLLED, Q_RQ_POSTED, Q_RQ_SIZE, Q_SEQ_NAKED, Q_SRQ, Q_STATE,
                      Q_TYPE, R_SGES, R_STATUS, R_WR_ID, S_ALIVE, W_OWNER_PID)
@@ -330,7 +330,7 @@ def _respond(peer, wqe, payload, length, psn, count, mtu):
         data = seg.bytes[offset:offset + length]
     else:
         data = atomic(seg, offset, opcode, wqe._compare_add, wqe._swap).to_bytes(8, "little")
-    h[Q_EXPECTED_PSN] = (psn + count) % PSN_MODULUS
+    h[Q_EXPECTED_PSN] = psn_add(psn, count)
     return ACK, data
 
 
@@ -343,7 +343,7 @@ def _refuse(peer, verdict, wqe):
     h = peer.header
     if verdict.check == "PSN":
         f = verdict.figures
-        if f["behind"] >= PSN_MODULUS // 2:   # ahead: rxe NAKs the first such request (a sequence error), then drops them
+        if f["behind"] < 0:   # ahead: rxe NAKs the first such request (a sequence error), then drops them
             if not h[Q_SEQ_NAKED]:
                 h[Q_SEQ_NAKED] = 1
                 counters.count("out_of_seq_request")
@@ -409,7 +409,7 @@ def received(peer, wqe, consumed, length, count):
     wc_opcode, flags = receive_completion(opcode)
     peer.rq.complete(consumed, IBV_WC_SUCCESS, wc_opcode, length, wqe.imm_data if opcode != SEND else 0, flags)
     h = peer.header
-    h[Q_EXPECTED_PSN] = (h[Q_EXPECTED_PSN] + count) % PSN_MODULUS
+    h[Q_EXPECTED_PSN] = psn_add(h[Q_EXPECTED_PSN], count)
     peer.announce(wqe.send_flags & IBV_SEND_SOLICITED)
 
 

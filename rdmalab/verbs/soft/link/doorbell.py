@@ -31,7 +31,7 @@ from ..constants import (IBV_QPS_ERR, IBV_QPS_RTS, IBV_SEND_INLINE, IBV_SEND_SOL
 from ..layout import Q_RECV_CQ, Q_RQ_POLLED, Q_RQ_POSTED, Q_STATE, Q_TYPE
 from ..pyverbs_error import PyverbsRDMAError
 from ..operations import LOCAL_OPERATIONS, WITH_IMM
-from rdmalab.wire.psn import PSN_MODULUS
+from rdmalab.wire.psn import psn_add
 from ..responder import enter
 from rdmalab.proc import waiting
 from rdmalab.proc.procstat import pid_alive
@@ -280,7 +280,7 @@ class WireSendQueue(requester.Queue):
         inline = requester.inline_payload(wr) if wr.send_flags & IBV_SEND_INLINE and not status else None
         if not status:   # the PSNs the NIC will give it: query() reports the next one, as rxe does
             length = len(inline) if inline is not None else sum(sge[1] for sge in wr._sges)
-            self.psn = (self.psn + requester.psns(wr.opcode, length, self.mtu)) % PSN_MODULUS
+            self.psn = psn_add(self.psn, requester.psns(wr.opcode, length, self.mtu))
         if self.nic.lost:
             return self.nic_lost([(wr.wr_id, status)])
         self.seq += 1

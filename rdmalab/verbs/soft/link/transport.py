@@ -42,7 +42,7 @@ from ..constants import (
     IBV_WR_SEND_WITH_INV as SEND_WITH_INV)
 from ..layout import Q_EXPECTED_PSN, Q_MIN_RNR_TIMER, Q_STATE
 from ..operations import ATOMICS, CARRIES_DATA, MESSAGE, OPERATIONS, WITH_IMM
-from rdmalab.wire.psn import MASK24, POSITIONS, ack_timeout, packets, psn_add, psn_diff
+from rdmalab.wire.psn import POSITIONS, ack_timeout, packets, psn_add, psn_diff
 from ..checks import RECEIVING
 from ..responder import ACK, NO_ANSWER, RNR_NAK, RNR_TIMER_MS
 from rdmalab.wire import AETH, RETH, AtomicAckETH, AtomicETH, ImmDt, Op, Packet
@@ -577,7 +577,7 @@ class Responder:
         answer, data = verbs_responder.respond(peer, request, None, length, pkt.psn, count)
         if answer != ACK:
             return self.answer(answer, pkt.psn, pkt.psn, True, h, nic)
-        self.msn = (self.msn + 1) & MASK24
+        self.msn = psn_add(self.msn, 1)   # (an MSN is 24-bit too)
         data = bytes(data)
         self.replies.append((pkt.psn, count, pkt.opcode, data))
         self.send_reply(pkt.psn, count, pkt.opcode, data, 0, nic)
@@ -597,7 +597,7 @@ class Responder:
     def answer(self, answer, first, psn, ack_req, h, nic):
         """What soft0's responder answered, on the wire."""
         if answer == ACK:
-            self.msn = (self.msn + 1) & MASK24
+            self.msn = psn_add(self.msn, 1)   # (an MSN is 24-bit too)
             if ack_req:
                 self.ack(nic, psn)
         elif answer == RNR_NAK:
