@@ -134,26 +134,26 @@ def _mrs():
 
 def _say(verdict, wr, qp, dest):
     """A verdict of soft0's checks as a learner reads it: the rule, the numbers, and what to do."""
-    f = verdict.figures
+    f, Check = verdict.figures, emulated.rules()
     op, (rkey, remote_addr) = (_opname(wr.opcode), _target(wr)) if wr is not None else ("request", (None, None))
-    if verdict.check == "local key":
+    if verdict.check is Check.LOCAL_KEY:
         if not f["exists"]:
             return f"the SGE's lkey {f['lkey']:#x} is no MR of this process (its MRs: {_mrs()})."
         return f"the SGE's MR (lkey {f['lkey']:#x}) is registered in another PD than the QP's."
-    if verdict.check == "local bounds":
+    if verdict.check is Check.LOCAL_BOUNDS:
         return f"the SGE {verdict.rule}."
-    if verdict.check == "local access":
+    if verdict.check is Check.LOCAL_ACCESS:
         return (f"a {op}'s answer lands in the SGE's MR (lkey {f['lkey']:#x}), registered with "
                 f"{flags(f['access'])}: the NIC writes it, so it needs LOCAL_WRITE.")
-    if verdict.check == "rkey":
+    if verdict.check is Check.RKEY:
         return _remote_access(verdict, op, rkey, remote_addr)
-    if verdict.check == "operation allowed":
+    if verdict.check is Check.OPERATION_ALLOWED:
         return (f"the target QP's qp_access_flags are {flags(f['qp_access'])}: an {op.replace('RDMA_', 'RDMA ')} needs "
                 f"{flags(f['need'])} there too (set in its RESET to INIT modify), whatever the MR allows.")
-    if verdict.check == "resources":
+    if verdict.check is Check.RESOURCES:
         return ("the target QP has max_dest_rd_atomic 0: no resources for READs and atomics (set it in the "
                 "INIT to RTR modify).")
-    if verdict.check == "receive posted" and qp is not None:
+    if verdict.check is Check.RECEIVE_POSTED and qp is not None:
         return (f"no receive was posted on QP {dest:#x} when the {op} arrived, and the sender's "
                 f"rnr_retry ({qp.query(v.enums.IBV_QP_RNR_RETRY)[0].rnr_retry}) ran out: post_recv before the "
                 f"peer sends, or give rnr_retry=7.")
@@ -191,16 +191,17 @@ def _no_answer(dest, verdict=None):
     expect), or without one, what is left: the packets went elsewhere."""
     if dest is None:
         return None
-    check = verdict.check if verdict is not None else None
-    if check == "target QP":
-        return (f"no QP numbered {dest:#x} exists on this NIC: the dest_qp_num given in the INIT to RTR modify "
-                f"is wrong, or that QP was destroyed.")
-    if check == "PSN":
-        return (f"QP {dest:#x} did not take the packets: their PSN is not the one it expects ({verdict.rule}); the "
-                f"sender's sq_psn must be the receiver's rq_psn.")
-    if check == "QP state":
-        state = verdict.figures["state"]
-        return (f"QP {dest:#x} is in {QP_STATE_NAMES.get(state, state)}: a QP answers only in RTR or RTS, so every "
-                f"resend went unanswered.")
+    check, Check = (verdict.check, emulated.rules()) if verdict is not None else (None, None)
+    if check is not None:
+        if check is Check.TARGET_QP:
+            return (f"no QP numbered {dest:#x} exists on this NIC: the dest_qp_num given in the INIT to RTR modify "
+                    f"is wrong, or that QP was destroyed.")
+        if check is Check.PSN:
+            return (f"QP {dest:#x} did not take the packets: their PSN is not the one it expects ({verdict.rule}); the "
+                    f"sender's sq_psn must be the receiver's rq_psn.")
+        if check is Check.QP_STATE:
+            state = verdict.figures["state"]
+            return (f"QP {dest:#x} is in {QP_STATE_NAMES.get(state, state)}: a QP answers only in RTR or RTS, so every "
+                    f"resend went unanswered.")
     return (f"QP {dest:#x} is ready but did not take the packets: their PSN is not the one it expects (the sender's "
             f"sq_psn must be the receiver's rq_psn), or they went to another address (the GID).")

@@ -15,6 +15,7 @@ On the provider this process runs on (rdmalab.verbs.PROVIDER), None on a real de
     look(qp), walk(qp, wr)  what its NIC holds for a QP, and what it would do with a WR (qp.look, qp.walk)
     verdicts(qp, opcode, sges, ...)  every check its NIC makes of such a WR, run now without posting it
                           (qp.verdicts: checks.every), each (check, Verdict or None)
+    rules()               the names its verdicts carry (checks.Check): `verdict.check is rules().PSN`
     memory_regions()      this process's MRs as its NIC holds them: (lkey, rkey, address, length)
 Whatever the provider, choosing none (soft0's segments outlive their processes; its link is a setting):
     rank_hosts(ranks)     each local rank's host on soft0's udp link (a NIC each, as nodes have); None on shm
@@ -72,6 +73,12 @@ def walk(qp, wr):
         return None
     from rdmalab.verbs.soft.qp import walk
     return walk(qp, wr)
+
+
+def rules():
+    """The rules soft0's verdicts name (checks.Check), to compare a verdict's rule with, never its text."""
+    from rdmalab.verbs.soft.checks import Check
+    return Check
 
 
 def verdicts(qp, opcode, sges, rkey=0, remote_addr=0, imm=0, flags=0):

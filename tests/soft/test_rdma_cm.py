@@ -415,3 +415,19 @@ def test_a_peer_that_dies_ends_the_wait(port):
         peer.join(60)
         shm.reap_when_gone([peer.pid])
     assert not os.path.exists(cm._listener_path(TCP, int(port)))   # the dead listener's socket was reaped
+
+
+def test_an_mr_registered_with_a_cm_id_takes_its_pd_and_the_access_rdma_reg_gives(pair):
+    """pyverbs' MR(cmid, length, access) registers through rdma_reg_msgs, _write or _read by the access asked for
+    (each adding local write), in the id's PD; any other access registers nothing (PyverbsRDMAError)."""
+    from rdmalab.verbs.soft.constants import IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_READ, IBV_ACCESS_REMOTE_WRITE
+    from rdmalab.verbs.soft.mr import MR
+    p = pair()
+    connect_rc(p)
+    mr = MR(p.active, 64, IBV_ACCESS_REMOTE_WRITE)
+    assert mr._pd is p.active._pd and mr._access == IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE and mr.rkey
+    assert MR(p.active, 64, IBV_ACCESS_REMOTE_READ)._access == IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ
+    with pytest.raises(PyverbsRDMAError, match="Failed to register a MR"):
+        MR(p.active, 64, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE)
+    with pytest.raises(PyverbsRDMAError, match="Failed to register a MR"):
+        MR(p.active._ctx, 64, IBV_ACCESS_LOCAL_WRITE)

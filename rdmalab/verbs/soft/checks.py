@@ -22,6 +22,7 @@ the SGEs before a bad one keep their bytes); the step mode and explain run them 
 Adding a rule: a function here, its place in a list (REQUESTER, RESPONDER, LANDING, DATAGRAM, BIND), and its
 test (tests/soft/test_checks.py).
 """
+from enum import Enum
 from typing import NamedTuple
 
 from . import mr as mrmod
@@ -51,8 +52,34 @@ def access_names(access):
     return " | ".join(name for name, bit in ACCESS_NAMES if access & bit) or "no access flags"
 
 
+class Check(str, Enum):
+    """The rules' names, as verdicts carry them: code compares these members (`verdict.check is Check.PSN`), never
+    their text, so a rule renamed here is renamed everywhere, and a misspelt one is an AttributeError."""
+    PSN = "PSN"
+    QP_STATE = "QP state"
+    Q_KEY = "Q_Key"
+    ALIGNMENT = "alignment"
+    DATAGRAM_QP = "datagram QP"
+    KEY_TO_INVALIDATE = "key to invalidate"
+    LOCAL_ACCESS = "local access"
+    LOCAL_BOUNDS = "local bounds"
+    LOCAL_KEY = "local key"
+    LOCAL_ROOM = "local room"
+    OPERATION = "operation"
+    OPERATION_ALLOWED = "operation allowed"
+    PATH_MTU = "path MTU"
+    RECEIVE_BUFFER = "receive buffer"
+    RECEIVE_POSTED = "receive posted"
+    RECEIVE_ROOM = "receive room"
+    RESOURCES = "resources"
+    RKEY = "rkey"
+    TARGET_QP = "target QP"
+
+    __str__, __format__ = str.__str__, str.__format__   # (shown as its text, as before)
+
+
 class Verdict(NamedTuple):
-    check: str            # the rule's name ("local key", "rkey", "receive room"...: an entry of the lists may
+    check: "Check"        # the rule's name ("local key", "rkey", "receive room"...: an entry of the lists may
                           # make several checks, as "local keys" checks each SGE's key, access and bounds)
     answer: int           # a completion status for the requester (a NAK's), NO_ANSWER or RNR_NAK
     rule: str             # the rule, in words, with the figures
@@ -100,7 +127,7 @@ def carried_out(qp_type, opcode):
     """operation() for a QP type and an opcode."""
     op = OPERATIONS.get(opcode)
     if op is None or qp_type not in op.qp_types:
-        return Verdict("operation", IBV_WC_LOC_QP_OP_ERR, "this QP type does not carry that operation out",
+        return Verdict(Check.OPERATION, IBV_WC_LOC_QP_OP_ERR, "this QP type does not carry that operation out",
                        {"opcode": opcode, "qp_type": qp_type})
     return None
 
@@ -113,17 +140,17 @@ def local_sge(pd, addr, length, lkey, need=0):
         return None
     mr = mrmod.REGISTERED.get(lkey)
     if mr is None or mr._pd is not pd:
-        return Verdict("local key", IBV_WC_LOC_QP_OP_ERR, f"lkey {lkey:#x} is no MR of this QP's PD",
+        return Verdict(Check.LOCAL_KEY, IBV_WC_LOC_QP_OP_ERR, f"lkey {lkey:#x} is no MR of this QP's PD",
                        {"lkey": lkey, "exists": mr is not None})
     figures = {"lkey": lkey, "start": mr._buf, "length": mr._length, "access": mr._access, "need": need}
     if need and not mr._access & need:
-        return Verdict("local access", IBV_WC_LOC_PROT_ERR, f"the MR of lkey {lkey:#x} lacks {access_names(need)}",
+        return Verdict(Check.LOCAL_ACCESS, IBV_WC_LOC_PROT_ERR, f"the MR of lkey {lkey:#x} lacks {access_names(need)}",
                        figures)
     offset = addr - mr._buf
     if offset < 0 or offset + length > mr._length:
         by = -offset if offset < 0 else offset + length - mr._length
         where = "before the start" if offset < 0 else "past the end"
-        return Verdict("local bounds", IBV_WC_LOC_PROT_ERR,
+        return Verdict(Check.LOCAL_BOUNDS, IBV_WC_LOC_PROT_ERR,
                        f"[{addr:#x}, +{length}) runs {by} bytes {where} of the MR of lkey {lkey:#x} "
                        f"[{mr._buf:#x}, +{mr._length})", {**figures, "by": by, "where": where})
     return None
@@ -147,7 +174,7 @@ def landing(r):
         return None
     room = sum(sge[1] for sge in r.sges)
     if room < (8 if r.opcode in ATOMICS else r.length):
-        return Verdict("local room", IBV_WC_LOC_PROT_ERR, f"the SGEs hold {room} bytes, fewer than the answer",
+        return Verdict(Check.LOCAL_ROOM, IBV_WC_LOC_PROT_ERR, f"the SGEs hold {room} bytes, fewer than the answer",
                        {"room": room})
     for addr, length, lkey in r.sges:
         verdict = local_sge(r.pd, addr, length, lkey, LOCAL_WRITE)
@@ -161,7 +188,7 @@ def landing(r):
 def target(r):
     """A QP answers at the destination number and GID; else nobody answers."""
     if r.h is None:
-        return Verdict("target QP", NO_ANSWER, "no QP answers at that number and address", {})
+        return Verdict(Check.TARGET_QP, NO_ANSWER, "no QP answers at that number and address", {})
     return None
 
 
@@ -169,7 +196,7 @@ def state(r):
     """The target QP is in RTR, RTS or SQD (and alive); else it drops the packets, unanswered."""
     h = r.h
     if h is not None and (h[Q_STATE] not in RECEIVING or not h[Q_ALIVE]):
-        return Verdict("QP state", NO_ANSWER, "a QP takes requests only in RTR, RTS or SQD",
+        return Verdict(Check.QP_STATE, NO_ANSWER, "a QP takes requests only in RTR, RTS or SQD",
                        {"state": int(h[Q_STATE]), "alive": bool(h[Q_ALIVE])})
     return None
 
@@ -185,11 +212,11 @@ def sequence(r):
     behind = psn_diff(expected, r.psn)   # (negative: the PSN is ahead of the expected one)
     figures = {"expected": expected, "psn": r.psn, "behind": behind, "count": r.count}
     if behind < 0:
-        return Verdict("PSN", NO_ANSWER, f"PSN {r.psn:#x} is ahead of the expected {expected:#x}", figures)
+        return Verdict(Check.PSN, NO_ANSWER, f"PSN {r.psn:#x} is ahead of the expected {expected:#x}", figures)
     if behind < r.count:
-        return Verdict("PSN", IBV_WC_REM_INV_REQ_ERR, f"the message began {behind} packets behind the expected PSN "
+        return Verdict(Check.PSN, IBV_WC_REM_INV_REQ_ERR, f"the message began {behind} packets behind the expected PSN "
                        f"{expected:#x}: the packet at that PSN continues a message never seen to begin", figures)
-    return Verdict("PSN", NO_ANSWER, f"PSN {r.psn:#x} was taken already (the QP expects {expected:#x}): a duplicate",
+    return Verdict(Check.PSN, NO_ANSWER, f"PSN {r.psn:#x} was taken already (the QP expects {expected:#x}): a duplicate",
                    figures)
 
 
@@ -198,7 +225,7 @@ def allowed(r):
     allows); else an invalid request."""
     need, h = NEEDS_ACCESS.get(r.opcode, 0), r.h
     if h is not None and need and not h[Q_ACCESS] & need:
-        return Verdict("operation allowed", IBV_WC_REM_INV_REQ_ERR,
+        return Verdict(Check.OPERATION_ALLOWED, IBV_WC_REM_INV_REQ_ERR,
                        f"the target QP's qp_access_flags are {access_names(h[Q_ACCESS])}: the operation needs "
                        f"{access_names(need)} there too", {"qp_access": int(h[Q_ACCESS]), "need": need})
     return None
@@ -208,7 +235,7 @@ def resources(r):
     """A READ or an atomic needs responder resources (max_dest_rd_atomic > 0, set in the INIT to RTR modify)."""
     h = r.h
     if h is not None and NEEDS_ACCESS.get(r.opcode, 0) & (REMOTE_READ | REMOTE_ATOMIC) and not h[Q_MAX_DEST_RD_ATOMIC]:
-        return Verdict("resources", IBV_WC_REM_INV_REQ_ERR,
+        return Verdict(Check.RESOURCES, IBV_WC_REM_INV_REQ_ERR,
                        "the target QP has max_dest_rd_atomic 0: no resources for READs and atomics", {})
     return None
 
@@ -222,7 +249,7 @@ def receive(r):
     if h[Q_SRQ] and (r.peer.shared_receives() if r.dry else r.peer.take_shared_receive()):
         return None
     timer = RNR_TIMER_MS[h[Q_MIN_RNR_TIMER] % 32]
-    return Verdict("receive posted", RNR_NAK, "no receive is posted: the responder answers RNR NAK",
+    return Verdict(Check.RECEIVE_POSTED, RNR_NAK, "no receive is posted: the responder answers RNR NAK",
                    {"timer_ms": timer})
 
 
@@ -276,7 +303,7 @@ def rkey(r):
             }.get(rule) or (f"{reach} bytes at {r.remote_addr:#x} run {figures['by']} bytes {rule} of the MR of rkey "
                             f"{r.rkey:#x} [{figures['start']:#x}, +{figures['length']})")
     takes_receive = r.opcode in CONSUMES_RECEIVE and h[Q_TYPE] != IBV_QPT_UC
-    return Verdict("rkey", IBV_WC_REM_ACCESS_ERR, said,
+    return Verdict(Check.RKEY, IBV_WC_REM_ACCESS_ERR, said,
                    {**figures, "rule": rule, "rkey": r.rkey, "reach": reach, "need": need},
                    receive=IBV_WC_REM_ACCESS_ERR if takes_receive else None)
 
@@ -297,13 +324,13 @@ def path_mtu(r):
         if r.mtu <= own or r.length <= own:
             return None
         landed = min(r.length, own * r.count)
-        return Verdict("path MTU", NO_ANSWER, f"the READ's answer comes in packets of the target's path MTU of {own} "
+        return Verdict(Check.PATH_MTU, NO_ANSWER, f"the READ's answer comes in packets of the target's path MTU of {own} "
                        f"bytes, not {r.mtu}: the requester takes {landed} bytes of {r.length} and waits for the rest",
                        {"mtu": r.mtu, "responder_mtu": own, "length": r.length, "landed": landed}, lands=True)
     first = min(r.length, r.mtu)
     if (first == own) if r.length > own else (first == r.length):
         return None
-    return Verdict("path MTU", IBV_WC_REM_INV_REQ_ERR,
+    return Verdict(Check.PATH_MTU, IBV_WC_REM_INV_REQ_ERR,
                    f"packets of {r.mtu} bytes do not fit the target's path MTU of {own} bytes",
                    {"mtu": r.mtu, "responder_mtu": own, "length": r.length},
                    receive=IBV_WC_REM_INV_REQ_ERR if r.opcode == WRITE_WITH_IMM and h[Q_TYPE] != IBV_QPT_UC else None)
@@ -318,7 +345,7 @@ def alignment(r):
     """An atomic names an 8-byte-aligned word (post_send refuses others; an extended QP's wr_atomic_* sends
     them); else an invalid request."""
     if r.opcode in ATOMICS and r.h is not None and r.remote_addr & 7:
-        return Verdict("alignment", IBV_WC_REM_INV_REQ_ERR, f"an atomic needs an 8-byte-aligned address, not "
+        return Verdict(Check.ALIGNMENT, IBV_WC_REM_INV_REQ_ERR, f"an atomic needs an 8-byte-aligned address, not "
                        f"{r.remote_addr:#x}", {"remote_addr": r.remote_addr})
     return None
 
@@ -343,7 +370,7 @@ def receive_buffers(rq, n, length, pd, landing=None):
     sges = [w[base + R_SGES + 3 * i:base + R_SGES + 3 * i + 3] for i in range(w[base + R_NUM_SGE])]
     room = sum(size for _, size, _ in sges)
     if room < length:
-        return Verdict("receive room", IBV_WC_REM_OP_ERR, f"the receive holds {room} bytes, fewer than the "
+        return Verdict(Check.RECEIVE_ROOM, IBV_WC_REM_OP_ERR, f"the receive holds {room} bytes, fewer than the "
                        f"message's {length}", {"room": room, "length": length}, receive=IBV_WC_LOC_QP_OP_ERR)
     done = 0
     for addr, size, lkey in sges:
@@ -355,7 +382,7 @@ def receive_buffers(rq, n, length, pd, landing=None):
         seg = mrmod.find(lkey)
         offset, refused = memory(seg, addr, take, pd, LOCAL_WRITE)
         if refused is not None:
-            return Verdict("receive buffer", IBV_WC_REM_OP_ERR, f"the receive's SGE [{addr:#x}, +{size}) lkey "
+            return Verdict(Check.RECEIVE_BUFFER, IBV_WC_REM_OP_ERR, f"the receive's SGE [{addr:#x}, +{size}) lkey "
                            f"{lkey:#x} may not take the bytes ({refused[0]})", {**refused[1], "landed": done},
                            receive=IBV_WC_LOC_QP_OP_ERR, lands=True)
         if landing is not None:
@@ -379,7 +406,7 @@ def invalidable(key):
     seg = mrmod.find(key) if key & mrmod.WINDOW_KEY else None
     if seg is not None and seg.header[M_MW_TYPE] == IBV_MW_TYPE_2 and seg.header[M_VALID]:
         return None
-    return Verdict("key to invalidate", ACK, f"key {key:#x} is no valid type 2 memory window: it cannot be "
+    return Verdict(Check.KEY_TO_INVALIDATE, ACK, f"key {key:#x} is no valid type 2 memory window: it cannot be "
                    "invalidated", {"key": key}, receive=IBV_WC_REM_INV_REQ_ERR, lands=True)
 
 
@@ -390,9 +417,9 @@ def datagram_qp(r):
     datagram: the sender never learns)."""
     h = r.h
     if h is None:
-        return Verdict("target QP", NO_ANSWER, "no QP takes datagrams at that number and address", {})
+        return Verdict(Check.TARGET_QP, NO_ANSWER, "no QP takes datagrams at that number and address", {})
     if h[Q_TYPE] != IBV_QPT_UD or h[Q_STATE] not in RECEIVING or not h[Q_ALIVE]:
-        return Verdict("datagram QP", NO_ANSWER, "only a UD QP in RTR, RTS or SQD takes a datagram",
+        return Verdict(Check.DATAGRAM_QP, NO_ANSWER, "only a UD QP in RTR, RTS or SQD takes a datagram",
                        {"qp_type": int(h[Q_TYPE]), "state": int(h[Q_STATE]), "alive": bool(h[Q_ALIVE])})
     return None
 
@@ -400,7 +427,7 @@ def datagram_qp(r):
 def qkey(r):
     """The datagram's Q_Key (the AH's remote_qkey in the WR) is the destination QP's; else it is dropped."""
     if r.h[Q_QKEY] != r.rkey:
-        return Verdict("Q_Key", NO_ANSWER, f"the datagram's Q_Key {r.rkey:#x} is not the QP's {int(r.h[Q_QKEY]):#x}",
+        return Verdict(Check.Q_KEY, NO_ANSWER, f"the datagram's Q_Key {r.rkey:#x} is not the QP's {int(r.h[Q_QKEY]):#x}",
                        {"qkey": r.rkey, "qp_qkey": int(r.h[Q_QKEY])})
     return None
 
@@ -408,7 +435,7 @@ def qkey(r):
 def datagram_receive(r):
     """A receive is posted; else the datagram is lost (UD has no RNR NAK)."""
     if r.h[Q_RQ_CONSUMED] == r.h[Q_RQ_POSTED]:
-        return Verdict("receive posted", NO_ANSWER, "no receive is posted: the datagram is lost (UD has no RNR)", {})
+        return Verdict(Check.RECEIVE_POSTED, NO_ANSWER, "no receive is posted: the datagram is lost (UD has no RNR)", {})
     return None
 
 
@@ -483,3 +510,8 @@ def every(r):
     What the step mode and explain read; a refusal does not stop the ones after it."""
     r.dry = True
     return [(name, check(r)) for name, check in REQUESTER + RESPONDER + LANDING]
+
+
+def names_of(entries, *checks):
+    """The names of a list's entries (of those checks only, if given): what every() names them by."""
+    return {name for name, check in entries if not checks or check in checks}

@@ -86,8 +86,8 @@ class MR(Resource):
 
     def __init__(self, creator, length=0, access=0, address=None, implicit=False, **kwargs):
         super().__init__()
-        from .cmid import CMID
-        if isinstance(typed(creator, object, "creator", none=False), CMID):   # rdma_reg_msgs, _read, _write: the id's PD
+        if hasattr(typed(creator, object, "creator", none=False), "reg_msgs"):   # a CM id: rdma_reg_msgs, _read,
+            # _write, in the id's PD (known by what it does: cmid imports this module)
             creator, access = (creator._pd, CMID_ACCESS[access]) if access in CMID_ACCESS else (None, access)
         if not isinstance(creator, PD):   # (pyverbs registers nothing, and raises what its failed C call set)
             raise PyverbsRDMAError(f"Failed to register a MR. length: {length}, access flags: {access} (an MR is "

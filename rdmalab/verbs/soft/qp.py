@@ -667,7 +667,7 @@ def walk(qp, wr):
     found = verdicts(qp, wr.opcode, wr._sges, wr._rkey, wr._remote_addr, wr.imm_data, wr.send_flags)
     refused = lambda names: next((v for name, v in found if v is not None and name in names), None)  # noqa: E731
 
-    local = refused([name for name, _ in checks.REQUESTER])
+    local = refused(checks.names_of(checks.REQUESTER))
     if local is not None:
         return stages + [("requester checks", f"{local.rule}; nothing is sent", False)], local.answer
     if read:   # its SGEs are where the answer will land: judged when it comes back
@@ -686,7 +686,7 @@ def walk(qp, wr):
     stages.append(("packets", f"path MTU {send.mtu}: {what}.", True))
 
     at = f"QP {send.dest_qp_num:#x}"
-    remote = refused([name for name, _ in checks.RESPONDER] + ["receive room"])
+    remote = refused(checks.names_of(checks.RESPONDER) | checks.names_of(checks.LANDING, checks.receive_room))
     if remote is not None and remote.answer == checks.NO_ANSWER:
         retries = (f"the requester resends after each ACK timeout, retry_cnt ({send.retry_cnt}) times, then fails "
                    f"with RETRY_EXC_ERR (12)" if send.retry_cnt < 7 else "the requester resends for ever (retry_cnt 7)")
@@ -713,7 +713,7 @@ def walk(qp, wr):
                                     + ("reads the bytes" if read else "writes the bytes"), True))
     answer = (f"{packets(length, send.mtu)} RDMA_READ_RESPONSE packet(s) carry the bytes back" if read
               else f"an ACK for PSN {psn_add(send.psn, count - 1):#x}")
-    landing = refused(["answer lands"])
+    landing = refused(checks.names_of(checks.LANDING, checks.landing))
     if landing is not None:
         return stages + [("answer", f"{answer}, but they may not land in your SGE ({landing.rule}): "
                                     f"{status_name(landing.answer)}", False)], landing.answer

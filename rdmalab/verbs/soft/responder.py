@@ -306,7 +306,7 @@ def _respond(peer, wqe, payload, length, psn, count, mtu):
     h = peer.header
     request = checks.Request.of(wqe, length, peer=peer, psn=psn, count=count, mtu=mtu)
     verdict = checks.first(checks.RESPONDER, request)
-    if verdict is None or verdict.check not in ("QP state", "PSN"):   # it took the packets in order
+    if verdict is None or verdict.check not in (checks.Check.QP_STATE, checks.Check.PSN):   # it took the packets in order
         if h[Q_TYPE] == IBV_QPT_UC:
             h[Q_EXPECTED_PSN] = psn   # UC never retries: a new message is taken from whatever PSN it starts at
         elif h[Q_SEQ_NAKED]:
@@ -341,7 +341,7 @@ def _refuse(peer, verdict, wqe):
     does). A verdict that names a status for the receive the message took (verdict.receive) fails that
     receive and the QP enters ERR."""
     h = peer.header
-    if verdict.check == "PSN":
+    if verdict.check is checks.Check.PSN:
         f = verdict.figures
         if f["behind"] < 0:   # ahead: rxe NAKs the first such request (a sequence error), then drops them
             if not h[Q_SEQ_NAKED]:
