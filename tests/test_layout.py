@@ -125,12 +125,11 @@ def names_verbs(node):
 # docs/architecture.md's table "Who may import whom", by package (a module at the top, or a folder)
 MAY_IMPORT = {
     "errors": set(), "sockets": set(), "settings": set(), "wire": set(),
-    "proc": {"errors", "settings", "verbs"},   # (verbs: only through verbs.emulated, below)
+    "proc": {"errors", "settings"},
     "verbs": {"errors", "proc", "settings", "wire"},
     "bench": {"verbs", "proc", "sockets", "errors"},
     "allreduce": {"verbs", "proc", "sockets", "errors", "settings"},
 }
-PROC_INTO_VERBS = {"rdmalab.verbs.emulated"}   # the watchdog and children.stop reap soft0's segments through it
 
 
 def test_each_package_imports_only_what_the_architecture_page_allows():
@@ -143,8 +142,7 @@ def test_each_package_imports_only_what_the_architecture_page_allows():
         if allowed is None:   # lessons, cli, doctor, lab: everything
             continue
         for target in targets:
-            if package(target) != package(module) and (package(target) not in allowed or package(module) == "proc"
-                                                       and package(target) == "verbs" and target not in PROC_INTO_VERBS):
+            if package(target) != package(module) and package(target) not in allowed:
                 wrong.append(f"{module} -> {target}")
     assert wrong == []
 

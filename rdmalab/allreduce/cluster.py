@@ -54,6 +54,8 @@ PROGRESS_EVERY = 5.0   # seconds between two start-up progress lines
 HEARTBEAT_MS, HEARTBEAT_MISSES = 1000, 3
 
 
+REAPER = "rdmalab.verbs.emulated:reap_when_gone"   # what the watchdog calls on the pids it killed (soft0's segments)
+
 class ClusterError(RdmalabError):
     """A rank failed or died; the message says which and what the others were doing."""
 
@@ -120,7 +122,7 @@ class Cluster:
         atexit.register(self.close)
         # ipyparallel starts every process of the cluster with IPP_CLUSTER_ID in its environment: the
         # watchdog, running before the first of them, can stop them all if this process dies at any moment
-        self._watchdog = children.spawn("rdmalab.proc.watchdog", self._ipp.cluster_id, new_session=True)
+        self._watchdog = children.spawn("rdmalab.proc.watchdog", self._ipp.cluster_id, REAPER, new_session=True)
         try:
             self._ipp.start_cluster_sync()
             self.client = self._ipp.connect_client_sync()

@@ -91,10 +91,19 @@ def end(proc, patience=5):
                           f"it is stuck in the kernel (see /proc/{proc.pid}/stack)", RuntimeWarning, stacklevel=3)
 
 
+_reapers = []   # what removes the shared memory a killed helper left behind: rdmalab.verbs registers soft0's
+
+
+def reap_with(reaper):
+    """Call reaper() once a helper had to be killed (it could not release its resources). rdmalab.verbs registers
+    soft0's, which removes the segments of processes that are gone: proc imports nothing of verbs."""
+    if reaper not in _reapers:
+        _reapers.append(reaper)
+
+
 def _reap_segments():
-    """Remove the soft0 segments of processes that are gone (a helper killed before it could close)."""
-    from rdmalab.verbs import emulated   # (here, not above: helpers need not use soft0, and it need not load)
-    emulated.reap_orphans()
+    for reaper in _reapers:
+        reaper()
 
 
 def end_with_parent():

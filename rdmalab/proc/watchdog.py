@@ -1,6 +1,7 @@
 """Stops a cluster's processes if the process that started them dies without closing the cluster.
 
-    python -m rdmalab.proc.watchdog CLUSTER_ID      # started by rdmalab.allreduce.cluster.Cluster, before the cluster
+    python -m rdmalab.proc.watchdog CLUSTER_ID [MODULE:FUNCTION]   # started by rdmalab.allreduce.cluster.Cluster,
+                                                    # before the cluster; FUNCTION(pids) reaps what they left
     python -m rdmalab.proc.watchdog --kill CLUSTER_ID   # now, on this host: what a cluster's close runs over ssh
 
 ipyparallel starts the controller and the engines in sessions of their own, so they outlive a
@@ -11,10 +12,13 @@ that is how the watchdog knows them, whoever their parent is now, even those tha
 starting when the owner died. The watchdog blocks reading its stdin, a pipe whose other end only the
 cluster's owner holds. A line on it (rdmalab.proc.children.stop's close) means the cluster was closed
 properly: exit. End of file means the owner died (whatever the signal): SIGKILL every process of the
-cluster, again until none is left, then remove the shared memory they left behind. Engines on other
+cluster, again until none is left, then call the reaper it was given (the cluster gives soft0's,
+rdmalab.verbs.emulated:reap_when_gone, which removes the shared memory they left behind: named, so that
+proc imports nothing of verbs). Engines on other
 hosts it cannot see: they shut down by themselves once the controller it killed stops answering
 (cluster.HEARTBEAT_MISSES), and a cluster closed properly stops them over ssh (kill_on).
 """
+import importlib
 import os
 import signal
 import sys
@@ -105,12 +109,14 @@ def main(args):
     if args[:1] == ["--kill"]:   # (kill_on's other end: what this host still runs of the cluster, stopped now)
         print(*kill(args[1], settle=0.5))
         return 0
-    cluster_id, = args
+    cluster_id, reaper = (args + [None])[:2]
     if sys.stdin.readline():
         return 0
-    from rdmalab.verbs import emulated   # (soft0's segments: the one import of verbs, here and in children)
     # half a second of quiet: a process the owner was starting when it died may take that to appear
-    emulated.reap_when_gone(kill(cluster_id, settle=0.5))
+    killed = kill(cluster_id, settle=0.5)
+    if reaper:
+        module, function = reaper.split(":")
+        getattr(importlib.import_module(module), function)(killed)
     return 0
 
 

@@ -13,7 +13,18 @@ through emulated.py (nothing else outside soft/ imports it but the provider swit
 port, GID and MTU that work; rc.py connects RC queue pairs; run.py runs an unmodified pyverbs program on soft0.
 """
 from rdmalab.errors import ProviderError
+from rdmalab.proc import children as _children
 from rdmalab.verbs.provider import CHOICES, ENUM_MODULES, MODULES, PROVIDED, chosen, select  # noqa: F401
+
+
+def _reap_orphans():
+    """What a killed helper left of soft0 (its shared segments), removed: registered with rdmalab.proc.children,
+    which imports nothing of verbs. (Loads soft0's segment code only then, whatever the provider.)"""
+    from rdmalab.verbs import emulated
+    emulated.reap_orphans()
+
+
+_children.reap_with(_reap_orphans)
 
 
 def __getattr__(name):
