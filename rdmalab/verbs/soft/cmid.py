@@ -52,8 +52,9 @@ from .wr import SGE, RecvWR, SendWR
 
 RDMA_UDP_QKEY = 0x01234567      # the Q_Key rdma_cm gives UD QPs and multicast groups of the UDP port space
 SGID_INDEX = 1                  # soft0's GID for 127.0.0.1 (::ffff:127.0.0.1)
-ACK_TIMEOUT = 19                # an RC QP's ACK timeout unless its side's set_option(ACK_TIMEOUT) says otherwise
-                                # (rxe0's, both sides: what the kernel's CM derives for RoCE)
+PACKET_LIFETIME = 18            # the kernel CM's RoCE path record: 2^18 x 4.096 us (CMA_IBOE_PACKET_LIFETIME)
+ACK_TIMEOUT = PACKET_LIFETIME + 1   # an RC QP's ACK timeout unless its side's set_option(ACK_TIMEOUT) says otherwise
+                                # (rxe0's, both sides)
 HOP_LIMIT = 64
 REJ_NO_LISTENER = 8             # the IB CM's reject reason when nobody listens there (invalid service ID)
 REJ_CONSUMER = 28               # ... when the peer called reject()
@@ -149,6 +150,15 @@ class AddrInfo(Resource):
 
 
 # ---------------------------------------------------------------- parameters
+
+def cm_ack_timeout(packet_lifetime, ack_delay=DEVICE_ATTR["local_ca_ack_delay"]):
+    """The ACK timeout the IB CM gives the passive side from the REQ's path (Linux's cm_ack_timeout): one more than
+    the packet lifetime, then raised to the CA's ACK delay. Probed on rxe0 with the active id's ACK timeout set
+    before resolve_route: 14 gave the passive side 16, 10 gave 15, 22 gave 22; unset, 19 (as after the route)."""
+    ack = packet_lifetime + 1
+    ack = ack + (ack_delay >= ack - 1) if ack >= ack_delay else ack_delay + (ack >= ack_delay - 1)
+    return min(31, ack)
+
 
 def default_param():
     """What librdmacm asks for a connect() or accept() without parameters: the device's most READs and atomics
@@ -357,6 +367,7 @@ class CMID(Resource):
         self._param = ConnParam()
         self._psn = random.getrandbits(24)
         self._timeout = None
+        self._packet_lifetime = PACKET_LIFETIME   # the path record's: from an ACK timeout set before the route
         self._groups = {}               # multicast group GID -> attachment
         self._qp_init_attr = qp_init_attr
         self._sync = self._passive = self._holds_device = False
@@ -546,6 +557,8 @@ class CMID(Resource):
         if self._state != "addr_resolved":
             raise _error("Failed to Resolve Route: resolve the address first", errno.EINVAL)
         self._state = "route_resolved"
+        if self._timeout:   # (the kernel takes an ACK timeout set before the route as the path's packet lifetime)
+            self._packet_lifetime = self._timeout - 1
         self._event_channel._post(self, EV.RDMA_CM_EVENT_ROUTE_RESOLVED)
         if self._sync:
             self._wait(EV.RDMA_CM_EVENT_ROUTE_RESOLVED)
@@ -637,7 +650,7 @@ class CMID(Resource):
             p = self._param
             _send(sock, msg=kind, qpn=qpn, psn=self._psn, gid=GIDS[SGID_INDEX], responder_resources=p._responder_resources,
                   initiator_depth=p._initiator_depth, retry=p._retry_count, rnr_retry=p._rnr_retry_count,
-                  private_data=private)
+                  packet_lifetime=self._packet_lifetime, private_data=private)
         if self._sync:
             self._wait(EV.RDMA_CM_EVENT_ESTABLISHED)
 
@@ -785,7 +798,8 @@ class CMID(Resource):
             # as the IB CM: both sides retry as the REQ asked; each side retries RNR NAKs as often as its
             # peer, the receiver, asked (the REQ's count for the passive side, the REP's for the active)
             attr.sq_psn, attr.max_rd_atomic = self._psn, initiator
-            attr.timeout = self._timeout if self._timeout is not None else ACK_TIMEOUT
+            attr.timeout = self._timeout if self._timeout is not None else \
+                cm_ack_timeout(peer.get("packet_lifetime", PACKET_LIFETIME)) if self._passive else ACK_TIMEOUT
             attr.retry_cnt = peer["retry"] if self._passive else p._retry_count
             attr.rnr_retry = peer["rnr_retry"]
             return attr, (IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY
