@@ -94,6 +94,8 @@ def main(argv=None):
         print(training.table(four), file=sys.stderr)
 
     pytorch = in_pytorch(options["steps"]) if ddp.available() else None
+    if pytorch and cpus >= 2:   # (labelled: 4 ranks share the usable CPUs, the step only, no busbw)
+        pytorch["4_ranks"] = in_pytorch(20, ranks=4, busbw=False)
 
     figures = {"usable_cpus": cpus, "model": options, "landing": landing,
                "steps_2_ranks": figures_of(runs), "steps_4_ranks": figures_of(four),
@@ -125,23 +127,23 @@ def main(argv=None):
     return emit(report, args.out)
 
 
-def in_pytorch(steps):
-    """PyTorch's DDP on 2 ranks, the step model: on Gloo and with the lab's ring as its hook, and the two AllReduces'
-    busbw at 1 MiB and 16 MiB, in one cluster."""
-    print("PyTorch DDP, 2 ranks: Gloo, then the ring as DDP's communication hook", file=sys.stderr)
-    with Cluster(ranks=2, transport="rdma", max_bytes=16 << 20) as cluster:
+def in_pytorch(steps, ranks=2, busbw=True):
+    """PyTorch's DDP on `ranks` ranks, the step model: on Gloo and with the lab's ring as its hook, and (busbw) the
+    two AllReduces' busbw at 1 MiB and 16 MiB, in one cluster."""
+    print(f"PyTorch DDP, {ranks} ranks: Gloo, then the ring as DDP's communication hook", file=sys.stderr)
+    with Cluster(ranks=ranks, transport="rdma", max_bytes=16 << 20) as cluster:
         runs = training.in_pytorch(cluster, ddp.ring_hook, "ring", steps=steps, model=STEP_MODEL)
-        times = cluster.run(ddp.busbw, {"sizes": [1 << 20, 16 << 20]})[0]
+        times = cluster.run(ddp.busbw, {"sizes": [1 << 20, 16 << 20]})[0] if busbw else {}
     print(training.pytorch_table(runs), file=sys.stderr)
     busbw = {}
     for size, (gloo_s, ring_s) in times.items():
-        bus = size * 2 * (2 - 1) / 2 / 1e9   # GB moved per rank over a link, nccl-tests' busbw factor at 2 ranks
+        bus = size * 2 * (ranks - 1) / ranks / 1e9   # GB: the bytes x nccl-tests' busbw factor, 2 (p-1)/p
         busbw[f"{size >> 20} MiB"] = {"gloo_GBps": bus / gloo_s, "ring_GBps": bus / ring_s, "ring_over_gloo": gloo_s / ring_s}
         print(f"  busbw at {size >> 20} MiB: ring {bus / ring_s:.2f} GB/s, Gloo {bus / gloo_s:.2f} GB/s", file=sys.stderr)
     return {"steps": {name: {"step_ms": r.step_s() * 1e3, "compute_ms": r.compute_s() * 1e3,
                              "waited_ms": r.waited_s() * 1e3, "accuracy": r.accuracy()} for name, r in runs.items()},
             "step_ring_over_gloo": runs["your ring"].step_s() / runs["gloo"].step_s(), "busbw": busbw,
-            "torch": __import__("torch").__version__}
+            "ranks": ranks, "torch": __import__("torch").__version__}
 
 
 def why_missed(target, figures):
