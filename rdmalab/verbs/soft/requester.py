@@ -300,10 +300,8 @@ class SendQueue(Queue):
         found = responder.peer_qp(self.dest_qp_num)
         if found is None or not found.alive():
             return None   # no such QP (yet): nobody answers
-        if found is not self.connected:   # found now: a QP whose process died is gone from its first request on
-            if found.owner_died():         # (as a dead process's host destroys its QPs), not after the first check
-                return None
-            self.next_peer_check = time.monotonic() + PEER_CHECK_S
+        if found is not self.connected and found.owner_died():   # found now: a QP whose process died is gone from
+            return None   # its first request on (a dead process's host destroys its QPs), not after a first check
         self.connected, self.connected_to = found, self.dest_qp_num
         return found
 
