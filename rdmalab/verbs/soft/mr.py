@@ -86,9 +86,10 @@ class MR(Resource):
 
     def __init__(self, creator, length=0, access=0, address=None, implicit=False, **kwargs):
         super().__init__()
-        if hasattr(typed(creator, object, "creator", none=False), "reg_msgs"):   # a CM id: rdma_reg_msgs, _read,
-            # _write, in the id's PD (known by what it does: cmid imports this module)
-            creator, access = (creator._pd, CMID_ACCESS[access]) if access in CMID_ACCESS else (None, access)
+        cm_id = creator if hasattr(typed(creator, object, "creator", none=False), "reg_msgs") else None
+        if cm_id is not None:   # a CM id (known by what it does: cmid imports this module): rdma_reg_msgs, _read or
+            # _write, in the id's PD, and the MR closes with the id, as pyverbs' does
+            creator, access = (cm_id._pd, CMID_ACCESS[access]) if access in CMID_ACCESS else (None, access)
         if not isinstance(creator, PD):   # (pyverbs registers nothing, and raises what its failed C call set)
             raise PyverbsRDMAError(f"Failed to register a MR. length: {length}, access flags: {access} (an MR is "
                                    f"registered in a PD, MR(pd, ...), or a CM id's)", EINVAL)
@@ -116,6 +117,8 @@ class MR(Resource):
         words[M_VALID] = 1
         REGISTERED[self._lkey], SEGMENTS[self._lkey] = self, self._segment
         self._depend_on(creator)
+        if cm_id is not None:
+            cm_id._mrs.append(self)
 
     @readonly
     def handle(self):
