@@ -28,7 +28,7 @@ from report import emit  # noqa: E402
 
 from rdmalab.allreduce import ddp  # noqa: E402
 from rdmalab.allreduce.cluster import Cluster  # noqa: E402
-from rdmalab.lessons import training  # noqa: E402
+from rdmalab.lessons import answer, training  # noqa: E402
 from rdmalab.proc.cpus import usable_cpus  # noqa: E402
 
 # the model for the step: wider than the lesson's (1.9 MB of gradients), so that its AllReduce takes about as
@@ -137,9 +137,9 @@ def in_pytorch(steps, ranks=2, busbw=True):
     print(training.pytorch_table(runs), file=sys.stderr)
     busbw = {}
     for size, (gloo_s, ring_s) in times.items():
-        bus = size * 2 * (ranks - 1) / ranks / 1e9   # GB: the bytes x nccl-tests' busbw factor, 2 (p-1)/p
-        busbw[f"{size >> 20} MiB"] = {"gloo_GBps": bus / gloo_s, "ring_GBps": bus / ring_s, "ring_over_gloo": gloo_s / ring_s}
-        print(f"  busbw at {size >> 20} MiB: ring {bus / ring_s:.2f} GB/s, Gloo {bus / gloo_s:.2f} GB/s", file=sys.stderr)
+        gloo, ring = answer.busbw(size, gloo_s, ranks), answer.busbw(size, ring_s, ranks)   # nccl-tests' busbw
+        busbw[f"{size >> 20} MiB"] = {"gloo_GBps": gloo, "ring_GBps": ring, "ring_over_gloo": gloo_s / ring_s}
+        print(f"  busbw at {size >> 20} MiB: ring {ring:.2f} GB/s, Gloo {gloo:.2f} GB/s", file=sys.stderr)
     return {"steps": {name: {"step_ms": r.step_s() * 1e3, "compute_ms": r.compute_s() * 1e3,
                              "waited_ms": r.waited_s() * 1e3, "accuracy": r.accuracy()} for name, r in runs.items()},
             "step_ring_over_gloo": runs["your ring"].step_s() / runs["gloo"].step_s(), "busbw": busbw,

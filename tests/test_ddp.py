@@ -165,9 +165,13 @@ def test_a_hook_that_sums_without_averaging_trains_another_model(torch, pair):
 
 @on_the_host
 def test_busbw_times_both_allreduces_and_they_sum_alike(torch, pair):
-    times = pair.run(ddp.busbw, {"sizes": [1 << 16], "iters": 2})
+    times = pair.run(ddp.busbw, {"sizes": [1 << 16], "iters": 2})   # (raises where the two sums differ)
     (gloo_s, ring_s), = times[0].values()
     assert gloo_s > 0 and ring_s > 0
+
+    sums_nothing = as_a_notebook_cell_defines_it("def sums_nothing(comm, x):\n    pass\n", "sums_nothing")
+    with pytest.raises(Exception, match="sums of 65536 bytes differ"):
+        pair.run(ddp.busbw, {"sizes": [1 << 16], "iters": 1, "ring": sums_nothing})
 
 
 @on_the_host

@@ -35,9 +35,7 @@ class Run:
         replicas_agree(self.per_rank)
 
     def records(self):
-        """Every rank's step records but the first few (warming caches and connections), as one list."""
-        skip = min(SKIP, len(self.per_rank[0]["records"]) // 2)
-        return [rec for r in self.per_rank for rec in r["records"][skip:]]
+        return steady(self.per_rank)
 
     def median(self, key):
         return float(np.median([rec[key] for rec in self.records()]))
@@ -67,6 +65,17 @@ class Run:
 
     def accuracy(self):
         return self.per_rank[0]["accuracy"]
+
+
+def warmup(per_rank):
+    """How many first steps warm caches and connections (SKIP, or half the run if shorter): medians skip them."""
+    return min(SKIP, len(per_rank[0]["records"]) // 2)
+
+
+def steady(per_rank):
+    """Every rank's step records but the warm-up's, as one list."""
+    skip = warmup(per_rank)
+    return [rec for r in per_rank for rec in r["records"][skip:]]
 
 
 def ring_from_06(fn):
@@ -178,7 +187,7 @@ def timeline(runs, steps=2):
     fig, axes = plt.subplots(len(runs), 1, figsize=(9, 0.8 + sum(0.7 + 0.35 * n for n in lanes_of)), squeeze=False,
                              sharex=True, gridspec_kw={"height_ratios": [1 + n for n in lanes_of]})   # (one time scale)
     for ax, (name, r) in zip(axes[:, 0], runs.items()):
-        first = min(SKIP, len(r.per_rank[0]["records"]) // 2)
+        first = warmup(r.per_rank)
         zero = min(rank["records"][first]["start"] for rank in r.per_rank)
         lanes, labels = 0, []
         for rank in r.per_rank:
@@ -249,8 +258,7 @@ class DdpRun:
 
     def step_s(self):
         """Median step: forward, backward with the buckets' AllReduces inside, the update."""
-        skip = min(SKIP, len(self.per_rank[0]["records"]) // 2)
-        return float(np.median([rec["backward"] + rec["update"] for r in self.per_rank for rec in r["records"][skip:]]))
+        return float(np.median([rec["backward"] + rec["update"] for rec in steady(self.per_rank)]))
 
     def compute_s(self):
         """Median forward and backward without the AllReduce (DDP's no_sync), and the update: the step alone."""
