@@ -412,6 +412,21 @@ def test_a_full_receive_queue_is_enomem(make_pair):
     assert results == [None, None, None, 12, 12]
 
 
+def test_a_receives_slot_is_free_once_its_message_lands_polled_or_not(make_pair):
+    # rxe consumes a receive's WQE as it writes the completion: the slot is free before the program polls it
+    # (probed on rxe0: a full receive queue takes one more receive once a SEND has landed, unpolled)
+    p = make_pair(cap=v.qp.QPCap(max_send_wr=2, max_recv_wr=2))  # capacity 3 each
+    for i in range(3):
+        p.b.post_recv(recv_wr(p.dst, 8, wr_id=400 + i))
+    assert rdma_error(lambda: p.b.post_recv(recv_wr(p.dst, 8, wr_id=403))) == 12
+    p.a.post_send(send_wr(p.src, 8, e.IBV_WR_SEND, wr_id=300))
+    assert [c["status"] for c in poll(p.cq_a, 1)] == [e.IBV_WC_SUCCESS]
+    assert rdma_error(lambda: p.b.post_recv(recv_wr(p.dst, 8, wr_id=404))) is None   # its completion not polled yet
+    assert rdma_error(lambda: p.b.post_recv(recv_wr(p.dst, 8, wr_id=405))) == 12
+    assert [(c["wr_id"], c["status"]) for c in poll(p.cq_b, 1)] == [(400, e.IBV_WC_SUCCESS)]
+    assert rdma_error(lambda: p.b.post_recv(recv_wr(p.dst, 8, wr_id=406))) == 12   # polling frees nothing more
+
+
 def test_rnr_waits_for_a_late_receive_and_a_full_send_queue_is_enomem(make_pair):
     # No receive posted: the SENDs sit in the send queue, retrying after RNR NAKs, until receives come.
     # (rxe frees a receive slot as a message lands, so receives are posted only into free space here.)

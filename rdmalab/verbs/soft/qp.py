@@ -277,8 +277,10 @@ class QP(Resource):
         self._pd, self._send_cq, self._recv_cq = creator, scq, rcq
         self._qp_type, self._sq_sig_all = init_attr.qp_type, init_attr.sq_sig_all
         self._transitions = TRANSITIONS_OF[self._qp_type]
-        # on an SRQ, the receive queue holds the SRQ's receives its NIC took until they are polled: as many as its CQ
-        rq_size, rq_sge = (rcq.cqe, srq._max_sge) if srq is not None else (self._cap.max_recv_wr, self._cap.max_recv_sge)
+        # on an SRQ, the receive queue holds the SRQ's receives its NIC took until they are polled: as many as its CQ.
+        # Without one, a receive's slot is free again once its message has landed, polled or not (rxe consumes the
+        # WQE when it writes the completion): the ring holds max_recv_wr receives and as many completions not polled
+        rq_size, rq_sge = (rcq.cqe, srq._max_sge) if srq is not None else (2 * self._cap.max_recv_wr, self._cap.max_recv_sge)
         self._segment, self._qp_num = self._new_segment(rq_size, rq_sge)
         self._words = w = self._segment.header   # what a peer's NIC sees of this QP (layout.Q_*)
         w[Q_PD], w[Q_RQ_SIZE], w[Q_RQ_MAX_SGE], w[Q_STATE], w[Q_RECV_CQ] = \
@@ -286,6 +288,7 @@ class QP(Resource):
         w[Q_NUM], w[Q_SRQ] = self._qp_num, srq._number if srq is not None else 0
         self._srq = srq
         self._rq = responder.ReceiveQueue(self._segment, self._qp_num)
+        self._rq.receives = rq_size if srq is not None else self._cap.max_recv_wr
         queue = {IBV_QPT_RC: requester.SendQueue, IBV_QPT_UC: requester.UnansweredQueue,   # (UC: no ACKs)
                  IBV_QPT_UD: datagram.DatagramQueue}[self._qp_type]
         self._wire = LINK == "udp"
@@ -632,7 +635,7 @@ def look(qp):
     send, rq = qp._send, qp._rq
     waiting = send.waiting(qp._words[Q_STATE] in (RESET, INIT, RTR))
     return {"expected_psn": int(qp._words[Q_EXPECTED_PSN]), "sq_psn": send.psn, "send_slots": qp._cap.max_send_wr,
-            "send_waiting": waiting, "recv_slots": rq.size, "recv_posted": rq.posted_ids(),
+            "send_waiting": waiting, "recv_slots": rq.receives, "recv_posted": rq.posted_ids(),
             "recv_completed": int(rq.waiting()),
             "send_cq": entries(qp._send_cq),   # (recv_cq None: the send CQ takes the receives' completions too)
             "recv_cq": None if qp._recv_cq is qp._send_cq else entries(qp._recv_cq),

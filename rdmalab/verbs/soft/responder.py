@@ -182,11 +182,14 @@ def peer_qp(qp_num):
 class ReceiveQueue:
     """A QP's receive queue, in its shared segment: slots its owner posts (Q_RQ_POSTED) and polls
     (Q_RQ_POLLED), which the peer's NIC consumes (Q_RQ_CONSUMED). Each counter has one writer.
-    The owning QP and its CQ call post() and harvest(); a responder calls scatter() and complete()."""
+    The owning QP and its CQ call post() and harvest(); a responder calls scatter() and complete().
+    A consumed slot holds its completion until it is polled, but no longer counts against the receives the
+    owner may post (`receives`, the QP's max_recv_wr), as on rxe: the ring (`size` slots) is larger."""
 
     def __init__(self, seg, qp_num=0):
         h = seg.header
         self.header, self.size, self.stride = h, int(h[Q_RQ_SIZE]), R_SGES + 3 * int(h[Q_RQ_MAX_SGE])
+        self.receives = self.size   # the owner sets its QP's max_recv_wr
         self.raw = seg.bytes[:self.size * self.stride * 8]
         self.words = self.raw.cast("Q")
         self.qp_num, self.flushed = qp_num, False
@@ -203,14 +206,17 @@ class ReceiveQueue:
     # ------------------------------------------------------------ the owner's side
 
     def full(self):
+        """No room for one more receive: max_recv_wr are posted and not consumed, or the ring is full of them
+        and of completions not polled yet."""
         h = self.header
-        return h[Q_RQ_POSTED] - h[Q_RQ_POLLED] >= self.size
+        posted = h[Q_RQ_POSTED]
+        return posted - h[Q_RQ_CONSUMED] >= self.receives or posted - h[Q_RQ_POLLED] >= self.size
 
     def post(self, wr_id, sges):
         """Queue one receive; False if the queue is full."""
         h = self.header
         posted = h[Q_RQ_POSTED]
-        if posted - h[Q_RQ_POLLED] >= self.size:
+        if self.full():
             return False
         raw, at = self.raw, posted % self.size * self.stride * 8
         SLOT_HEAD.pack_into(raw, at + R_WR_ID * 8, wr_id, len(sges))
