@@ -21,7 +21,7 @@ from rdmalab.verbs.soft.device import Context
 from rdmalab.verbs.soft.pd import PD
 from rdmalab.verbs.soft.constants import (IBV_QP_TIMEOUT, IBV_QPS_ERR, IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS,
                                       IBV_QPT_RC, IBV_QPT_UD, IBV_SEND_SIGNALED,
-                                      IBV_WC_SUCCESS)
+                                      IBV_WC_RECV, IBV_WC_SEND, IBV_WC_SUCCESS)
 from rdmalab.verbs.soft.librdmacm_enums import RAI_PASSIVE, rdma_cm_event_type as EV, rdma_port_space
 from rdmalab.verbs.soft.pyverbs_error import PyverbsRDMAError
 from rdmalab.verbs.soft.qp import QP, QPAttr, QPCap, QPInitAttr
@@ -138,6 +138,27 @@ def test_rc_connection_moves_both_qps_to_rts_and_carries_traffic(pair):
     event(p.ach, EV.RDMA_CM_EVENT_DISCONNECTED)
     p.active.disconnect()
     for mr in (rx, tx, target):
+        mr.close()
+
+
+def test_a_qp_made_by_the_id_has_a_send_cq_and_a_receive_cq_of_its_own(pair):
+    # librdmacm's ucma_create_cqs makes one CQ for each queue qp_init leaves without: get_recv_comp()
+    # waits on the receive CQ only, so a SEND's completion that came first is not taken for the answer
+    p = pair()
+    connect_rc(p)
+    answer, question, rx, tx = (side.reg_msgs(64) for side in (p.active, p.active, p.child, p.child))
+    p.active.post_recv(answer)
+    p.child.post_recv(rx)
+    question.write(b"q" * 8, 8)
+    p.active.post_send(question, length=8)
+    assert p.child.get_recv_comp().byte_len == 8
+    tx.write(b"a" * 16, 16)
+    p.child.post_send(tx, length=16)
+    assert p.child.get_send_comp().status == IBV_WC_SUCCESS
+    got = p.active.get_recv_comp()   # before the active side takes its SEND's completion
+    assert (got.opcode, got.byte_len) == (IBV_WC_RECV, 16) and answer.read(16, 0) == b"a" * 16
+    assert p.active.get_send_comp().opcode == IBV_WC_SEND
+    for mr in (answer, question, rx, tx):
         mr.close()
 
 

@@ -734,9 +734,9 @@ class CMID(Resource):
         typed(qp_init, QPInitAttr, "qp_init", none=False)
         if self._pd is None:
             raise _error("Failed to Create QP: bind or resolve the id first", errno.EINVAL)
-        scq, rcq = qp_init.send_cq, qp_init.recv_cq
-        if scq is None or rcq is None:
-            scq = rcq = self._new_cq(max(qp_init.cap.max_send_wr + qp_init.cap.max_recv_wr, 1))
+        # as librdmacm's ucma_create_cqs: a CQ (and its channel) for each queue qp_init leaves without one
+        scq = qp_init.send_cq or self._new_cq(max(qp_init.cap.max_send_wr, 1))
+        rcq = qp_init.recv_cq or self._new_cq(max(qp_init.cap.max_recv_wr, 1))
         init = QPInitAttr(qp_type=qp_init.qp_type, qp_context=qp_init._qp_context, scq=scq, rcq=rcq,
                           srq=qp_init.srq, cap=qp_init.cap, sq_sig_all=qp_init.sq_sig_all)
         self._qp = QP(self._pd, init)
