@@ -172,14 +172,29 @@ def without_broken_links(text, folder, in_book):
     return LINK.sub(keep_or_plain, text)
 
 
+COURSE = {"before": ["docs/prerequisites"],                        # before the lessons
+          "instructors": ["docs/instructor-notes"],                 # after the guide (notebooks/README)
+          "reference": ["docs/glossary"]}                           # after the instructors' pages
+
+
+def chapters(files):
+    return [f"  - file: {f}" for f in files]
+
+
 def toc(lessons):
+    """_toc.yml: what a learner needs first, the lessons, the instructors' pages, the glossary, then every other
+    page of docs/ ("How it works")."""
+    placed = {f for files in COURSE.values() for f in files}
     lines = ["# The book's pages, in order (written by book/build.py)", "format: jb-book", "root: intro", "parts:",
+             "- caption: Before you start", "  chapters:", *chapters(COURSE["before"]),
              "- caption: The lessons, as they ran", "  chapters:"]
-    lines += [f"  - file: notebooks/{name.removesuffix('.ipynb')}" for name in lessons]
-    lines += ["- caption: For instructors", "  chapters:", "  - file: notebooks/README", "  - file: workshop/README",
+    lines += chapters(f"notebooks/{name.removesuffix('.ipynb')}" for name in lessons)
+    lines += ["- caption: For instructors", "  chapters:",
+              *chapters(["notebooks/README", *COURSE["instructors"], "workshop/README"]),
+              "- caption: Reference", "  chapters:", *chapters(COURSE["reference"]),
               "- caption: How it works", "  chapters:"]
-    lines += [f"  - file: docs/{name.removesuffix('.md')}" for name in sorted(os.listdir(os.path.join(ROOT, "docs")))
-              if name.endswith(".md")]
+    lines += chapters(f"docs/{name.removesuffix('.md')}" for name in sorted(os.listdir(os.path.join(ROOT, "docs")))
+                      if name.endswith(".md") and f"docs/{name.removesuffix('.md')}" not in placed)
     return "\n".join(lines) + "\n"
 
 
