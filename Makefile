@@ -13,7 +13,7 @@
 # make book  - the book of executed lessons: every lesson run on soft0 (QUICK = False), the guide and docs,
 #              as a static site in out/book/html (book/build.py; tests/book, in make test, builds and checks it)
 # make image - build that image only (container/image.sh: Debian's docker.io and its base if missing, as root)
-#              (tests/container, in make test, builds it, runs lessons 00 and 04 in it, and removes it)
+#              (tests/container, in make test, builds it, runs lessons 00 and 06 in it, and removes it)
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
@@ -62,7 +62,7 @@ wire-deps:
 browser-deps:
 	@tools/need.sh chromium || echo "no chromium: tests/browser will skip"
 
-# PyTorch, an optional extra (lesson 08's DDP part; tests/test_ddp.py): installed into .venv where RDMALAB_TORCH_TEST=1
+# PyTorch, an optional extra (lesson 11's DDP part; tests/test_ddp.py): installed into .venv where RDMALAB_TORCH_TEST=1
 # (.ci/run) and PyTorch does not import there; otherwise those tests skip and say how to add it. TORCH names the
 # build: the version pinned so that a wheel on disk (a CPU build, as .ci/run's machine has) is taken over PyPI's newer
 # CUDA one (GBs of libraries this lab never uses); elsewhere say TORCH='torch --index-url https://download.pytorch.org/whl/cpu'
@@ -70,7 +70,7 @@ TORCH ?= torch==2.13.0
 torch-deps: $(STAMP)
 	@[ "$${RDMALAB_TORCH_TEST:-0}" != 1 ] || $(PY) -c 'import torch' 2>/dev/null || { \
 	  $(PY) -m pip install --quiet $(TORCH) && \
-	  echo "$$(date -u +%H:%M:%S) installed torch $$($(PY) -c 'import torch; print(torch.__version__)') (pip): lesson 08's DDP part" \
+	  echo "$$(date -u +%H:%M:%S) installed torch $$($(PY) -c 'import torch; print(torch.__version__)') (pip): lesson 11's DDP part" \
 	    >> $${RDMALAB_INSTALL_LOG:-/tmp/rdmalab-installed.log}; }
 
 book: $(STAMP)

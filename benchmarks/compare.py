@@ -149,7 +149,7 @@ def loaded(rounds, lat_iters, bw_iters):
 
 
 def freeze(rounds, lat_iters, bw_iters):
-    """Lesson 04's freeze-the-target experiment, once: what still reaches a stopped process."""
+    """Lesson 05's freeze-the-target experiment, once: what still reaches a stopped process."""
     from rdmalab import verbs as v
     from rdmalab.lessons import freeze as experiment
     from rdmalab.lessons.checks.one_sided import stop_and_reach   # the lesson's reference solution

@@ -3,10 +3,11 @@
     python benchmarks/lessons.py [--quick] [--only SLUG ...] [--out results.json]
 
 Targets (issues 12 and 25): pinned to one CPU (Binder, a workshop server, a small VM), each lesson takes
-at most 2x its time on all the CPUs this process may use; and lesson 04, pinned to one CPU, measures an
-RDMA READ of 8 B at most 0.5x a TCP request/response (remote memory without the remote CPU), and every
-RDMA operation on its stopped target completes. Lesson 04's 8 B ping-pongs are reported beside them,
-without a target: on one CPU a ping-pong waits for the scheduler on any device.
+at most 2x its time on all the CPUs this process may use; lesson 06 (target-cpu), pinned to one CPU, measures
+an RDMA READ of 8 B (the learner's loop, or the reference's) at most 0.5x a TCP request/response (remote memory
+without the remote CPU); and every RDMA operation on lesson 05's (one-sided) stopped target completes. Lesson
+06's 8 B ping-pongs are reported beside them, without a target: on one CPU a ping-pong waits for the scheduler
+on any device.
 The lessons run one at a time, in order, the two conditions alternating lesson by lesson so that both
 see the same machine; each condition keeps its own learner folder (later lessons read what earlier
 ones recorded). --quick runs them with QUICK=True, as `make test` does: a smoke run, whose times say
@@ -52,22 +53,25 @@ def run_lesson(path, out, quick, learner_dir, cpu=None):
     return time.monotonic() - start
 
 
-def lesson_04_figures(learner_dir):
-    """What lesson 04 recorded for lesson 12 (rdmalab.lessons.evidence, "one-sided") in a learner folder."""
+def one_cpu_figures(learner_dir):
+    """What lessons 05 and 06 recorded for lesson 15 in a learner folder (rdmalab.lessons.evidence: "one-sided", the
+    stopped target; "target-cpu", the one-CPU READ and the ping-pongs); None for what did not run."""
+    from rdmalab.lessons.answer import split_old
     with open(os.path.join(learner_dir, "evidence.json")) as f:
-        kept = json.load(f).get("one-sided", {})
-    return {"read_8B_us": kept.get("one_cpu_read_us"), "tcp_request_response_8B_us": kept.get("one_cpu_request_us"),
-            "read_over_request": kept["one_cpu_read_us"] / kept["one_cpu_request_us"] if kept.get("one_cpu_read_us") else None,
-            "frozen_rdma_completed": kept.get("frozen_rdma_completed"), "frozen_rdma_posted": kept.get("frozen_rdma_posted"),
-            "frozen_tcp_bytes_before_stall": kept.get("frozen_tcp_bytes"),
-            "pingpong_scheduler_bound": {"size": kept.get("lat_size"), "write_lat_us": kept.get("write_lat_us"),
-                                         "tcp_lat_us": kept.get("tcp_lat_us")}}
+        kept = split_old(json.load(f))
+    five, six = kept.get("one-sided", {}), kept.get("target-cpu", {})
+    return {"read_8B_us": six.get("one_cpu_read_us"), "tcp_request_response_8B_us": six.get("one_cpu_request_us"),
+            "read_over_request": six["one_cpu_read_us"] / six["one_cpu_request_us"] if six.get("one_cpu_read_us") else None,
+            "frozen_rdma_completed": five.get("frozen_rdma_completed"), "frozen_rdma_posted": five.get("frozen_rdma_posted"),
+            "frozen_tcp_bytes_before_stall": five.get("frozen_tcp_bytes"),
+            "pingpong_scheduler_bound": {"size": six.get("lat_size"), "write_lat_us": six.get("write_lat_us"),
+                                         "tcp_lat_us": six.get("tcp_lat_us")}}
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="QUICK=True, as make test runs them (a smoke run)")
-    parser.add_argument("--only", nargs="*", help="these lessons only, by slug (e.g. one-sided)")
+    parser.add_argument("--only", nargs="*", help="these lessons only, by slug (e.g. one-sided target-cpu)")
     parser.add_argument("--out", help="also write the JSON here")
     args = parser.parse_args()
     paths = sorted(glob.glob(os.path.join(ROOT, "notebooks", "*.ipynb")))
@@ -78,7 +82,7 @@ def main():
     one_cpu = min(os.sched_getaffinity(0))
     work = tempfile.mkdtemp(prefix="rdmalab-lessons-bench-")
     learners = {"all": os.path.join(work, "learner-all"), "one": os.path.join(work, "learner-one")}
-    lessons, lesson_04 = {}, None
+    lessons, one_cpu_lessons = {}, None
     for n, path in enumerate(paths):
         slug, times = slug_of(path), {}
         for condition in (("all", "one") if n % 2 == 0 else ("one", "all")):
@@ -87,18 +91,20 @@ def main():
                                           one_cpu if condition == "one" else None)
             print(f"{slug:20} {'one CPU' if condition == 'one' else 'all CPUs':8} {times[condition]:6.1f} s",
                   file=sys.stderr)
-            if condition == "one" and slug == "one-sided":
-                lesson_04 = lesson_04_figures(learners["one"])
+            if condition == "one" and slug in ("one-sided", "target-cpu"):
+                one_cpu_lessons = one_cpu_figures(learners["one"])   # (after 06, with 05's too)
         lessons[slug] = {"all_cpus_s": round(times["all"], 1), "one_cpu_s": round(times["one"], 1),
                          "one_over_all": times["one"] / times["all"]}
     targets = {f"one CPU: lesson {slug} <= 2x its time on all CPUs": row["one_over_all"] <= 2.0
                for slug, row in lessons.items()}
-    if lesson_04 is not None:
-        targets["one CPU: lesson 04's READ <= 0.5 x TCP request/response"] = (lesson_04["read_over_request"] or 1) <= 0.5
-        targets["one CPU: lesson 04's stopped target takes every RDMA operation"] = \
-            lesson_04["frozen_rdma_completed"] == lesson_04["frozen_rdma_posted"]
+    if one_cpu_lessons is not None and one_cpu_lessons["read_over_request"] is not None:
+        targets["one CPU: lesson 06's READ <= 0.5 x TCP request/response"] = one_cpu_lessons["read_over_request"] <= 0.5
+    if one_cpu_lessons is not None and one_cpu_lessons["frozen_rdma_posted"] is not None:
+        targets["one CPU: lesson 05's stopped target takes every RDMA operation"] = \
+            one_cpu_lessons["frozen_rdma_completed"] == one_cpu_lessons["frozen_rdma_posted"]
     report = {"benchmark": "lessons", "quick": args.quick, "usable_cpus": usable_cpus(), "one_cpu": one_cpu,
-              "lessons": lessons, "lesson_04_one_cpu": lesson_04, "executed_notebooks": work, "targets": targets}
+              "lessons": lessons, "lessons_05_06_one_cpu": one_cpu_lessons, "executed_notebooks": work,
+              "targets": targets}
     return emit(report, args.out)
 
 

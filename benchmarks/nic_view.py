@@ -1,5 +1,5 @@
 """What the glass-box view (lessons.nic_view) costs a cell that posts: RDMA WRITEs of 64 B, one signaled
-in 32 (lesson 05's loop), on soft0, with no view and with a view shown (its thread redrawing 4 times a
+in 32 (lesson 07's loop), on soft0, with no view and with a view shown (its thread redrawing 4 times a
 second), in turn, round after round: 10,000 of them (the issue's cell: on soft0 it takes a few tens of
 milliseconds, often less than one redraw apart), then 100 times as many (seconds: the view redraws all
 along, its steady cost). Also what one redraw takes.

@@ -106,7 +106,7 @@ def plan(args, euid, env, pick_port=free_port, address=reachable_address):
         # No keep-alive pings on the kernels' websockets. jupyter_server checks a ping's pong only when it sends
         # the next, and gives up if the pong is older than ws_ping_timeout: with its default (three intervals)
         # tornado warns when the first kernel connects, and with one interval there is no slack at all, so a
-        # server whose loop ran a few ms late (lesson 06 starting clusters of 4 ranks on 2 CPUs) closed the
+        # server whose loop ran a few ms late (lesson 09 starting clusters of 4 ranks on 2 CPUs) closed the
         # page's kernel connection ("WebSocket ping timeout"). A lab on this machine, or through ssh -L, needs
         # no keep-alive: the kernels' own messages keep the connection busy
         added.append('--ServerApp.tornado_settings={"ws_ping_interval": 0}')

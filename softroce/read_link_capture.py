@@ -1,5 +1,5 @@
 """Read the two-host pair's link capture (softroce/vm.sh --pair) as a user would: with tshark, and with the
-lab's own codec (lesson 10's rdmalab.lessons.packets), and check that they agree.
+lab's own codec (lesson 13's rdmalab.lessons.packets), and check that they agree.
 
     python softroce/read_link_capture.py [PCAP]      (default ~/.cache/rdmalab/pair-link.pcap)
 
@@ -47,7 +47,7 @@ def main(path):
               f"  RETH: virtual address {w['infiniband.reth.va']}, rkey {w['infiniband.reth.r_key']}, "
               f"DMA length {w['infiniband.reth.dmalen']} (where in the target's memory, with what key: in the packet)")
     ours = packets.capture(path)
-    print(f"the lab's codec (lesson 10's packets.capture) reads {len(ours)} RoCEv2 packets, each ICRC-checked; the first:")
+    print(f"the lab's codec (lesson 13's packets.capture) reads {len(ours)} RoCEv2 packets, each ICRC-checked; the first:")
     for p in ours[:4]:
         print(f"  {p}")
     directions = {(src, dst) for src, dst, _ in by}

@@ -218,7 +218,7 @@ def test_every_registered_algorithm_is_priced_by_the_model_and_offered_by_the_co
 @pytest.mark.parametrize("ranks", [2, 3, 4])
 def test_rings_in_a_row_carry_their_credits_and_nothing_lands_on_bytes_not_yet_added(ranks):
     """The ring asks its neighbours for credits (the handshake) only when something else used the transport
-    since its last call: a ring that follows a ring relies on the go-ahead of that call. Run on lesson 06's
+    since its last call: a ring that follows a ring relies on the go-ahead of that call. Run on lesson 09's
     checking transport, whose vector clocks see any put land on bytes their target has not used yet, rings
     in a row, with a naive AllReduce between two of them, give the right sums and no such put, and the rings
     ask for credits on the first call and on the one after the naive only."""

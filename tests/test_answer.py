@@ -11,11 +11,11 @@ from rdmalab.lessons import answer, evidence, exercises, nccl
 quiz = importlib.import_module("rdmalab.lessons.quiz")   # the module: `lessons.quiz` is the widget function
 
 FULL = {
-    "socket-path": dict(tcp_syscalls_per_message=2.0, tcp_switches_per_message=1.0, tcp_copies_per_byte=2.0,
+    "socket-path": dict(tcp_reads_per_message=1.0, tcp_switches_per_message=1.0, tcp_copies_per_byte=2.0,
                tcp_receiver_cpu_share=0.9, tcp_lat_us=20.0, lat_size=8),
-    "one-sided": dict(writes=1000, rdma_target_syscalls=0, rdma_target_switches=0, rdma_target_cpu_ms=0.02,
-               write_lat_us=1.5, tcp_lat_us=25.0, lat_size=8, rdma_target_cpu_share=0.01,
-               tcp_receiver_cpu_share=0.95, bw_size=1 << 20),
+    "one-sided": dict(writes=1000, rdma_target_syscalls=0, rdma_target_switches=0, rdma_target_cpu_ms=0.02),
+    "target-cpu": dict(write_lat_us=1.5, tcp_lat_us=25.0, lat_size=8, rdma_target_cpu_share=0.01,
+                       tcp_receiver_cpu_share=0.95, bw_size=1 << 20),
     "allreduce": dict(ranks=4, sizes=[65536, 1 << 20], ring_rdma_s=[1e-4, 1e-3], ring_tcp_s=[3e-4, 4e-3],
                mpi_s=[2e-4, 2e-3], busbw_rdma=[0.98, 1.57], busbw_tcp=[0.33, 0.39], provider="soft"),
     "training-step": dict(step_ms={"rdma": 1.55, "tcp": 2.71, "mpi": 1.15}, device="soft0 (soft)",
@@ -23,11 +23,14 @@ FULL = {
     "in-pytorch": dict(landing_device="soft0 (soft)", landing={"rdma": 0.97, "tcp": 0.52},
                        ddp_ratio={"predicted": 1.0, "measured": 0.31}, ddp_device="soft0 (soft)"),
 }
+# What lesson 05 kept before it was split in two (the sixth edition): lesson 06's figures too, all under "one-sided"
+OLD_ONE_SIDED = {**FULL["one-sided"], **FULL["target-cpu"]}
 EVERY = {**FULL,
          "one-sided": {**FULL["one-sided"], "frozen_rdma_completed": 4, "frozen_rdma_posted": 4,
                        "frozen_tcp_stalled": True, "frozen_tcp_bytes": 3 << 20, "frozen_target_found": True,
-                       "one_cpu_read_us": 3.4, "one_cpu_request_us": 21.0, "rdma_copies_per_byte": None,
                        "device_kind": "soft"},
+         "target-cpu": {**FULL["target-cpu"], "one_cpu_read_us": 3.4, "one_cpu_request_us": 21.0,
+                        "rdma_copies_per_byte": None, "device_kind": "soft"},
          "allreduce": {**FULL["allreduce"], "device": "soft0", "disturbed": ""},
          "on-the-wire": dict(write_length=10240, write_packets=10, reth_packets=1, reth_va=0x7f0000001000,
                              reth_rkey=0x1234, lossy_size=256 << 10, loss=0.02, resent=40, clean_ms=20.0,
@@ -76,7 +79,7 @@ def test_the_view_answers_with_the_learners_own_numbers():
     view = answer.closing_view(device="soft0", kept=FULL, answers={"welcome": quiz.ANSWER})
     text = str(view)
     assert [m for m, _ in view.missing] == ["on-the-wire", "when-it-breaks"] and "Lesson 01 has not" not in text
-    assert "2.0 syscalls" in text and "1000 RDMA WRITEs made 0 syscalls" in text
+    assert "1.0 read() calls" in text and "1000 RDMA WRITEs made 0 syscalls" in text
     assert f"{1.57 / 0.39:.1f}x" in text                              # the busbw ratio at the largest size
     assert "ring AllReduce busbw at 1 MiB" in text and "(right)" in text
     html = view._repr_html_()
@@ -94,7 +97,7 @@ def test_the_evidence_that_holds_on_every_device_leads_the_view_and_alone_argues
     assert busbw and all(not r[4] and "one host: soft0's shared memory against TCP loopback" in r[0] for r in busbw)
     right = next(text for _, ok, text, _ in view.verdict if ok)
     assert "4 of 4 RDMA operations on its memory completed; a TCP sender to it stalled" in right
-    assert "first-packet (10)" in right and "access-refused (11)" in right
+    assert "first-packet (13)" in right and "access-refused (14)" in right
     assert "busbw" not in right and "ping-pong" not in right, "what holds on this machine only argues nothing"
     assert "kept out of this verdict" in str(view)
 
@@ -119,7 +122,7 @@ def test_copies_per_byte_are_counted_or_given_by_design_never_as_a_measurement()
     mine = [line for line in view.design if line[3]]
     assert len(mine) == 1 and mine[0][0] == "soft0, the emulated NIC (its shared-memory link): these numbers, from soft0"
     assert [c for _, c, _, _ in view.design] == [1, 2, 0]
-    counted = {**EVERY, "one-sided": {**EVERY["one-sided"], "rdma_copies_per_byte": 1.0}}   # soft0 counted its own
+    counted = {**EVERY, "target-cpu": {**EVERY["target-cpu"], "rdma_copies_per_byte": 1.0}}   # soft0 counted its own
     assert next(r for r in answer.rows(counted) if r[0].startswith("CPU copies"))[2] == 1.0
     mine = [line for line in answer.closing_view(kept=counted, answers={}).design if line[3]]
     assert mine[0][0].endswith("from soft0 (counted too: 1.00, in the table)")
@@ -190,16 +193,16 @@ def test_the_training_steps_figures_are_labelled_by_what_holds_on_any_device(dev
 def test_missing_lessons_are_named_and_nothing_fails():
     view = answer.closing_view(device=None, kept={}, answers={})
     text = str(view)
-    for lesson in ("01", "04", "06", "07", "08", "10", "11"):   # the lessons that record, by today's numbers
+    for lesson in ("01", "05", "06", "09", "10", "11", "13", "14"):   # the lessons that record, by today's numbers
         assert f"Lesson {lesson} has not recorded its figures yet" in text
     assert "have not answered lesson 00" in text
-    assert "06 AllReduce by hand" in view._repr_html_()
+    assert answer.LESSONS["allreduce"] in view._repr_html_() and answer.LESSONS["target-cpu"] == "06 The target's CPU"
     partial = answer.closing_view(device="soft0", kept={"allreduce": FULL["allreduce"]}, answers={"welcome": 99})
-    assert [m for m, _ in partial.missing] == ["socket-path", "one-sided", "training-step", "in-pytorch",
+    assert [m for m, _ in partial.missing] == ["socket-path", "one-sided", "target-cpu", "training-step", "in-pytorch",
                                                "on-the-wire", "when-it-breaks"]
     assert "have not answered" in str(partial)
-    assert answer.gather({}).missing == partial.missing[:2] + [("allreduce", "06 AllReduce by hand")] + \
-        partial.missing[2:]
+    assert answer.gather({}).missing == partial.missing[:3] + [("allreduce", answer.LESSONS["allreduce"])] + \
+        partial.missing[3:]
 
 
 @pytest.mark.parametrize("chosen", [i for i in range(len(quiz.CHOICES)) if i != quiz.ANSWER])
@@ -248,20 +251,34 @@ def test_the_answers_exercise_accepts_its_reference_and_a_learners_own_choice_of
     ({"choice": 2, "because": "stopped-target"}, "a list of figures' names"),
     ({"choice": 2, "because": ["the frozen target", "tcp-receiver", "first-packet"]}, "is not a figure's name"),
     ({"choice": 2, "because": ["stopped-target", "stopped-target", "tcp-receiver"]}, "three different figures"),
-    ({"choice": 0, "because": ["stopped-target", "tcp-receiver", "first-packet"]}, quiz.WHY[0][:40]),
+    ({"choice": 0, "because": ["stopped-target", "tcp-receiver", "first-packet"]}, "not a message's delay"),
     ({"choice": 2, "because": ["stopped-target", "tcp-receiver", "ping-pong"]}, "measures the scheduler's wake-ups"),
     ({"choice": 2, "because": ["stopped-target", "tcp-receiver", "ring-busbw"]}, "soft0's shared memory against TCP"),
     ({"choice": 2, "because": ["stopped-target", "tcp-receiver", "go-back-n"]}, "TCP retransmits too"),
     ({"choice": 2, "because": ["stopped-target", "tcp-receiver", "headers"]}, "the same bytes for TCP and RDMA"),
-    ({"choice": 2, "because": ["stopped-target", "one-cpu-read", "write-target"]}, "all three come from lesson 04"),
 ])
 def test_the_answers_exercise_names_each_wrong_claim_and_why(wrong, says):
     f = feedback(wrong, answer.gather(EVERY))
     assert f.status == "wrong" and says in f.message, f.message
 
 
+def test_the_answers_exercise_wants_two_lessons_and_each_figure_names_the_lesson_that_measured_it():
+    import dataclasses
+    figures = answer.gather(EVERY)
+    assert {n: f.lesson for n, f in figures.items() if f.lesson in ("one-sided", "target-cpu")} == {
+        "stopped-target": "one-sided", "write-target": "one-sided",
+        "one-cpu-read": "target-cpu", "receiver-cpu": "target-cpu", "ping-pong": "target-cpu"}
+    assert feedback({"choice": 2, "because": ["stopped-target", "write-target", "one-cpu-read"]}, figures).passed
+    figures["one-cpu-read"] = dataclasses.replace(figures["one-cpu-read"], lesson="one-sided")   # (as if one lesson)
+    f = feedback({"choice": 2, "because": ["stopped-target", "one-cpu-read", "write-target"]}, figures)
+    assert f.status == "wrong" and "all three come from lesson 05" in f.message, f.message
+    lines = answer.gather(EVERY).lines()
+    assert any(line.startswith("one-cpu-read    06") for line in lines)
+    assert any(line.startswith("stopped-target  05") for line in lines)
+
+
 def test_a_figure_the_learners_lessons_did_not_record_cannot_be_cited():
-    figures = answer.gather(FULL)   # no lesson 10 or 11, no stopped target
+    figures = answer.gather(FULL)   # no lesson 13 or 14, no stopped target
     f = feedback({"choice": 2, "because": ["tcp-receiver", "write-target", "first-packet"]}, figures)
     assert f.status == "wrong" and "'first-packet': your lessons have not recorded it" in f.message
 
@@ -314,20 +331,21 @@ def test_an_answer_saved_under_other_wording_of_the_choices_is_not_read_back(tmp
 
 
 def test_what_the_first_edition_saved_under_lesson_numbers_reads_as_the_lessons_it_meant(tmp_path, monkeypatch):
-    """Before lesson 04 was split, evidence and answers were keyed "01", "04", "05" (AllReduce then) and "00".
-    They read as socket-path, one-sided, allreduce and welcome: never as today's lesson 05 (posting)."""
+    """Before lesson 05 was split, evidence and answers were keyed "01", "04", "05" (AllReduce then) and "00".
+    They read as socket-path, one-sided, allreduce and welcome: never as today's lesson 07 (posting)."""
     import json
     monkeypatch.setattr(evidence, "LEARNER_DIR", str(tmp_path))
     monkeypatch.setattr(evidence, "EVIDENCE_FILE", str(tmp_path / "evidence.json"))
     monkeypatch.setattr(quiz, "ANSWERS_FILE", str(tmp_path / "answers.json"))
-    old = {"01": FULL["socket-path"], "04": FULL["one-sided"], "05": FULL["allreduce"]}
+    old = {"01": FULL["socket-path"], "04": OLD_ONE_SIDED, "05": FULL["allreduce"]}
     (tmp_path / "evidence.json").write_text(json.dumps(old))
-    assert evidence.recall() == {k: FULL[k] for k in ("socket-path", "one-sided", "allreduce")}
+    assert evidence.recall() == {"socket-path": FULL["socket-path"], "one-sided": OLD_ONE_SIDED,
+                                 "allreduce": FULL["allreduce"]}
     assert evidence.recall("posting") == {}
     assert [m for m, _ in answer.closing_view(device="soft0", kept=None, answers={}).missing] == \
         ["training-step", "in-pytorch", "on-the-wire", "when-it-breaks"]   # (the first edition had no such lessons)
     evidence.record("allreduce", ranks=2)          # a new run: its slug wins, and the file is rewritten by slug
-    assert evidence.recall("allreduce")["ranks"] == 2 and evidence.recall("one-sided") == FULL["one-sided"]
+    assert evidence.recall("allreduce")["ranks"] == 2 and evidence.recall("one-sided") == OLD_ONE_SIDED
     assert set(json.loads((tmp_path / "evidence.json").read_text())) == {"socket-path", "one-sided", "allreduce"}
     (tmp_path / "answers.json").write_text(json.dumps({"00": 1, "00:choice": quiz.CHOICES[1]}))
     assert quiz.load_answers() == {"welcome": 1}
@@ -336,7 +354,7 @@ def test_what_the_first_edition_saved_under_lesson_numbers_reads_as_the_lessons_
 def test_a_writes_counted_copies_are_its_devices_not_every_devices():
     """soft0 counts the copy its initiator's CPU makes for a WRITE (1.00 a byte): a figure of that device, filed with
     this machine's, never under what holds on any device (issue 47); TCP's count alone holds everywhere."""
-    counted = {**FULL, "one-sided": {**FULL["one-sided"], "rdma_copies_per_byte": 1.0}}
+    counted = {**FULL, "target-cpu": {**FULL["target-cpu"], "rdma_copies_per_byte": 1.0}}
     [row] = [r for r in answer.rows(counted) if r[0].startswith("CPU copies per byte")]
     assert row[2] == 1.0 and row[-1] is False
     [row] = [r for r in answer.rows(FULL) if r[0].startswith("CPU copies per byte")]
@@ -350,8 +368,74 @@ def test_the_closing_view_shows_the_learners_predictions_beside_their_measuremen
     text = str(view)
     assert "Your predictions, beside what you then measured:" in text
     first, second = text.index("01 syscalls per message: you predicted nothing written, measured 2"), \
-        text.index("07 the AllReduce's share of an RDMA step: you predicted 0.3, measured 0.49")
+        text.index("10 the AllReduce's share of an RDMA step: you predicted 0.3, measured 0.49")
     assert first < second   # the series' order, not the order they were made
     html = view._repr_html_()
     assert "<b>Your predictions, beside what you then measured</b>" in html and "<td>0.49</td>" in html
     assert "Your predictions" not in str(answer.closing_view(device="soft0", kept=FULL, answers={}, predicted={}))
+
+
+# ---- the one-sided lesson split in two: 05 and 06 record their own figures; what was saved before reads as both ----
+
+def test_evidence_saved_before_the_split_reads_as_the_two_lessons_that_measure_it_today(tmp_path, monkeypatch):
+    """Until today lesson 05 (one-sided) kept the one-CPU READ and the dashboard's figures too, under "one-sided":
+    they are read as lesson 06's (target-cpu), so nothing is missing and nothing is attributed to the wrong
+    lesson; a record of 06's own wins over them, and 05's own figures stay 05's."""
+    import json
+    monkeypatch.setattr(evidence, "LEARNER_DIR", str(tmp_path))
+    monkeypatch.setattr(evidence, "EVIDENCE_FILE", str(tmp_path / "evidence.json"))
+    before = {**EVERY, "one-sided": {**EVERY["one-sided"], **EVERY["target-cpu"]}}
+    del before["target-cpu"]
+    (tmp_path / "evidence.json").write_text(json.dumps(before))
+    kept = answer.split_old(evidence.recall())
+    assert kept["target-cpu"] == {k: x for k, x in EVERY["target-cpu"].items()} and kept["one-sided"] == EVERY["one-sided"]
+    view = answer.closing_view(kept=None, answers={})
+    assert not view.missing and str(view) == str(answer.closing_view(kept=EVERY, answers={}))
+    figures = answer.gather()
+    assert figures["one-cpu-read"].lesson == "target-cpu" and figures["stopped-target"].lesson == "one-sided"
+    assert answer.rows(evidence.recall()) == answer.rows(EVERY)
+    answer.record_target_cpu(dashboard_results(write_lat=9.0))   # lesson 06 run today: its own figures win
+    mine = answer.gather()
+    assert "9.0 us by RDMA WRITE" in mine["ping-pong"].text and "one-cpu-read" not in mine   # (not run with one_cpu)
+    assert mine["stopped-target"].text == figures["stopped-target"].text
+
+
+def _row(size, t=None, bw=None, target_cpu=0.0, initiator_cpu=1e-3, copied=None):
+    side = lambda cpu: {"cpu_s": cpu, "wall_s": 1.0, "read_syscalls": 0}   # noqa: E731
+    return {"size": size, "iterations": 100, "t_typical": t, "bw_avg_mib": bw, "bytes_copied_by_cpu": copied,
+            "initiator": side(initiator_cpu), "target": side(target_cpu)}
+
+
+def dashboard_results(write_lat=1.5):
+    from rdmalab import bench
+    return {"write_lat": bench.Results("write_lat", "soft", "soft0", [_row(8, write_lat), _row(64, 3.0)]),
+            "tcp_lat": bench.Results("tcp_lat", "tcp", "loopback", [_row(8, 25.0), _row(64, 26.0)]),
+            "write_bw": bench.Results("write_bw", "soft", "soft0", [_row(1 << 20, bw=9000.0, copied=100 << 20)]),
+            "tcp_bw": bench.Results("tcp_bw", "tcp", "loopback", [_row(1 << 20, bw=2000.0, target_cpu=0.9e-3)])}
+
+
+def test_lessons_05_and_06_each_record_what_they_measured(tmp_path, monkeypatch):
+    from rdmalab.lessons.freeze import FreezeResult
+    from rdmalab.lessons.one_cpu import OneCpu
+    monkeypatch.setattr(evidence, "LEARNER_DIR", str(tmp_path))
+    monkeypatch.setattr(evidence, "EVIDENCE_FILE", str(tmp_path / "evidence.json"))
+    spent = {"read_syscalls": 0, "write_syscalls": 0, "voluntary_switches": 1, "involuntary_switches": 0, "cpu_s": 2e-5}
+    frozen = FreezeResult({"device": "soft0", "rdma_completed": 3, "rdma_posted": 3, "target_found_pattern": True,
+                           "tcp_stalled": True, "tcp_bytes_before_stall": 3 << 20}, None, None, None)
+    answer.record_one_sided(spent, 1024, frozen)
+    assert set(evidence.recall()) == {"one-sided"}
+    assert set(evidence.recall("one-sided")) == {"writes", "rdma_target_syscalls", "rdma_target_switches",
+                                                 "rdma_target_cpu_ms", "device_kind", "frozen_rdma_completed",
+                                                 "frozen_rdma_posted", "frozen_target_found", "frozen_tcp_stalled",
+                                                 "frozen_tcp_bytes", "recorded"}
+    assert evidence.recall("one-sided")["device_kind"] == "soft"
+    assert [m for m, _ in answer.gather().missing][:2] == ["socket-path", "target-cpu"]
+    one = OneCpu.from_loops(0, 100, {"read_lat": (3.4, dict(spent, voluntary_switches=0)),
+                                     "tcp_rr": (21.0, dict(spent, voluntary_switches=100))})
+    kept = answer.record_target_cpu(dashboard_results(), one)
+    assert set(kept) == set(answer.TARGET_CPU_KEYS) | {"device_kind"}
+    assert kept["rdma_copies_per_byte"] == pytest.approx(1.0) and kept["lat_size"] == 8
+    assert kept["tcp_receiver_cpu_share"] == pytest.approx(0.9) and kept["rdma_target_cpu_share"] == 0.0
+    figures = answer.gather()
+    assert figures["one-cpu-read"].lesson == "target-cpu" and "3.4 us by RDMA READ, 21.0 us" in figures["one-cpu-read"].text
+    assert figures["write-target"].lesson == "one-sided" and "1024 RDMA WRITEs made 0 syscalls" in figures["write-target"].text

@@ -125,7 +125,7 @@ def test_a_file_owned_by_someone_else_is_neither_trusted_nor_overwritten(fresh, 
 
 
 def test_a_record_of_the_first_editions_lesson_numbers_reads_as_the_lessons_it_meant(fresh, monkeypatch):
-    """A learner's record written before lesson 04 was split names the quiz "00" and exercises "05.ring-step"
+    """A learner's record written before lesson 05 was split names the quiz "00" and exercises "05.ring-step"
     (AllReduce then): the report reads them as welcome and allreduce.ring-step, and a newer attempt under the
     new name wins over the old one."""
     class_dir = fresh / "class"

@@ -1,4 +1,4 @@
-"""Lesson 08's PyTorch part: DDP on Gloo and with the ring as its communication hook (rdmalab.allreduce.ddp), the hook
+"""Lesson 11's PyTorch part: DDP on Gloo and with the ring as its communication hook (rdmalab.allreduce.ddp), the hook
 exercise's check, and the lesson without PyTorch (an optional extra).
 
 The tests that need PyTorch skip, saying how to add it, where it does not import; RDMALAB_TORCH_TEST=1 (.ci/run,
@@ -15,7 +15,7 @@ from rdmalab.lessons import exercises
 from rdmalab.lessons import training as lessons_training
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# (the Soft-RoCE guest has no PyTorch: there test_notebooks runs lesson 08 as a learner without it does)
+# (the Soft-RoCE guest has no PyTorch: there test_notebooks runs lesson 11 as a learner without it does)
 on_the_host = pytest.mark.host_only
 
 
@@ -182,7 +182,7 @@ def test_lesson_08_without_pytorch_says_how_to_add_it_and_runs_to_the_end(tmp_pa
     (hidden / "torch" / "__init__.py").write_text("raise ImportError('PyTorch hidden by tests/test_ddp.py')\n")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(hidden), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
     monkeypatch.setenv("RDMALAB_LEARNER_DIR", str(tmp_path / "learner"))
-    path = os.path.join(ROOT, "notebooks", "08-in-pytorch.ipynb")
+    path = os.path.join(ROOT, "notebooks", "11-in-pytorch.ipynb")
     papermill.execute_notebook(path, str(tmp_path / "08.ipynb"), parameters={"QUICK": True}, kernel_name="python3",
                                cwd=os.path.dirname(path), progress_bar=False, execution_timeout=900, start_timeout=120)
     ran = json.load(open(tmp_path / "08.ipynb"))

@@ -11,18 +11,6 @@ e = v.enums
 SOFT = v.PROVIDER == "soft"   # (soft0 explains a failure from its own checks; a real device infers)
 
 
-@pytest.fixture(scope="module")
-def ctx():
-    with v.device.Context(name=v.choose_route().device) as c:
-        yield c
-
-
-@pytest.fixture
-def pd(ctx):
-    with v.pd.PD(ctx) as p:
-        yield p
-
-
 def feedback(name, answer, *args):
     return exercises.check(name, answer, *args)
 
@@ -270,7 +258,7 @@ def test_queue_pairs_max_dest_rd_atomic_0_is_refused(ctx, pd):
 
 @pytest.fixture
 def frozen_target(ctx, pd):
-    """Lesson 04's setting: a target process connected to our QP, and post() as the lesson defines it."""
+    """Lesson 05's setting: a target process connected to our QP, and post() as the lesson defines it."""
     from rdmalab.lessons.target import RemoteBuffer
     from rdmalab.verbs import rc
     cq = v.cq.CQ(ctx, 16)
@@ -377,28 +365,35 @@ def test_one_sided_freeze_names_each_plausible_mistake(frozen_target):
     assert feedback("one-sided.freeze", frozen(RIGHT), *args).passed   # and the lesson goes on
 
 
-# The AllReduce lesson's exercise: the learner's naive AllReduce and ring, as a notebook defines them (their
-# module is __main__, so the check runs them as the ranks would: without the notebook's names, imports inside).
+# The ring AllReduce lesson's exercises (allreduce): the step schedule, and the learner's ring as a notebook defines
+# it (its module is __main__, so the check runs it as the ranks would: without the notebook's names, imports
+# inside). The naive AllReduce's are in tests/test_exercises_naive_allreduce.py.
 
 def ring(send=lambda r, s, p: (r - s) % p, add=lambda r, s, p: (r - s - 1) % p, slot=lambda s: s,
          read_first=False, forward=False, all_gather=True, wait_first=False, flush=True, itemsize=None,
-         view=None, extra_wait=False, gather=lambda r, s, p: (r + 1 - s) % p, leftwards=False):
+         view=None, extra_wait=False, gather=lambda r, s, p: (r + 1 - s) % p, leftwards=False, read_at=None,
+         wait_for="left", skip_wait=None):
     """The reference ring with one decision changed: which chunk goes in step s, which one what arrives is added
     to, which stage slot step s uses, whether a rank reads the slot before its wait(), whether it forwards what
     it received, whether there is an all-gather at all, whether it waits before its first put, whether it
-    flushes before returning, a hard-coded element size or dtype for the stage, one wait too many."""
+    flushes before returning, a hard-coded element size or dtype for the stage, one wait too many; where it
+    reads step s's slot (read_at(s, slot bytes, bytes of the chunk it adds)); which neighbour it waits for; a
+    wait it leaves out (skip_wait=(rank, call): its last, in that call)."""
     def my_ring(comm, x):
         import numpy as np
         p, r = comm.size, comm.rank
+        call = getattr(comm, "calls", 0)
+        comm.calls = call + 1
         right, left = (r + 1) % p, (r - 1) % p
         if leftwards:   # the same steps, round the other way
             right, left = left, right
+        waits_for = left if wait_for == "left" else right
         bounds = np.linspace(0, x.size, p + 1).astype(int)
         item = itemsize or x.itemsize
         size = int(max(np.diff(bounds))) * item
         stage = comm.t.buffer("stage")
         if wait_first:
-            comm.t.wait(left)
+            comm.t.wait(waits_for)
         for s in range(p - 1):
             c, at = send(r, s, p), slot(s) * size
             if forward and s > 0:   # what arrived in step s - 1, as it arrived
@@ -407,18 +402,21 @@ def ring(send=lambda r, s, p: (r - s) % p, add=lambda r, s, p: (r - s - 1) % p, 
                 src = x[bounds[c]:bounds[c + 1]]
             comm.t.put(right, src, "stage", at)
             if not read_first:
-                comm.t.wait(left)
+                comm.t.wait(waits_for)
             c = add(r, s, p)
-            got = stage[at:at + (bounds[c + 1] - bounds[c]) * x.itemsize].view(view or x.dtype)
+            n = (bounds[c + 1] - bounds[c]) * x.itemsize
+            at = read_at(s, size, n) if read_at else at
+            got = stage[at:at + n].view(view or x.dtype)
             x[bounds[c]:bounds[c + 1]] += got[:bounds[c + 1] - bounds[c]]
             if read_first:
-                comm.t.wait(left)
+                comm.t.wait(waits_for)
         for s in range(p - 1 if all_gather else 0):
             c = gather(r, s, p)
             comm.t.put(right, x[bounds[c]:bounds[c + 1]], "data", int(bounds[c]) * x.itemsize)
-            comm.t.wait(left)
+            if not (skip_wait == (r, call) and s == p - 2):
+                comm.t.wait(waits_for)
         if extra_wait:
-            comm.t.wait(left)
+            comm.t.wait(waits_for)
         if flush:
             comm.t.flush()
     my_ring.__module__ = "__main__"
@@ -432,7 +430,7 @@ def notebook(fn):
 
 @notebook
 def my_naive(comm, x):
-    """The reference naive AllReduce, as a learner writes it."""
+    """The reference naive AllReduce, as a learner writes it (a wrong ring)."""
     p, r = comm.size, comm.rank
     if r == 0:
         stage = comm.t.buffer("stage")
@@ -448,20 +446,21 @@ def my_naive(comm, x):
     comm.t.flush()
 
 
-def by_hand(naive=my_naive, ring_fn=None):
-    return feedback("allreduce.by-hand", (naive, ring_fn or ring()))
+def by_hand(ring_fn=None):
+    return feedback("allreduce.ring", ring_fn or ring())
 
 
-def test_allreduce_by_hand_the_reference_passes_on_2_3_and_4_ranks_and_a_skeleton_is_not_yet():
+def test_allreduce_ring_the_reference_passes_on_2_to_5_ranks_and_a_skeleton_is_not_yet():
     from rdmalab.lessons import checking
-    from rdmalab.lessons.checks.allreduce import _judge
-    naive, ring_fn = exercises.REGISTRY["allreduce.by-hand"].reference()
-    assert feedback("allreduce.by-hand", (naive, ring_fn)).passed
+    from rdmalab.lessons.checks.allreduce import RingJudge
+    ring_fn = exercises.REGISTRY["allreduce.ring"].reference()
+    assert feedback("allreduce.ring", ring_fn).passed
     assert by_hand().passed   # ring() unchanged: the reference, as a learner writes it
-    for ranks in (2, 3, 4):
-        for what, fn in (("naive AllReduce", naive), ("ring", ring_fn)):
-            for dtype, count in (("float32", 1003), ("int32", 5), ("float32", 1)):
-                _judge(what, checking.run(fn, ranks, count, dtype, seed=ranks))   # raises Wrong if anything was
+    for ranks in (2, 3, 4, 5):
+        for dtype, count in (("float32", 1003), ("int32", 5), ("float64", 1), ("int64", 7)):
+            RingJudge("ring")(checking.run(ring_fn, ranks, count, dtype, seed=ranks, library=False))   # raises Wrong
+    assert {p for p, _, _ in checking.CASES} == {2, 3, 4, 5}
+    assert {"float64", "int64"} <= {dtype for _, dtype, _ in checking.CASES}
 
     @notebook
     def skeleton(comm, x):
@@ -473,13 +472,13 @@ def test_allreduce_by_hand_the_reference_passes_on_2_3_and_4_ranks_and_a_skeleto
     def not_written(comm, x):
         raise NotImplementedError
 
-    for answer in ((skeleton, ring_fn), (naive, skeleton), (not_written, ring_fn)):
-        assert feedback("allreduce.by-hand", answer).status == "not yet"
-    assert "no put yet" in feedback("allreduce.by-hand", (skeleton, ring_fn)).message
-    assert "two functions" in feedback("allreduce.by-hand", ring_fn).message
+    for answer in (skeleton, not_written):
+        assert feedback("allreduce.ring", answer).status == "not yet"
+    assert "no put yet" in feedback("allreduce.ring", skeleton).message
+    assert "your ring alone" in feedback("allreduce.ring", (my_naive, ring_fn)).message   # the old exercise's answer
 
 
-def test_allreduce_by_hand_rejects_each_plausible_wrong_ring_and_says_what_was_wrong():
+def test_allreduce_ring_rejects_each_plausible_wrong_ring_and_says_what_was_wrong():
     @notebook
     def uses_the_notebooks_numpy(comm, x):
         return np.linspace(0, x.size, comm.size + 1)   # noqa: F821 (the notebook's np: not on the ranks)
@@ -493,20 +492,28 @@ def test_allreduce_by_hand_rejects_each_plausible_wrong_ring_and_says_what_was_w
             (ring(add=lambda r, s, p: (r - s) % p), "what arrives is added to the wrong one", ""),
             (ring(all_gather=False), "no all-gather", ""),
             (ring(forward=True), "rank 1 sent what it had received (bytes of its stage)", ""),
-            (ring(wait_first=True), "deadlocked: "
-             "every rank waited for another and none had put anything for it: rank 0 waited for rank 2", "put first"),
+            (ring(wait_first=True), "deadlocked: every rank waited for another and none had put anything for it: "
+             "rank 0 waited for rank 2; rank 1 waited for rank 0; rank 2 waited for rank 1. Rank 0 waited before its "
+             "first put", "put first"),
             (my_naive, "the sums are right, but rank 0 put to ranks 1, 2: in a ring each rank writes to one "
              "neighbour only", ""),
             (uses_the_notebooks_numpy, "raised NameError", "import what it needs"),
+            (ring(read_at=lambda s, slot, n: s * n), "from bytes nobody ever put: rank 2 read bytes of its stage "
+             "that no put wrote, in any call (puts to it landed on bytes 0 to 8 and 12 to 20 only)", "s x (bytes of "
+             "the largest chunk)"),
+            (ring(wait_for="right"), "deadlocked: every rank waited for another and none had put anything for it: "
+             "rank 0 waited for rank 1; rank 1 waited for rank 2; rank 2 waited for rank 0. Counted per pair: in the "
+             "first call, rank 1 put to rank 0 never, and rank 0 waited for rank 1 once", "each wait() one put"),
     ]:
-        f = by_hand(ring_fn=wrong)
+        f = by_hand(wrong)
         assert f.status == "wrong" and says in f.message and hint in f.hint, (says, f.message, f.hint)
         assert f.message.startswith("your ring (on 3 ranks, 7 float32 elements)"), f.message
 
 
-def test_allreduce_by_hand_rejects_ten_more_plausible_wrong_rings_each_named():
+def test_allreduce_ring_rejects_eight_more_plausible_wrong_rings_each_named():
     """Mistakes a checker that copied a put's source at once, ran only 4-byte elements on at most 4 ranks, never
-    compared the ranks' bits and let the library's AllReduce in, took for right (issue 47)."""
+    compared the ranks' bits, let the library's AllReduce in and counted waits by rank alone, took for right or
+    named elsewhere (issue 47)."""
     @notebook
     def calls_the_librarys_ring(comm, x):
         from rdmalab.allreduce.algorithms import ring_allreduce
@@ -518,7 +525,6 @@ def test_allreduce_by_hand_rejects_ten_more_plausible_wrong_rings_each_named():
 
     @notebook
     def sums_in_its_own_order(comm, x):   # every rank gathers every x, then adds them starting from its own
-        import numpy as np
         p, r = comm.size, comm.rank
         stage = comm.t.buffer("stage")
         for peer in range(p):
@@ -534,82 +540,99 @@ def test_allreduce_by_hand_rejects_ten_more_plausible_wrong_rings_each_named():
         x[:] = total
         comm.barrier()
 
-    @notebook
-    def naive_without_flush(comm, x):
-        p, r = comm.size, comm.rank
-        if r == 0:
-            stage = comm.t.buffer("stage")
-            for peer in range(1, p):
-                comm.t.wait(peer)
-                x += stage[(peer - 1) * x.nbytes:peer * x.nbytes].view(x.dtype)
-            for peer in range(1, p):
-                comm.t.put(peer, x, "data", 0)
-        else:
-            comm.t.put(0, x, "stage", (r - 1) * x.nbytes)
-            comm.t.wait(0)
-
     import numpy as np
     cases = [
-        (ring(flush=False), None, "changed the bytes its put of all-gather step 0 sent (data bytes 8 to 16) after it "
+        (ring(flush=False), "changed the bytes its put of all-gather step 0 sent (data bytes 8 to 16) after it "
          "returned", "flush()"),
-        (calls_the_librarys_ring, None, "calls the library's AllReduce (ring_allreduce)", ""),
-        (calls_comm_allreduce, None, "calls the library's AllReduce (allreduce)", ""),
-        (ring(extra_wait=True), None, "deadlocked", "Every rank had put before it waited"),
-        (sums_in_its_own_order, None, "differs from rank 0's in the last bits", ""),
-        (ring(itemsize=4), None, "5 ranks, 1003 float64 elements", ""),
-        (ring(view=np.float32), None, "int32 elements", ""),
-        (ring(leftwards=True), None, "your ring (on 3 ranks, 7 float32 elements)", ""),
-        (ring(gather=lambda r, s, p: (r - s) % p), None, "in all-gather step 0, rank 0 sent chunk 0", ""),
-        (None, naive_without_flush, "rank 0 changed the bytes its put sent (data bytes 0 to 28) after it returned",
-         "flush()"),
+        (calls_the_librarys_ring, "calls the library's AllReduce (ring_allreduce)", ""),
+        (calls_comm_allreduce, "calls the library's AllReduce (allreduce)", ""),
+        (ring(extra_wait=True), "deadlocked: every rank waited for another and none had put anything for it: rank 0 "
+         "waited for rank 2; rank 1 waited for rank 0; rank 2 waited for rank 1. Counted per pair: in the first call, "
+         "rank 2 put to rank 0 4 times, and rank 0 waited for rank 2 5 times", "Every rank had put before it waited"),
+        (sums_in_its_own_order, "differs from rank 0's in the last bits", ""),
+        (ring(itemsize=4), "5 ranks, 1003 float64 elements", ""),
+        (ring(view=np.float32), "int32 elements", ""),
+        (ring(leftwards=True), "your ring (on 3 ranks, 7 float32 elements)", ""),
+        (ring(gather=lambda r, s, p: (r - s) % p), "in all-gather step 0, rank 0 sent chunk 0", ""),
+        (ring(skip_wait=(1, 0)), "rank 1 returned while rank 0's put of all-gather step 1 was still on its way to it: "
+         "nothing waited for its flag, so nothing said its bytes had landed (in the first call, rank 0 put to rank 1 "
+         "4 times, and rank 1 waited for rank 0 3 times)", "one wait() on the rank it goes to"),
     ]
-    for ring_fn, naive, says, hint in cases:
-        f = by_hand(naive=naive or my_naive, ring_fn=ring_fn)
+    for ring_fn, says, hint in cases:
+        f = by_hand(ring_fn)
         assert f.status == "wrong" and says in f.message and hint in f.hint, (says, f.message, f.hint)
 
 
-def test_allreduce_by_hand_rejects_a_naive_allreduce_that_shares_a_slot_or_never_waits_for_the_sum():
-    @notebook
-    def one_slot(comm, x):
-        if comm.rank == 0:
-            for peer in range(1, comm.size):
-                comm.t.wait(peer)
-                x += comm.t.buffer("stage")[:x.nbytes].view(x.dtype)
-            for peer in range(1, comm.size):
-                comm.t.put(peer, x, "data", 0)
-        else:
-            comm.t.put(0, x, "stage", 0)
-            comm.t.wait(0)
-
-    @notebook
-    def never_waits_for_the_sum(comm, x):
-        if comm.rank == 0:
-            for peer in range(1, comm.size):
-                comm.t.wait(peer)
-                slot = (peer - 1) * x.nbytes
-                x += comm.t.buffer("stage")[slot:slot + x.nbytes].view(x.dtype)
-            for peer in range(1, comm.size):
-                comm.t.put(peer, x, "data", 0)
-            comm.t.flush()
-        else:
-            comm.t.put(0, x, "stage", (comm.rank - 1) * x.nbytes)
-            comm.t.flush()
-
-    f = by_hand(naive=one_slot)
-    assert f.status == "wrong" and "its own slot in rank 0's stage" in f.hint, f.message
-    assert "rank 2's put landed on bytes 0 to 28 of rank 0's stage before rank 0 had used what rank 1's put left there" \
-        in f.message
-    f = by_hand(naive=never_waits_for_the_sum)
-    assert f.status == "wrong" and "returned while rank 0's put was still on its way to it" in f.message, f.message
+def test_allreduce_bytes_nobody_ever_put_are_named_so_not_as_used_before_their_flag():
+    """Poison in a result is traced: bytes read before their flag stay poison when the bytes no put ever wrote
+    are zeroed, bytes nobody ever put do not; each is named as what it is, whatever the seed."""
+    from rdmalab.lessons import checking
+    from rdmalab.lessons.checks.allreduce import RingJudge
+    never, early = ring(read_at=lambda s, slot, n: s * n), ring(read_first=True)
+    for seed in range(4):
+        run = checking.run(never, 3, 7, "float32", seed, library=False)
+        assert run.never_put[2, "stage"][8:12].all() and not run.never_put[2, "stage"][:8].any()
+        with pytest.raises(exercises.Wrong, match="from bytes nobody ever put: rank 2 read") as said:
+            RingJudge("ring")(run)
+        assert "before their flag" not in str(said.value)
+        with pytest.raises(exercises.Wrong, match="bytes used before their flag had landed") as said:
+            RingJudge("ring")(checking.run(early, 3, 7, "float32", seed, library=False))
+        assert "nobody ever put" not in str(said.value)
 
 
-def test_the_checking_transport_names_a_shared_slot_whatever_the_seed():
+def test_allreduce_checking_counts_puts_and_waits_per_sender_target_and_call():
+    from rdmalab.lessons import checking
+    run = checking.run(ring(skip_wait=(1, 0)), 3, 7, "int32", 0)
+    assert run.sent[0, 1, 0] == run.sent[0, 1, 1] == 4 and run.waited[0, 1, 0] == 3 and run.waited[0, 1, 1] == 4
+    assert run.waited[1, 2, 0] == 4 and run.sent[1, 0, 0] == 0
+    assert checking.counted(run, 0, 1, 0) == ("in the first call, rank 0 put to rank 1 4 times, and rank 1 waited "
+                                              "for rank 0 3 times")
+    run = checking.run(ring(), 2, 7, "int32", 0)
+    assert dict(run.sent) == dict(run.waited) == {(0, 1, 0): 2, (1, 0, 0): 2, (0, 1, 1): 2, (1, 0, 1): 2}
+
+
+def test_allreduce_checking_transport_names_a_shared_slot_whatever_the_seed():
     """The overwrite is found by what each rank had heard (vector clocks), not by the threads' timing."""
     from rdmalab.lessons import checking
     for seed in range(20):
         run = checking.run(ring(slot=lambda s: 0), 3, 7, "int32", seed)
         assert run.overwrite is not None and run.overwrite.put.index == 1, (seed, run.overwrite)
         assert checking.run(ring(), 3, 7, "int32", seed).overwrite is None
+
+
+def test_allreduce_schedule_passes_any_schedule_that_sums_every_chunk_and_names_each_off_by_one():
+    name = "allreduce.schedule"
+    assert feedback(name, exercises.REGISTRY[name].reference()).passed
+    shifted = lambda p, r, s: ((r - s + 1) % p, (r - s) % p, (r + 2 - s) % p)   # noqa: E731 (every chunk one on)
+    assert feedback(name, shifted).passed   # a ring too
+
+    def schedule(send="(r - s) % p", add="(r - s - 1) % p", gather="(r + 1 - s) % p"):
+        return eval(f"lambda p, r, s: ({send}, {add}, {gather})")
+
+    assert feedback(name, lambda p, r, s: (None, None, None)).status == "not yet"
+    assert feedback(name, lambda p, r, s: None).status == "not yet"
+    for wrong, says in [
+            (schedule(send="(r + s) % p"), "rank 0's send in step 1 is chunk 1; the chunk it sends in reduce-scatter "
+             "step s is (r - s) % p, here 2: it goes round the wrong way"),
+            (schedule(send="(r - s - 1) % p"), "that is the chunk it adds to in step s"),
+            (schedule(send="r"), "the same chunk every step"),
+            (schedule(send="s"), "every rank sends the same chunk in a step"),
+            (schedule(add="(r - s) % p"), "rank 0's add in step 0 is chunk 0; the chunk it adds what arrives to is "
+             "(r - s - 1) % p, here 2: that is the chunk it sends in step s"),
+            (schedule(add="(r + s + 1) % p"), "it goes round the wrong way"),
+            (schedule(add="(r - 1) % p"), "the same chunk every step"),
+            (schedule(gather="(r - s) % p"), "all-gather starts from chunk r, which is not finished on rank r"),
+            (schedule(gather="(r + 1 + s) % p"), "rank 0's gather in step 1 is chunk 2; the chunk it sends in "
+             "all-gather step s is (r + 1 - s) % p, here 0: it goes round the wrong way"),
+            (schedule(gather="(r - s - 1) % p"), "chunk r - 1 is finished on rank r - 2"),
+            (schedule(gather="(r + 1) % p"), "the same chunk every step"),
+            (schedule(send="r - s"), "send is -1 for p=3, r=0, s=1: chunks are numbered 0 to 2, so wrap it with % p"),
+            (lambda p, r, s: [(r - s) % p, (r - s - 1) % p], "return three chunk numbers"),
+            (lambda p, r, s: ((r - s) / p, 0, 0), "a chunk is a whole number"),
+            (7, "lambda: my_schedule"),
+    ]:
+        f = feedback(name, wrong)
+        assert f.status == "wrong" and says in f.message, (says, f.message)
 
 
 def test_scaling_out_fit_finds_the_costs_and_names_each_plausible_slip():
@@ -771,3 +794,29 @@ def test_when_it_breaks_diagnosis_rejects_each_plausible_wrong_cause_with_its_ev
     f = feedback("when-it-breaks.diagnose", {**ANSWER, "B": "cosmic rays"})
     assert f.status == "wrong" and all(cause in f.message for cause in CAUSES)
     assert feedback("when-it-breaks.diagnose", ["wrong address"]).status == "wrong"
+
+
+def test_allreduce_poison_left_by_the_next_calls_put_is_named_as_that_put():
+    """A second call's put that lands on bytes the first call has not added yet poisons the first call's sums
+    when the pace allows: the feedback names the put, not the poison."""
+    @notebook
+    def gathers_without_a_barrier(comm, x):
+        p, r = comm.size, comm.rank
+        stage = comm.t.buffer("stage")
+        for peer in range(p):
+            if peer != r:
+                comm.t.put(peer, x, "stage", (r - peer - 1) % p * x.nbytes)
+        for peer in range(p):
+            if peer != r:
+                comm.t.wait(peer)
+        for k in range(1, p):
+            x += stage[(k - 1) * x.nbytes:k * x.nbytes].view(x.dtype)
+        comm.t.flush()
+
+    from rdmalab.lessons import checking
+    for seed in range(6):
+        run = checking.run(gathers_without_a_barrier, 3, 7, "float32", seed, library=False)
+        with pytest.raises(exercises.Wrong) as said:
+            checking.Judge("AllReduce")(run)
+        assert "poison" not in str(said.value), str(said.value)
+        assert str(said.value).startswith("Called a second time") or "in the last bits" in str(said.value)

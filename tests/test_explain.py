@@ -1,4 +1,4 @@
-"""lessons.explain: each mistake the lessons make on purpose (lesson 02's failures table, 03's RNR and a
+"""lessons.explain: each mistake the lessons make on purpose (lesson 02's failures table, 04's RNR and a
 wrong destination QP) is explained with its rule and numbers: on soft0 from the NIC's own checks
 ("checked"), on a real device from the status and the WR ("inferred"). On random requests, soft0 explains
 every failure from the verdict of its own checks that gave that status."""

@@ -1,4 +1,4 @@
-"""Lesson 04's experiments (rdmalab.lessons.freeze, one_cpu, target): a stopped process's memory is reached by
+"""Lesson 05's experiments (rdmalab.lessons.freeze, one_cpu, target): a stopped process's memory is reached by
 RDMA, never by TCP; the lesson's plumbing continues the target whatever the learner's function does; on one CPU
 a READ needs no turn of the target's CPU, a TCP request does.
 
@@ -22,7 +22,7 @@ e = v.enums
 
 @pytest.fixture
 def lesson():
-    """What lesson 04 has when its exercise runs: post(), the CQ, the local MR, the target, and the QP."""
+    """What lesson 05 has when its exercise runs: post(), the CQ, the local MR, the target, and the QP."""
     ctx = v.device.Context(name=v.choose_route().device)
     pd = v.pd.PD(ctx)
     cq = v.cq.CQ(ctx, 64)

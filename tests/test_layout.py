@@ -96,7 +96,7 @@ def test_the_errors_load_neither_the_emulator_nor_numpy_and_a_cluster_not_the_em
 
 
 def test_importing_the_lessons_picks_no_provider():
-    """A program may set RDMALAB_SOFT_LINK (lesson 10's wire_demo does) after importing rdmalab.lessons: soft0
+    """A program may set RDMALAB_SOFT_LINK (lesson 13's wire_demo does) after importing rdmalab.lessons: soft0
     reads its link as it loads, so importing the lessons must not load it (nor choose a provider)."""
     every = [m for m in modules() if m.startswith("rdmalab.lessons")]
     loaded = loaded_by("import " + ", ".join(every))

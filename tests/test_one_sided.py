@@ -63,7 +63,7 @@ def test_rdma_write_lands_in_a_sleeping_process_without_its_cpu(tmp_path):
 
 
 def test_a_chain_of_wrs_rings_the_doorbell_once_where_the_doorbell_is_a_syscall():
-    """What the posting lesson (05) prints: Soft-RoCE's doorbell is a write() per post_send call (providers/rxe), so 16
+    """What the posting lesson (07) prints: Soft-RoCE's doorbell is a write() per post_send call (providers/rxe), so 16
     WRITEs cost 16 one by one and 1 as a chain; soft0 has no doorbell (0 and 0), nor has mlx5 (an MMIO store)."""
     from rdmalab import lessons
     a = rc.Resources(sq_sig_all=0, max_send_wr=64)

@@ -55,7 +55,7 @@ SEGMENT_BYTES = 1 << 20          # ring pipelining: chunks move in pieces of at 
 
 def validate(algorithm, dtype, ranks):
     """ValueError naming the problem and the fix, if this AllReduce cannot run on `ranks` ranks. `algorithm` is
-    a registered name, or a function fn(comm, x) that sums x in place (a learner's, lesson 06): taken as it is."""
+    a registered name, or a function fn(comm, x) that sums x in place (a learner's, lesson 09): taken as it is."""
     own = callable(algorithm)
     if not own and algorithm not in ALGORITHMS:
         raise RequestError(f"algorithm {algorithm!r}: choose one of {', '.join(ALGORITHMS)}")
@@ -205,7 +205,7 @@ class Communicator:
         self.t.flush()
 
 
-# ---------------------------------------------------------------- by hand, for reading (the AllReduce lesson, 06)
+# ---------------------------------------------------------------- by hand, for reading (the AllReduce lessons, 08 and 09)
 #
 # The lesson's reference solutions: the naive AllReduce and the ring, one chunk per step, from the transport's
 # put / wait / flush alone (the methods above do the same with segments and credits). Each is a function

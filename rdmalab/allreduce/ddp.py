@@ -6,13 +6,13 @@ by your ring, registered as DDP's communication hook. Needs PyTorch (an optional
     cluster.run(ddp.train, {"hook": ring_hook, "ring": my_ring, ...})                # DDP, your ring summing
 
 How DDP hands gradients to a transport: it packs them in buckets (last layer first, a size cap each, as lesson
-07's) and, once a bucket's gradients are final, calls the hook registered with model.register_comm_hook(state,
+10's) and, once a bucket's gradients are final, calls the hook registered with model.register_comm_hook(state,
 hook): hook(state, bucket), where bucket.buffer() is the bucket's gradients as one flat tensor. The hook returns
 a torch.futures.Future that completes with the bucket's *averaged* gradients (the sum over the ranks divided by
 their number: DDP's default hook, Gloo's or NCCL's all_reduce, divides); DDP waits for every bucket's future
 before backward returns, then copies the results into each parameter's .grad. Gloo's all_reduce returns its
 future at once and completes it from Gloo's own threads (backward goes on: overlap); ring_hook below completes
-it before returning (backward waits for each bucket, as lesson 07's step without overlap).
+it before returning (backward waits for each bucket, as lesson 10's step without overlap).
 
 The process group DDP needs (it broadcasts rank 0's parameters when it starts, and its hooks default to its
 all_reduce) is Gloo's, over TCP, joined once per rank process: rank 0 serves a TCPStore on a free port and
@@ -78,7 +78,7 @@ def join(comm, master, timeout=120):
 
 
 def model_of(params):
-    """lesson 07's MLP as torch.nn layers, holding the same numbers as params (numpy's [W1, b1, ...], W as in x out)."""
+    """lesson 10's MLP as torch.nn layers, holding the same numbers as params (numpy's [W1, b1, ...], W as in x out)."""
     import torch
     layers = []
     for i in range(0, len(params), 2):
@@ -91,7 +91,7 @@ def model_of(params):
 
 
 def numpy_params(model):
-    """The model's parameters as lesson 07's numpy list [W1, b1, ...], W as in x out."""
+    """The model's parameters as lesson 10's numpy list [W1, b1, ...], W as in x out."""
     out = []
     for layer in model:
         if hasattr(layer, "weight"):
@@ -105,7 +105,7 @@ def train(comm, options):
     the replicas' fingerprints after every step and the test accuracy.
 
     options: hook (None: DDP's own, Gloo's all_reduce; else a DDP comm hook, called with HookState(comm, ring)),
-    ring (the function the hook runs, as lesson 06's), master (rank 0's address for the store), steps, batch,
+    ring (the function the hook runs, as lesson 09's), master (rank 0's address for the store), steps, batch,
     width, depth, lr, seed, bucket_cap (bytes), keep_params."""
     import torch
     from torch.nn.parallel import DistributedDataParallel

@@ -45,7 +45,7 @@ def run(ranks=2, sizes=(1 << 20,), algorithm="ring", transport="rdma", dtype="fl
 
 def measure(cluster, sizes, algorithm="ring", dtype="float32", iters=5, progress=None):
     """nccl-tests' measurements on a running cluster: out of place, then in place, per size. `algorithm` is a
-    name, or a function fn(comm, x) that sums x in place on every rank (a learner's, in lesson 06)."""
+    name, or a function fn(comm, x) that sums x in place on every rank (a learner's, in lesson 09)."""
     validate(algorithm, dtype, cluster.ranks)
     return _measure(cluster, sizes, algorithm, dtype, iters, progress)
 

@@ -140,7 +140,7 @@ class TimedWaits:
 def train(comm, options, communicator=None):
     """Train on this rank's shards; returns this rank's step records, its replicas' fingerprints and accuracy.
 
-    options: algorithm (a registered name or a function f(comm, x), as lesson 06's), steps, batch (the global
+    options: algorithm (a registered name or a function f(comm, x), as lesson 09's), steps, batch (the global
     batch, split over ranks), width, depth, lr, seed, overlap (buckets reduced in a thread while backward runs),
     bucket_cap (bytes), buckets (a list of index lists, else ddp_buckets'), on_gradient and before_update (the
     overlap's hooks: Reducer), drift (a (rank, step, index)
@@ -216,7 +216,7 @@ class Reducer:
     into its bucket buffers). Without overlap, every bucket is reduced after backward. With it, backward calls
     on_gradient(state, i) as each gradient becomes final, state.launch(b) hands bucket b to a communication
     thread, and before_update(state) waits (state.wait(b)) for what the update needs: the hooks a learner writes
-    (lesson 07), DDP's by default. `self` is the state the hooks see: buckets, final (the indices of the gradients
+    (lesson 10), DDP's by default. `self` is the state the hooks see: buckets, final (the indices of the gradients
     final so far), launched (the buckets launched, in order)."""
 
     def __init__(self, comm, params, buckets, algorithm, threaded, on_gradient=launch_in_order,

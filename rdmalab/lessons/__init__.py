@@ -5,13 +5,13 @@ nothing else of rdmalab imports lessons (but the `rdmalab class report` command,
                    by slug, never by number; length.py: each lesson's time by the guide's estimate
     quiz.py        the opening question (welcome), its choices, the answer and why, the saved answers
     answer.py      the last lesson's (the-answer) figures and closing view: the answer from the learner's own
-                   numbers (socket-path, one-sided, allreduce, training-step, in-pytorch, on-the-wire,
-                   when-it-breaks)
+                   numbers (socket-path, one-sided, target-cpu, allreduce, training-step, in-pytorch,
+                   on-the-wire, when-it-breaks)
     nccl.py        NCCL in practice (allreduce): LL/LL128/Simple's bytes per flag, ring against tree steps
     fixtures.py    QP state diagrams, connected pairs (Pair, one_sided), queue-pairs' QPLab, posting's
                    poll_or_sleep and post_writes
     exercises.py   the exercise framework; checks/ the checks and reference solutions, a module per lesson;
-                   checking.py the allreduce exercise's checking transport (a learner's AllReduce on threads)
+                   checking.py the AllReduce exercises' checking transport (a learner's AllReduce on threads)
     ranks_and_cpus.py  allreduce's ranks, a CPU each; its tables' takeaways (or the word that a run was
                    disturbed); ranks that share CPUs, as an experiment of its own
     explain.py     why a work request failed: the rule and the numbers (soft0's own checks, run again), or
@@ -24,8 +24,8 @@ nothing else of rdmalab imports lessons (but the `rdmalab class report` command,
                    in-pytorch: a rank computing while gradients land, DDP on Gloo and with the learner's hook
                    (rdmalab.allreduce.training and .ddp run on the ranks)
     scaling.py     scaling-out: the model judged on unseen sizes, 4-rank times, the cluster charts and explorer
-    target.py      one-sided's second process (RemoteBuffer); dashboard.py, plots.py: charts and widgets
-    cm_peer.py     queue-pairs' second process for rdma_cm (CMPeer), and a CMID's QP numbers
+    target.py      one-sided's and target-cpu's second process (RemoteBuffer); dashboard.py, plots.py: charts and widgets
+    cm_peer.py     two-sided's second process for rdma_cm (CMPeer), and a CMID's QP numbers
     packets.py     on-the-wire: a capture of rxe (captures/) decoded as Wireshark shows it, a ladder diagram,
                    the bytes a message puts on the wire
     failures.py    when-it-breaks: a pair broken each way, NCCL's line for it

@@ -1,14 +1,17 @@
 """The series' answer, from the learner's own numbers: the last lesson's (the-answer) closing view.
 
     from rdmalab.lessons import answer
+    answer.record_one_sided(spent, writes, frozen)   # lesson 05 keeps its figures (evidence "one-sided")
+    answer.record_target_cpu(results, one_cpu)    # lesson 06: the one-CPU READ, the dashboard's rows ("target-cpu")
     answer.record_allreduce(ring, tcp, mpi)       # the AllReduce lesson keeps its figures (evidence "allreduce")
     figures = answer.gather()                     # the-answer: every figure the lessons kept, named, by lesson
     answer.closing_view(committed=my_answer)      # a table, a chart, the lesson-00 choice and today's, judged
 
-The view reads what socket-path, one-sided, allreduce, on-the-wire and when-it-breaks recorded
-(rdmalab.lessons.evidence, keyed by slug; the text names them by today's numbers, rdmalab.lessons.series).
-Its verdict rests on what holds on every device: lesson 04's stopped target, the READ on one CPU, the
-receiver's syscalls, the copies per byte that something counted, the address and key in a WRITE's first
+The view reads what the lessons in RECORDING recorded (rdmalab.lessons.evidence, keyed by slug; the text names
+them by today's numbers, rdmalab.lessons.series). Figures saved before the one-sided lesson was split in two
+(all under "one-sided") are read as the lessons that measure them today (split_old): the one-CPU READ and the
+dashboard's rows as target-cpu's. Its verdict rests on what holds on every device: lesson 05's stopped target,
+lesson 06's READ on one CPU, the receiver's syscalls, the copies per byte that something counted, the address and key in a WRITE's first
 packet, the target's NIC refusing an access. What depends on this machine (a ping-pong between two
 processes, which measures the scheduler's hand-offs too; two rings on one host, on soft0 its shared memory
 against TCP loopback) is shown, labelled so, and kept out of the verdict. Copies per byte that nothing
@@ -26,11 +29,16 @@ from rdmalab.lessons.quiz import ANSWER, CHOICES, WHY, load_answers
 from rdmalab.lessons.series import LESSONS as LESSON_ORDER, number, title
 from rdmalab import verbs
 
-RECORDING = ("socket-path", "one-sided", "allreduce", "training-step", "in-pytorch", "on-the-wire", "when-it-breaks")   # they record
+RECORDING = ("socket-path", "one-sided", "target-cpu", "allreduce", "training-step", "in-pytorch", "on-the-wire",
+             "when-it-breaks")   # they record
 LESSONS = {slug: title(slug) for slug in RECORDING}
-SOCKETS, ONE_SIDED, ALLREDUCE, TRAINING, PYTORCH, SCALING, WIRE, BREAKS, WELCOME = (number(s) for s in (
-    "socket-path", "one-sided", "allreduce", "training-step", "in-pytorch", "scaling-out", "on-the-wire", "when-it-breaks",
-    "welcome"))
+SOCKETS, ONE_SIDED, TARGET_CPU, ALLREDUCE, TRAINING, PYTORCH, SCALING, WIRE, BREAKS, WELCOME = (number(s) for s in (
+    "socket-path", "one-sided", "target-cpu", "allreduce", "training-step", "in-pytorch", "scaling-out", "on-the-wire",
+    "when-it-breaks", "welcome"))
+# What the target's CPU lesson records; until the one-sided lesson was split in two (the sixth edition) it kept
+# them too, under "one-sided" (split_old reads them as target-cpu's)
+TARGET_CPU_KEYS = ("one_cpu_read_us", "one_cpu_request_us", "write_lat_us", "tcp_lat_us", "lat_size", "bw_size",
+                   "rdma_target_cpu_share", "tcp_receiver_cpu_share", "rdma_copies_per_byte")
 
 DEVICE_LABEL = {"soft": "the emulated NIC, through shared memory", "rxe": "Linux's Soft-RoCE (rdma_rxe)",
                 "hardware": "a hardware NIC"}
@@ -69,6 +77,59 @@ def allreduce_figures(ring, tcp, mpi, provider):
 def record_allreduce(ring, tcp, mpi):
     """Keep the AllReduce lesson's figures (evidence "allreduce"), for the closing view and the scaling lesson."""
     return evidence.record("allreduce", **allreduce_figures(ring, tcp, mpi, verbs.PROVIDER))
+
+
+def record_one_sided(spent, writes, frozen=None):
+    """Keep the one-sided lesson's figures (evidence "one-sided"): what the target spent while `writes` WRITEs
+    landed (`spent`, procstat.since) and the freeze-the-target experiment (`frozen`, a freeze.FreezeResult).
+    Context switches are counted as the socket path counts them: voluntary and involuntary."""
+    figures = dict(writes=writes, rdma_target_syscalls=spent["read_syscalls"] + spent["write_syscalls"],
+                   rdma_target_switches=spent["voluntary_switches"] + spent["involuntary_switches"],
+                   rdma_target_cpu_ms=spent["cpu_s"] * 1e3,
+                   device_kind=kind_of(frozen.data.get("device") if frozen else None, verbs.PROVIDER))
+    if frozen is not None:
+        d = frozen.data
+        figures.update(frozen_rdma_completed=d["rdma_completed"], frozen_rdma_posted=d["rdma_posted"],
+                       frozen_target_found=d["target_found_pattern"], frozen_tcp_stalled=d["tcp_stalled"],
+                       frozen_tcp_bytes=d["tcp_bytes_before_stall"])
+    return evidence.record("one-sided", **figures)
+
+
+def target_cpu_figures(results, one_cpu=None):
+    """Evidence "target-cpu" from the dashboard's results ({test: bench.Results}: write_lat, tcp_lat, write_bw,
+    tcp_bw): its smallest latency row (the figure that stands for a message's fixed cost) and its largest
+    streaming row, and from the one-CPU comparison (`one_cpu`, a one_cpu.OneCpu): the READ and the TCP request."""
+    lat, tcp = (min(results[t].rows, key=lambda row: row["size"]) for t in ("write_lat", "tcp_lat"))
+    bw, tbw = (results[t].rows[-1] for t in ("write_bw", "tcp_bw"))
+    share = lambda row: float(row["target"]["cpu_s"] / max(row["initiator"]["cpu_s"], 1e-9))   # noqa: E731
+    copied = bw["bytes_copied_by_cpu"]   # counted (soft0's shared-memory link), else None: by_design says it
+    figures = dict(write_lat_us=float(lat["t_typical"]), tcp_lat_us=float(tcp["t_typical"]), lat_size=int(lat["size"]),
+                   bw_size=int(bw["size"]), rdma_target_cpu_share=share(bw), tcp_receiver_cpu_share=share(tbw),
+                   rdma_copies_per_byte=None if copied is None else copied / (bw["size"] * bw["iterations"]),
+                   device_kind=kind_of(results["write_bw"].device, results["write_bw"].provider))
+    if one_cpu is not None:
+        tests = one_cpu.data["tests"]
+        figures.update(one_cpu_read_us=tests["read_lat"]["t_typical"], one_cpu_request_us=tests["tcp_rr"]["t_typical"])
+    return figures
+
+
+def record_target_cpu(results, one_cpu=None):
+    """Keep the target's CPU lesson's figures (evidence "target-cpu": target_cpu_figures), for the closing view."""
+    return evidence.record("target-cpu", **target_cpu_figures(results, one_cpu))
+
+
+def split_old(kept):
+    """`kept` (by slug) with what was saved before the one-sided lesson was split in two read as the lessons that
+    measure it today: the one-CPU READ and the dashboard's figures (TARGET_CPU_KEYS), kept under "one-sided"
+    then, become target-cpu's; a target-cpu record of its own wins over them."""
+    four = kept.get("one-sided") or {}
+    moved = {k: four[k] for k in TARGET_CPU_KEYS if k in four}
+    if not moved:
+        return kept
+    out = {**kept, "one-sided": {k: x for k, x in four.items() if k not in TARGET_CPU_KEYS}}
+    if not kept.get("target-cpu"):
+        out["target-cpu"] = {**moved, **{k: four[k] for k in ("device_kind", "recorded") if k in four}}
+    return out
 
 
 def busbw(size, seconds, ranks):
@@ -150,8 +211,9 @@ class Figures(dict):
 
 def gather(kept=None, kind=None):
     """Every figure the lessons recorded (evidence.recall() by default), named (NAMES), as Figures."""
-    kept = evidence.recall() if kept is None else kept
+    kept = split_old(evidence.recall() if kept is None else kept)
     one, four, five = kept.get("socket-path", {}), kept.get("one-sided", {}), kept.get("allreduce", {})
+    six = kept.get("target-cpu", {})
     wire, broke = kept.get("on-the-wire", {}), kept.get("when-it-breaks", {}).get("failures", {})
     seven, eight = kept.get("training-step", {}), kept.get("in-pytorch", {})
     kind = kind or _kind(kept)
@@ -162,13 +224,13 @@ def gather(kept=None, kind=None):
         if four.get("frozen_tcp_stalled"):
             text += f"; a TCP sender to it stalled after {four['frozen_tcp_bytes'] / (1 << 20):.1f} MiB"
         out.append(Figure("stopped-target", "one-sided", text, True, ANSWER))
-    if four.get("one_cpu_read_us") and four.get("one_cpu_request_us"):
-        out.append(Figure("one-cpu-read", "one-sided", f"on one CPU, reading 8 B of remote memory took "
-                          f"{four['one_cpu_read_us']:.1f} us by RDMA READ, {four['one_cpu_request_us']:.1f} us by a "
+    if six.get("one_cpu_read_us") and six.get("one_cpu_request_us"):
+        out.append(Figure("one-cpu-read", "target-cpu", f"on one CPU, reading 8 B of remote memory took "
+                          f"{six['one_cpu_read_us']:.1f} us by RDMA READ, {six['one_cpu_request_us']:.1f} us by a "
                           "TCP request its server answers (full round trips)", True, ANSWER))
-    if one.get("tcp_syscalls_per_message") is not None:
-        out.append(Figure("tcp-receiver", "socket-path", f"a TCP receiver made {one['tcp_syscalls_per_message']:.1f} "
-                          f"syscalls and {one.get('tcp_switches_per_message', 0):.1f} context switches a message",
+    if one.get("tcp_reads_per_message") is not None:
+        out.append(Figure("tcp-receiver", "socket-path", f"a TCP receiver made {one['tcp_reads_per_message']:.1f} "
+                          f"read() calls and {one.get('tcp_switches_per_message', 0):.1f} context switches a message",
                           True, ANSWER))
     if four.get("writes"):
         out.append(Figure("write-target", "one-sided", f"the target of {four['writes']} RDMA WRITEs made "
@@ -177,10 +239,10 @@ def gather(kept=None, kind=None):
     if one.get("tcp_copies_per_byte") is not None:
         out.append(Figure("tcp-copies", "socket-path", f"TCP copied every byte {one['tcp_copies_per_byte']:.1f} "
                           "times (counted from its read and write byte counts)", True, ANSWER))
-    tshare = four.get("tcp_receiver_cpu_share", one.get("tcp_receiver_cpu_share"))
-    if four.get("rdma_target_cpu_share") is not None and tshare is not None:
-        out.append(Figure("receiver-cpu", "one-sided", f"streaming {_size(four.get('bw_size'))}, the receiving "
-                          f"process used {tshare:.0%} of the sender's CPU time over TCP, {four['rdma_target_cpu_share']:.0%} "
+    tshare = six.get("tcp_receiver_cpu_share", one.get("tcp_receiver_cpu_share"))
+    if six.get("rdma_target_cpu_share") is not None and tshare is not None:
+        out.append(Figure("receiver-cpu", "target-cpu", f"streaming {_size(six.get('bw_size'))}, the receiving "
+                          f"process used {tshare:.0%} of the sender's CPU time over TCP, {six['rdma_target_cpu_share']:.0%} "
                           "as the target of RDMA WRITEs", True, ANSWER))
     if eight.get("landing"):
         why_not = _landing_why_not(eight, kind)
@@ -197,9 +259,9 @@ def gather(kept=None, kind=None):
         out.append(Figure("access-refused", "when-it-breaks", f"a WRITE into memory registered without "
                           f"REMOTE_WRITE: the target's NIC refused it ({refused['status']} {_status(refused['status'])})",
                           True, ANSWER))
-    if four.get("write_lat_us") and four.get("tcp_lat_us"):
-        out.append(Figure("ping-pong", "one-sided", f"a ping-pong of {_size(four.get('lat_size'))}: "
-                          f"{four['write_lat_us']:.1f} us by RDMA WRITE, {four['tcp_lat_us']:.1f} us by TCP (half "
+    if six.get("write_lat_us") and six.get("tcp_lat_us"):
+        out.append(Figure("ping-pong", "target-cpu", f"a ping-pong of {_size(six.get('lat_size'))}: "
+                          f"{six['write_lat_us']:.1f} us by RDMA WRITE, {six['tcp_lat_us']:.1f} us by TCP (half "
                           "round trips between two processes)", False, 0, PING_PONG))
     if five.get("busbw_rdma") and five.get("busbw_tcp"):
         r, t = five["busbw_rdma"][-1], five["busbw_tcp"][-1]
@@ -249,30 +311,32 @@ def rows(kept, kind=None):
     """The table: (what, through TCP, by RDMA, lesson that measured it, holds on every device); None where not
     measured. What holds on every device comes first, led by the stopped target; what depends on this machine
     (a ping-pong, rings on one host) after, labelled so."""
+    kept = split_old(kept)
     one, four, five = kept.get("socket-path", {}), kept.get("one-sided", {}), kept.get("allreduce", {})
+    six = kept.get("target-cpu", {})
     kind = kind or _kind(kept)
     writes = four.get("writes")
     frozen = "frozen_rdma_posted" in four
-    copies = four.get("rdma_copies_per_byte")
+    copies = six.get("rdma_copies_per_byte")
     out = [
         ("operations that completed against a stopped (SIGSTOP) target",
          f"stalled after {four['frozen_tcp_bytes'] / (1 << 20):.1f} MiB" if frozen and four.get("frozen_tcp_stalled")
          else None, f"{four['frozen_rdma_completed']} of {four['frozen_rdma_posted']}" if frozen else None, ONE_SIDED,
          True),
-        ("one CPU: read 8 B of remote memory, us (full round trip)", four.get("one_cpu_request_us"),
-         four.get("one_cpu_read_us"), ONE_SIDED, True),
-        ("receiver's syscalls per message", one.get("tcp_syscalls_per_message"),
+        ("one CPU: read 8 B of remote memory, us (full round trip)", six.get("one_cpu_request_us"),
+         six.get("one_cpu_read_us"), TARGET_CPU, True),
+        ("receiver's syscalls per message (TCP: its read() calls)", one.get("tcp_reads_per_message"),
          _per(four.get("rdma_target_syscalls"), writes), f"{SOCKETS} / {ONE_SIDED}", True),
         ("receiver's context switches per message", one.get("tcp_switches_per_message"),
          _per(four.get("rdma_target_switches"), writes), f"{SOCKETS} / {ONE_SIDED}", True),
         ("CPU copies per byte delivered (counted)", one.get("tcp_copies_per_byte"),
-         copies if copies is not None else ("not counted: see by design, below" if four else None),
-         f"{SOCKETS} / {ONE_SIDED}", copies is None),   # (a WRITE's count is its device's: soft0's CPU copies once)
-        (f"receiver CPU / sender CPU, streaming {_size(four.get('bw_size'))}",
-         four.get("tcp_receiver_cpu_share", one.get("tcp_receiver_cpu_share")),
-         four.get("rdma_target_cpu_share"), f"{ONE_SIDED} (TCP: {SOCKETS} if {ONE_SIDED} is missing)", True),
-        (f"ping-pong at {_size(four.get('lat_size'))}, us (half round trip between two processes: the scheduler's "
-         "hand-offs too)", four.get("tcp_lat_us"), four.get("write_lat_us"), ONE_SIDED, False),
+         copies if copies is not None else ("not counted: see by design, below" if six else None),
+         f"{SOCKETS} / {TARGET_CPU}", copies is None),   # (a WRITE's count is its device's: soft0's CPU copies once)
+        (f"receiver CPU / sender CPU, streaming {_size(six.get('bw_size'))}",
+         six.get("tcp_receiver_cpu_share", one.get("tcp_receiver_cpu_share")),
+         six.get("rdma_target_cpu_share"), f"{TARGET_CPU} (TCP: {SOCKETS} if {TARGET_CPU} is missing)", True),
+        (f"ping-pong at {_size(six.get('lat_size'))}, us (half round trip between two processes: the scheduler's "
+         "hand-offs too)", six.get("tcp_lat_us"), six.get("write_lat_us"), TARGET_CPU, False),
     ]
     for size, t, r in zip(five.get("sizes", []), five.get("busbw_tcp", []), five.get("busbw_rdma", [])):
         out.append((f"ring AllReduce busbw at {_size(size)}, GB/s ({five['ranks']} ranks; "
@@ -291,6 +355,7 @@ def rows(kept, kind=None):
 
 def missing(kept):
     """Lessons whose figures the view lacks, as (slug, number and title)."""
+    kept = split_old(kept)
     return [(k, name) for k, name in LESSONS.items() if not kept.get(k)]
 
 
@@ -317,6 +382,7 @@ def verdict(kept, answers, kind=None):
     """What each choice is, judged against the evidence: a list of (choice, is_answer, text, is the lesson-00
     choice)."""
     chosen = answers.get("welcome")
+    kept = split_old(kept)
     notes = _numbers(kept, kind or _kind(kept))
     return [(choice, i == ANSWER, WHY[i] + (" " + notes[i] if notes.get(i) else ""), i == chosen)
             for i, choice in enumerate(CHOICES)]
@@ -325,13 +391,13 @@ def verdict(kept, answers, kind=None):
 def _numbers(kept, kind):
     """The learner's numbers that bear on each choice (indexes as quiz.CHOICES): only figures that hold on every
     device argue; the others are said to be what they are."""
-    four, five = kept.get("one-sided", {}), kept.get("allreduce", {})
+    four, five, six = kept.get("one-sided", {}), kept.get("allreduce", {}), kept.get("target-cpu", {})
     figures = gather(kept, kind)
     notes = {}
-    lat, tlat = four.get("write_lat_us"), four.get("tcp_lat_us")
+    lat, tlat = six.get("write_lat_us"), six.get("tcp_lat_us")
     if lat and tlat:
-        notes[0] = (f"Your ping-pongs in {ONE_SIDED} took {lat:.1f} us by RDMA WRITE and {tlat:.1f} us by TCP at "
-                    f"{_size(four.get('lat_size'))}: half round trips between two processes, each message waiting "
+        notes[0] = (f"Your ping-pongs in {TARGET_CPU} took {lat:.1f} us by RDMA WRITE and {tlat:.1f} us by TCP at "
+                    f"{_size(six.get('lat_size'))}: half round trips between two processes, each message waiting "
                     f"for the other program to run, so they measure this machine's scheduler as much as either "
                     f"transport, and this verdict does not rest on them.")
     ratio = _ratio(five.get("busbw_rdma"), five.get("busbw_tcp"))
@@ -364,7 +430,7 @@ def _numbers(kept, kind):
         bits = [f"{f.text} ({number(f.lesson)})" for f in reliable]
         if "tcp-receiver" in figures:
             bits.insert(0, f"your reliable TCP stream still cost its receiver "
-                           f"{kept['socket-path']['tcp_syscalls_per_message']:.1f} syscalls a message ({SOCKETS})")
+                           f"{kept['socket-path']['tcp_reads_per_message']:.1f} read() calls a message ({SOCKETS})")
         text = "; ".join(bits) + "."
         notes[3] = text[0].upper() + text[1:]
     if four.get("writes"):
@@ -378,8 +444,8 @@ def _ratio(a, b):
 
 
 def _kind(kept):
-    five, four = kept.get("allreduce", {}), kept.get("one-sided", {})
-    return kind_of(five.get("device"), five.get("provider")) if five else four.get("device_kind")
+    five, four, six = kept.get("allreduce", {}), kept.get("one-sided", {}), kept.get("target-cpu", {})
+    return kind_of(five.get("device"), five.get("provider")) if five else four.get("device_kind") or six.get("device_kind")
 
 
 def _size(n):
@@ -401,10 +467,11 @@ def chart(kept, kind=None, device=None):
     """Two panels, one idea each: what the receiver did per message (TCP against an RDMA target), and the ring's
     busbw per size over both transports (labelled with what it compares on this machine)."""
     import matplotlib.pyplot as plt
+    kept = split_old(kept)
     one, four, five = kept.get("socket-path", {}), kept.get("one-sided", {}), kept.get("allreduce", {})
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8), gridspec_kw={"width_ratios": [1, 1.4]})
     labels = ["syscalls", "context switches"]
-    tcp = [one.get("tcp_syscalls_per_message"), one.get("tcp_switches_per_message")]
+    tcp = [one.get("tcp_reads_per_message"), one.get("tcp_switches_per_message")]
     writes = four.get("writes")
     rdma = [_per(four.get("rdma_target_syscalls"), writes), _per(four.get("rdma_target_switches"), writes)]
     xs = range(len(labels))
@@ -471,13 +538,14 @@ class ClosingView:
     """The answer with the learner's numbers: shows as HTML (tables, chart, verdict) or as text."""
 
     def __init__(self, kept, answers, kind, device=None, committed=None, predicted=None):
+        kept = split_old(kept)
         self.kept, self.answers, self.kind, self.device = kept, answers, kind, device
         self.predicted = _predictions(evidence.predictions() if predicted is None else predicted)
         self.figures = gather(kept, kind)
         self.asked = committed is not None   # (the last lesson asks for an answer before the view)
         self.committed = committed_answer(committed, self.figures) if self.asked else None
         self.rows, self.missing = rows(kept, kind), missing(kept)
-        counted = kept.get("one-sided", {}).get("rdma_copies_per_byte")
+        counted = kept.get("target-cpu", {}).get("rdma_copies_per_byte")
         self.verdict, self.design = verdict(kept, answers, kind), by_design(kind, device, counted)
 
     def _choices(self):
@@ -579,9 +647,9 @@ def closing_view(device=None, kept=None, answers=None, committed=None, predicted
     """The closing view: `kept` defaults to everything recorded, `answers` to the saved quiz answers, `device` to
     the one the AllReduce lesson ran on (its name, as the run recorded it); `committed`: the learner's answer
     before the view (the-answer's exercise function, or what it returned)."""
-    kept = evidence.recall() if kept is None else kept
+    kept = split_old(evidence.recall() if kept is None else kept)
     answers = load_answers() if answers is None else answers
     five = kept.get("allreduce", {})
     device = device or five.get("device")
-    kind = kind_of(device, five.get("provider")) if device or five else kept.get("one-sided", {}).get("device_kind")
+    kind = kind_of(device, five.get("provider")) if device or five else _kind(kept)
     return ClosingView(kept, answers, kind, device, committed, predicted)

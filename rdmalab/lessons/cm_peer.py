@@ -1,4 +1,4 @@
-"""The other end of lesson 03's rdma_cm connection: a second process that listens with rdma_cm, as a
+"""The other end of lesson 04's rdma_cm connection: a second process that listens with rdma_cm, as a
 server written with librdmacm does, and answers one message.
 
     with CMPeer() as peer:                       # it listens on this machine's RDMA address, peer.address:peer.port

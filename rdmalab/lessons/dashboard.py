@@ -7,6 +7,7 @@ Everything the buttons do is callable without a browser (tests and papermill use
     d = Dashboard(tests=("write_lat", "tcp_lat"), sizes=(8, 4096), iters=200, repeats=3)
     display(d); d.run()   # shown first, so the progress bar moves; the chart grows as sizes complete
     d.results             # {test: rdmalab.bench.Results}: per size, the median of the repeats
+    answer.record_target_cpu(d.results, one_cpu)   # the target's CPU lesson keeps its figures (rdmalab.lessons.answer)
 
 The headline panel is the one whose answer is the same on every device: the CPU the receiving side spent
 per KiB while data streamed into it (an RDMA WRITE's target: none; a TCP receiver: every byte). The
@@ -15,7 +16,6 @@ design, and says nothing about RDMA. With repeats, each point is the median of i
 whose runs differ by more than 1.5x is marked noisy.
 """
 import os
-import statistics
 import time
 
 import ipywidgets as w
@@ -129,37 +129,6 @@ class Dashboard(w.VBox):
 
     def _summary(self):
         return "<br>".join(summary(self.results, self.repeats))
-
-
-def record_one_sided(spent, writes, results, frozen=None, one_cpu=None):
-    """Keep the one-sided lesson's figures for the last lesson's closing view (rdmalab.lessons.evidence,
-    key "one-sided"): what the target spent while `writes` WRITEs landed (`spent`, procstat.since), the
-    dashboard's smallest latency row (8 B: the figure that stands for a message's fixed cost) and its
-    streaming row, the freeze-the-target experiment (`frozen`, a freeze.FreezeResult) and the one-CPU
-    comparison (`one_cpu`, a one_cpu.OneCpu). Context switches are counted alike on both transports:
-    voluntary and involuntary."""
-    from rdmalab.lessons import evidence
-    from rdmalab.lessons.answer import kind_of
-    lat, tcp = (min(results[t].rows, key=lambda row: row["size"]) for t in ("write_lat", "tcp_lat"))
-    bw, tbw = (results[t].rows[-1] for t in ("write_bw", "tcp_bw"))
-    share = lambda row: float(row["target"]["cpu_s"] / max(row["initiator"]["cpu_s"], 1e-9))   # noqa: E731
-    copied = bw["bytes_copied_by_cpu"]   # counted (soft0's shared-memory link), else None: copies_by_design says it
-    figures = dict(writes=writes, rdma_target_syscalls=spent["read_syscalls"] + spent["write_syscalls"],
-                   rdma_target_switches=spent["voluntary_switches"] + spent["involuntary_switches"],
-                   rdma_target_cpu_ms=spent["cpu_s"] * 1e3, write_lat_us=float(lat["t_typical"]),
-                   tcp_lat_us=float(tcp["t_typical"]), lat_size=int(lat["size"]), bw_size=int(bw["size"]),
-                   rdma_target_cpu_share=share(bw), tcp_receiver_cpu_share=share(tbw),
-                   rdma_copies_per_byte=None if copied is None else copied / (bw["size"] * bw["iterations"]),
-                   device_kind=kind_of(results["write_bw"].device, results["write_bw"].provider))
-    if frozen is not None:
-        d = frozen.data
-        figures.update(frozen_rdma_completed=d["rdma_completed"], frozen_rdma_posted=d["rdma_posted"],
-                       frozen_target_found=d["target_found_pattern"], frozen_tcp_stalled=d["tcp_stalled"],
-                       frozen_tcp_bytes=d["tcp_bytes_before_stall"])
-    if one_cpu is not None:
-        tests = one_cpu.data["tests"]
-        figures.update(one_cpu_read_us=tests["read_lat"]["t_typical"], one_cpu_request_us=tests["tcp_rr"]["t_typical"])
-    return evidence.record("one-sided", **figures)
 
 
 def medians(runs):

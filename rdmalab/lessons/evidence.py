@@ -2,14 +2,16 @@
 question with their own numbers rather than with prose.
 
     from rdmalab.lessons import evidence
-    evidence.record("socket-path", tcp_syscalls_per_message=2.0, ...)
+    evidence.record("socket-path", tcp_reads_per_message=1.0, ...)
     evidence.recall()          # {"socket-path": {...}, "one-sided": {...}, ...}: what has been recorded so far
     evidence.keep_prediction("socket-path", "syscalls per message", 1, 2.0)   # exercises.compare(..., lesson=)
     evidence.predictions()     # {"socket-path": {"syscalls per message": {"predicted": 1, "measured": 2.0}}, ...}
 
 Who records what (rdmalab.lessons.answer.gather names each figure the last lesson cites):
     socket-path      the notebook: a TCP receiver's syscalls, switches, copies per byte, CPU share, latency
-    one-sided        dashboard.record_one_sided: the RDMA WRITE target's costs, the stopped target, the one-CPU READ
+    one-sided        answer.record_one_sided: the RDMA WRITE target's costs, the stopped target
+    target-cpu       answer.record_target_cpu: the one-CPU READ against a TCP request, the dashboard's rows
+                     (saved under "one-sided" before the sixth edition split that lesson: answer.split_old reads it)
     allreduce        answer.record_allreduce: the rings' times and busbw over both transports, MPI's, the device
     on-the-wire      packets.record: a WRITE's packets and its RETH, go-back-N under loss, a ring's header share
     when-it-breaks   failures.record (failures.table calls it): each failure's status, QP states, time, counters

@@ -258,6 +258,96 @@ def _run(kind, ctx, pd, change=None, wait_s=30.0, b_mr_access=None, opcode=None)
         a.close()
 
 
+class Stuck:
+    """A pair stuck in ERR, for the way back (when-it-breaks.way-back): a working pair whose target had two
+    receives posted, then a WRITE with a wrong rkey, refused by the target's NIC (REM_ACCESS_ERR): both QPs in
+    ERR, the receives flushed (WR_FLUSH_ERR). `qps` is (the sender's QP, the target's); `sender` and `target`
+    (a Sender and a Target) what each was given on its way to RTS, which to_rts() gives them again;
+    `old_psn`, the PSN the refused WRITE went out with. Close it when done (or use `with`)."""
+
+    def __init__(self, ctx, pd):
+        e = v.enums
+        self.a, self.b = _pair(ctx, pd)
+        try:
+            end_a, end_b = self.a.endpoint(mr=self.a.mr), self.b.endpoint(mr=self.b.mr)
+            self.sender, self.target = settings(self.a, end_b, Sender), settings(self.b, end_a, Target)
+            self.rkey, self.addr, self.old_psn = end_b["rkey"], end_b["addr"], self.sender.sq_psn
+            _to_rts(self.a, self.sender)
+            _to_rts(self.b, self.target)
+            self.posted = 0
+            self.post_recv(2)
+            _post(self.a, self.rkey ^ 0x5A5A00, self.addr, e.IBV_WR_RDMA_WRITE)   # a key the target never gave
+            self.refused = rc.wait_for_completion(self.a.cq).status
+            self.flushed, deadline = [], time.monotonic() + 2.0   # (a device moves its QPs to ERR, and flushes
+            while time.monotonic() < deadline and (len(self.flushed) < 2 or self.states() != ("ERR", "ERR")):
+                n, wcs = self.b.cq.poll(2)                        # the receives, as its own work: wait for both)
+                self.flushed += [wc.status for wc in wcs[:n]]
+                time.sleep(0.001 if not n else 0)
+        except BaseException:
+            self.close()
+            raise
+        self.qps = (self.a.qp, self.b.qp)
+
+    def to_rts(self):
+        """Both QPs through INIT, RTR and RTS, each with what `sender` and `target` say now (from RESET only:
+        from any other state the device refuses, errno 22)."""
+        _to_rts(self.a, self.sender)
+        _to_rts(self.b, self.target)
+
+    def post_recv(self, n=2):
+        """Post `n` receives of 64 bytes on the target's QP (refused, errno 22, before INIT)."""
+        for _ in range(n):
+            self.posted += 1
+            self.b.qp.post_recv(v.wr.RecvWR(wr_id=100 + self.posted, num_sge=1,
+                                            sg=[v.wr.SGE(self.b.mr.buf + 1024, 64, self.b.mr.lkey)]))
+
+    def states(self):
+        """(the sender's QP state, the target's), as the device reports them."""
+        return state_of(self.a.qp), state_of(self.b.qp)
+
+    def psns(self):
+        """{"sender": (sq_psn, rq_psn), "target": (...)}: what each QP holds now (query), before any traffic."""
+        e = v.enums
+        out = {}
+        for name, qp in (("sender", self.a.qp), ("target", self.b.qp)):
+            attr, _ = qp.query(e.IBV_QP_SQ_PSN | e.IBV_QP_RQ_PSN)
+            out[name] = (attr.sq_psn, attr.rq_psn)
+        return out
+
+    def traffic(self, wait_s=5.0):
+        """A WRITE of 64 bytes into the target's memory, then a SEND of 64 to it: (the WRITE's status, whether
+        its bytes landed, the SEND's status, the target's receive's status or None)."""
+        e = v.enums
+        pattern = bytes(range(7, 71))
+        self.a.mr.write(pattern, 64, 0)
+        _post(self.a, self.rkey, self.addr, e.IBV_WR_RDMA_WRITE, wr_id=11)
+        wrote = rc.wait_for_completion(self.a.cq, timeout=wait_s).status
+        landed = wrote == 0 and self.b.mr.read(64, 0) == pattern
+        if wrote != 0:
+            return wrote, landed, None, None
+        _post(self.a, None, None, e.IBV_WR_SEND, wr_id=12)
+        sent = rc.wait_for_completion(self.a.cq, timeout=wait_s).status
+        received, deadline = None, time.monotonic() + (wait_s if sent == 0 else 0.1)
+        while received is None and time.monotonic() < deadline:
+            n, wcs = self.b.cq.poll(8)
+            for wc in wcs[:n]:
+                if wc.status != e.IBV_WC_WR_FLUSH_ERR:   # (a receive posted in ERR is flushed at once)
+                    received = wc.status
+            time.sleep(0 if n else 0.001)
+        return wrote, landed, sent, received
+
+    def close(self):
+        for side in (getattr(self, "b", None), getattr(self, "a", None)):
+            if side is not None:
+                side.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
 def _moved(before, after):
     return {name: after[name] - before.get(name, 0) for name in after if after[name] != before.get(name, 0)}
 

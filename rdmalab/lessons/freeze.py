@@ -1,4 +1,4 @@
-"""Freeze the target (lesson 04): the learner stops the process whose memory they reach, and sees what still
+"""Freeze the target (lesson 05): the learner stops the process whose memory they reach, and sees what still
 moves. The learner writes the experiment as a function; this module keeps the plumbing.
 
     def stop_and_reach(pid, post, cq, local, sock):     # the learner's
@@ -7,7 +7,7 @@ moves. The learner writes the experiment as a function; this module keeps the pl
         os.kill(pid, signal.SIGCONT)
         return {"statuses": [...], "read_back": ..., "old_counter": ..., "tcp_bytes": ...}
 
-    result = freeze.run(stop_and_reach, post, cq, local, target)   # target: lesson 04's RemoteBuffer
+    result = freeze.run(stop_and_reach, post, cq, local, target)   # target: lesson 05's RemoteBuffer
     result          # a table in a notebook; result.data for the figures, result.record for what happened
 
 run() stages a fresh pattern at local offset 0 (and zeros where the READ and the atomic return their bytes),
@@ -188,7 +188,7 @@ def _deadline(seconds):
 
 
 def poster(qp, local, target):
-    """post(opcode, length, remote_offset=0, local_offset=0, imm=0) as lesson 04 defines it: one signaled WR
+    """post(opcode, length, remote_offset=0, local_offset=0, imm=0) as lessons 05 and 06 use it: one signaled WR
     from `local` into the target's buffer (an atomic adds 1); `signaled=False` for one of a stream whose
     every n-th WR alone is. For the benchmark and the tests, which run the experiment outside the lesson."""
     e = v.enums

@@ -7,8 +7,13 @@
   images, as the dashboard does, counts as its charts). Lessons are committed without outputs,
   so these are counted from a run: each lesson run once under papermill with QUICK=False (`--measure`),
   the counts recorded in the guide's table ("outputs": "14 rows, 3 charts, 22 lines, 2 widgets");
-- its exercise, EXERCISE_MIN for the first attempt and RETRY_MIN for one retry (the check's feedback read,
-  the code changed, run again: half an attempt, since the feedback names what was wrong);
+- its checked challenges (each `exercises.attempt(NAME, ...)`), by what the learner writes: TASK_MIN to read
+  the task, run the check and read its feedback, plus WRITE_LINE_S for each line of the reference solution
+  (what the learner must write: blank lines, comments and its docstring left out), and one retry at
+  RETRY_SHARE of that (the feedback read, the code changed, run again: cheaper, since the feedback names
+  what was wrong). A one-line answer costs about 3 minutes; 09's ring, about 11;
+- its predictions (each `exercises.compare(...)`), PREDICT_MIN each: a number written down before the
+  measurement, then the two read side by side and talked over;
 - its run: what its cells take outside QUICK mode, timed in the same run (the guide's "run" column).
 
 Every lesson must fit LIMIT_MIN minutes (tests/test_lengths.py): a lesson over it is split, not cut.
@@ -36,18 +41,23 @@ from rdmalab.lessons.series import LESSONS, NOTEBOOKS, notebook, slug_of
 
 WORDS_PER_MIN, CELL_S, LINE_S = 120, 20, 5
 ROW_S, CHART_S, LINE_OUT_S, WIDGET_S = 6, 30, 3, 15
-EXERCISE_MIN, RETRY_MIN, LIMIT_MIN = 6, 3, 30
+TASK_MIN, WRITE_LINE_S, RETRY_SHARE, PREDICT_MIN, LIMIT_MIN = 2, 15, 0.5, 1.5, 30
 OUTPUT_KINDS = ("rows", "charts", "lines", "widgets")
 OUTPUT_S = {"rows": ROW_S, "charts": CHART_S, "lines": LINE_OUT_S, "widgets": WIDGET_S}
 TEXT_WIDTH = 100   # characters a printed line holds in the lessons' output (HTML text is counted in such lines)
 
 
-def estimate(path, outputs=None):
-    """{"reading", "code", "outputs", "exercises"} in minutes for one notebook, and "total" without its run
-    time. `outputs` ({"rows", "charts", "lines", "widgets"}, counted from a run) defaults to nothing."""
+def estimate(path, outputs=None, written=None):
+    """{"reading", "code", "outputs", "exercises", "predictions"} in minutes for one notebook, "challenges" (how
+    many checked exercises it has) and "total" (minutes) without its run time. `outputs` ({"rows", "charts",
+    "lines", "widgets"}, counted from a run) defaults to nothing; `written(name)`, the lines a learner writes
+    for exercise `name`, to lines_written."""
     with open(path) as f:
         cells = json.load(f)["cells"]
-    words = seconds = exercises = 0
+    given = {code for cell in cells if cell["cell_type"] == "code" for line in "".join(cell["source"]).splitlines()
+             for code in (line.strip(), line.split("  #")[0].strip())}   # a skeleton's line, with or without its comment
+    written = written or (lambda name: lines_written(name, given))
+    words = seconds = exercises = challenges = predictions = 0
     for cell in cells:
         text = "".join(cell["source"])
         if cell["cell_type"] == "markdown":
@@ -55,11 +65,44 @@ def estimate(path, outputs=None):
         elif cell["cell_type"] == "code":
             code = [line for line in text.splitlines() if line.strip() and not line.strip().startswith("#")]
             seconds += CELL_S + LINE_S * len(code)
-            exercises += text.count("exercises.attempt(")
+            for name in re.findall(r"exercises\.attempt\(\s*[\"']([^\"']+)[\"']", text):
+                challenges += 1
+                exercises += challenge_minutes(written(name))
+            predictions += text.count("exercises.compare(")
     out = {"reading": words / WORDS_PER_MIN, "code": seconds / 60, "outputs": reading_outputs(outputs or {}),
-           "exercises": exercises * (EXERCISE_MIN + RETRY_MIN)}
+           "exercises": exercises, "predictions": predictions * PREDICT_MIN}
     out["total"] = sum(out.values())
+    out["challenges"] = challenges
     return out
+
+
+def challenge_minutes(lines):
+    """Minutes a checked challenge takes whose answer is `lines` lines: one attempt and one retry."""
+    attempt = TASK_MIN + lines * WRITE_LINE_S / 60
+    return attempt * (1 + RETRY_SHARE)
+
+
+def lines_written(name, given=()):
+    """The lines a learner writes for exercise `name`: its reference solution as the lesson shows it
+    (exercises.solution_source), without the `def` lines, docstrings, comments and blank lines, and
+    without the lines the lesson already gives (`given`: its code lines, stripped; a skeleton's
+    `p, r = comm.size, comm.rank` is read, not written)."""
+    import ast
+    from rdmalab.lessons import exercises
+    if name not in exercises.REGISTRY:
+        raise KeyError(f"a lesson calls exercises.attempt({name!r}), and no module in rdmalab/lessons/checks registers "
+                       "it: register it there (@exercise and @reference), or correct the name")
+    source = exercises.solution_source(name)
+    skipped = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            skipped.add(node.lineno)
+            if node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant) \
+                    and isinstance(node.body[0].value.value, str):
+                skipped.update(range(node.body[0].lineno, node.body[0].end_lineno + 1))
+    return sum(1 for number, line in enumerate(source.splitlines(), 1)
+               if number not in skipped and line.strip() and not line.strip().startswith("#")
+               and line.split("  #")[0].strip() not in given and line.strip() not in given)
 
 
 def reading_outputs(counts):
@@ -174,7 +217,7 @@ def outputs_text(counts):
     return ", ".join(f"{counts[k]} {k if counts[k] != 1 else k[:-1]}" for k in OUTPUT_KINDS)
 
 
-def lengths(directory=NOTEBOOKS):
+def lengths(directory=NOTEBOOKS, written=None):
     """[(notebook file name, estimate with "run", and "total" including it)] for every lesson in `directory`."""
     readme = os.path.join(directory, "README.md")
     runs, outputs = run_times(readme), output_counts(readme)
@@ -183,7 +226,7 @@ def lengths(directory=NOTEBOOKS):
         if slug_of(path) not in runs:
             raise ValueError(f"{readme} records no run for {os.path.basename(path)}: run `python -m "
                              f"rdmalab.lessons.length --measure {slug_of(path)}` and keep its row")
-        e = estimate(path, outputs[slug_of(path)])
+        e = estimate(path, outputs[slug_of(path)], written)
         e["run"] = runs[slug_of(path)] / 60
         e["total"] += e["run"]
         out.append((os.path.basename(path), e))
@@ -233,8 +276,9 @@ def run_full(out, slugs=None, directory=NOTEBOOKS, say=lambda line: None):
     return times
 
 
-def record(found, directory=NOTEBOOKS):
-    """Write {slug: (seconds, counts)} into the guide's table: the run, outputs and time columns of those rows."""
+def record(found, directory=NOTEBOOKS, written=None):
+    """Write {slug: (seconds, counts)} into the guide's table (the run, outputs and time columns of those rows)
+    and each lesson's time into its opening cell (state_time)."""
     readme = os.path.join(directory, "README.md")
     lines, header, rows = _table(readme)
     run, outputs, total = _column(header, "run"), _column(header, "outputs"), _column(header, "time")
@@ -243,12 +287,28 @@ def record(found, directory=NOTEBOOKS):
         if slug not in found:
             continue
         seconds, counts = found[slug]
-        e = estimate(os.path.join(directory, f"{row[0]}.ipynb"), counts)
+        e = estimate(os.path.join(directory, f"{row[0]}.ipynb"), counts, written)
         row[run], row[outputs] = f"{seconds:.0f} s", outputs_text(counts)
         row[total] = f"{e['total'] + seconds / 60:.0f} min"
         lines[i] = "| " + " | ".join(row) + " |\n"
+        state_time(os.path.join(directory, f"{row[0]}.ipynb"), round(e["total"] + seconds / 60))
     with open(readme, "w") as f:
         f.writelines(lines)
+
+
+def state_time(path, minutes):
+    """Write `minutes` into the lesson's opening cell, where it says "(29 minutes)": the time a learner is
+    told is the guide's."""
+    with open(path) as f:
+        nb = json.load(f)
+    opening = nb["cells"][0]
+    text = "".join(opening["source"])
+    told = re.sub(r"\(\d+ minutes\)", f"({minutes} minutes)", text, count=1)
+    if told != text:
+        opening["source"] = told.splitlines(keepends=True)
+        with open(path, "w") as f:
+            json.dump(nb, f, indent=1, ensure_ascii=False)
+            f.write("\n")
 
 
 def main(argv=sys.argv[1:]):
@@ -256,12 +316,13 @@ def main(argv=sys.argv[1:]):
         measure(argv[1:])
         argv = []
     rows = lengths(*argv[:1])
-    print(f"{'lesson':<32} {'reading':>8} {'code':>6} {'outputs':>8} {'exercise':>9} {'run':>6} {'total':>6}  (minutes)")
+    print(f"{'lesson':<32} {'reading':>8} {'code':>6} {'outputs':>8} {'challenges':>11} {'predictions':>12} "
+          f"{'run':>6} {'total':>6}  (minutes)")
     for name, e in rows:
         flag = "" if e["total"] <= LIMIT_MIN else f"  over {LIMIT_MIN} by {e['total'] - LIMIT_MIN:.1f}"
-        print(f"{name:<32} {e['reading']:8.1f} {e['code']:6.1f} {e['outputs']:8.1f} {e['exercises']:9.0f} "
-              f"{e['run']:6.1f} {e['total']:6.1f}{flag}")
-    print(f"{'all':<32} {'':>8} {'':>6} {'':>8} {'':>9} {'':>6} {sum(e['total'] for _, e in rows):6.1f}")
+        print(f"{name:<32} {e['reading']:8.1f} {e['code']:6.1f} {e['outputs']:8.1f} "
+              f"{e['exercises']:7.1f} ({e['challenges']}) {e['predictions']:12.1f} {e['run']:6.1f} {e['total']:6.1f}{flag}")
+    print(f"{'all':<32} {'':>8} {'':>6} {'':>8} {'':>11} {'':>12} {'':>6} {sum(e['total'] for _, e in rows):6.1f}")
     return 0 if all(e["total"] <= LIMIT_MIN for _, e in rows) else 1
 
 

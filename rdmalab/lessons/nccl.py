@@ -4,8 +4,8 @@
     nccl.protocols()          # LL, LL128, Simple: bytes per flag, share of the wire that is data
     nccl.steps()              # messages on a ring's and a tree's critical path, for p ranks
 
-A receiver must learn that data has arrived. This lab's ring (lesson 06) writes the data, then a flag the
-reader polls, and trusts the order of the two writes (lesson 04's mailbox ends with a WRITE_WITH_IMM instead,
+A receiver must learn that data has arrived. This lab's ring (lesson 09) writes the data, then a flag the
+reader polls, and trusts the order of the two writes (lesson 06's mailbox ends with a WRITE_WITH_IMM instead,
 whose completion comes after the data); NCCL's Simple protocol also sends a chunk and then a separate flag,
 with a memory fence between. NCCL's LL and LL128 protocols put the flags inside the data instead, so the
 receiver polls the data itself and no ordering between two writes is needed: LL stores two 4-byte data words,
@@ -33,7 +33,7 @@ PROTOCOLS = [
                               "the platform guarantees it (NVLink); its 2.18.1 release notes warn that a PCI path "
                               "with relaxed ordering can corrupt data"),
     ("Simple", SIMPLE_STEP + 8, SIMPLE_STEP, 8, 1, "the flag (a step counter) is written after the data, with a "
-                                                    "fence between, as this lab's ring does (lesson 06)"),
+                                                    "fence between, as this lab's ring does (lesson 09)"),
 ]
 
 

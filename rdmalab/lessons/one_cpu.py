@@ -1,8 +1,9 @@
-"""Remote memory on one CPU (lesson 04): what still holds when the target has no CPU of its own.
+"""Remote memory on one CPU (lesson 06, the target's CPU): what still holds when the target has no CPU of its own.
 
     with one_cpu.pinned(target.pid) as cpu, target.serving() as server:   # the lesson's plumbing
-        ... the learner's timing loops: an RDMA READ of 8 bytes, and the same 8 bytes asked of the target's
-            program over TCP (server), each timed per round trip, the target's counters read around each ...
+        read_us = time_reads(qp, cq, make_read, n)      # the learner's loop: an RDMA READ of 8 bytes
+        tcp_us = one_cpu.time_requests(server, n)       # the same 8 bytes asked of the target's program over TCP
+        ... each timed per round trip, the target's counters read around each ...
     result = one_cpu.OneCpu.from_loops(cpu, n, {"read_lat": (us, spent), "tcp_rr": (us, spent)})
     result                                   # a chart and a table; result.data for the figures
 
@@ -12,14 +13,28 @@ scheduler to switch from one to the other, on any device, a hardware NIC include
 CPU measures the scheduler, not the transport. An RDMA READ is different: nothing on the target has to
 run, so it needs no turn. The fair comparison is a READ against a TCP request/response (8 bytes ask, the
 server answers from its memory): the same work, one without and one with the remote CPU. Both are full
-round trips, as perftest reports read_lat.
+round trips, as perftest reports read_lat, and both timed alike: one clock around a loop of n.
 """
 import contextlib
 import html
 import os
+import time
+
+from rdmalab import sockets
 
 REMOTE_READ = ("read_lat", "tcp_rr")     # full round trips: the fair comparison on one CPU
 LABELS = {"read_lat": "RDMA READ", "tcp_rr": "TCP request/response"}
+
+
+def time_requests(sock, n, offset=0):
+    """The TCP side of the comparison, timed as the learner's READ loop is: n times ask the target's program
+    (target.serving()) for the 8 bytes at `offset` of its memory and wait for them; microseconds per request."""
+    request, answer = offset.to_bytes(sockets.REQUEST_BYTES, "little"), memoryview(bytearray(8))
+    start = time.perf_counter()
+    for _ in range(n):
+        sockets.send_all(sock, request)
+        sockets.recv_exactly(sock, answer)
+    return (time.perf_counter() - start) / n * 1e6
 
 
 @contextlib.contextmanager

@@ -1,10 +1,11 @@
-"""The AllReduce lesson measures the transport, not the scheduler: a CPU for each rank, the sentences that say what
-a run showed (or that it was disturbed, and so shows nothing), and ranks that share CPUs as an experiment of its own.
+"""The AllReduce lessons (naive-allreduce, allreduce) measure the transport, not the scheduler: a CPU for each rank,
+the sentences that say what a run showed (or that it was disturbed, and so shows nothing), and ranks that share CPUs
+as an experiment of its own.
 
     RANKS = ranks_and_cpus.one_cpu_each(most=4)       # as many ranks as CPUs, 2 to 4; says how many and why
-    ranks_and_cpus.naive_against_ring(naive, ring)    # per size, then what this run says
-    ranks_and_cpus.takeaway(ring, tcp, mpi, yours)    # the transports' table, in one sentence
-    shared = ranks_and_cpus.share_cpus(sizes, iters)  # 4 ranks on fewer CPUs: each transport again
+    ranks_and_cpus.naive_against_ring(naive, ring)    # naive-allreduce: per size, then what this run says
+    ranks_and_cpus.takeaway(ring, tcp, mpi, yours)    # allreduce: the transports' table, in one sentence
+    shared = ranks_and_cpus.share_cpus(sizes, iters)  # allreduce: 4 ranks on fewer CPUs, each transport again
     ranks_and_cpus.sharing(fair, shared)              # what sharing did to each, and the sentence
 
 A run is disturbed when its rounds differ by more than allreduce.report.NOISY times, or a rank waited for a CPU

@@ -18,6 +18,8 @@ import os
 import textwrap
 import time
 
+import numpy as np
+
 from rdmalab.allreduce import model
 from rdmalab.lessons import evidence
 from rdmalab.lessons.live import status_line
@@ -58,7 +60,7 @@ def _show(fig):
 
 
 def _time(seconds):
-    if seconds < 1e-3:
+    if seconds < 0.9995e-3:   # (what would print as 1e+03 us is 1 ms)
         return f"{seconds * 1e6:.3g} us"
     if seconds < 1:
         return f"{seconds * 1e3:.3g} ms"
@@ -108,16 +110,22 @@ def _measure(cluster, sizes, rounds, iters, say, what):
 
 class TwoRanks:
     """The 2-rank measurement: the ring's times {bytes: seconds} (medians of rounds), the CPUs the ranks
-    shared, the turns each step of theirs took there (model.turns), and the device they ran on."""
+    shared, the turns each step of theirs took there (model.turns), the device they ran on, and every round's
+    time {bytes: [seconds, ...]} (rounds; None if not kept): how far one size's repeats differ."""
 
-    def __init__(self, times, cpus, device):
-        self.times, self.cpus, self.device = times, cpus, device
+    def __init__(self, times, cpus, device, rounds=None):
+        self.times, self.cpus, self.device, self.rounds = times, cpus, device, rounds
         self.turns = model.turns(2, cpus)
+
+    def spread(self, n):
+        """How much the rounds of size n differ: the slowest over the fastest, less 1 (0 without rounds)."""
+        ts = (self.rounds or {}).get(n) or [1.0]
+        return max(ts) / min(ts) - 1
 
     def __repr__(self):
         shown = ", ".join(f"{_size(n)} {_time(t)}" for n, t in sorted(self.times.items()))
-        return (f"2 ranks on {self.device}, taking turns on {self.cpus:g} CPU{'s' if self.cpus != 1 else ''} "
-                f"({self.turns:g} turns a step): {shown}")
+        return textwrap.fill(f"2 ranks on {self.device}, taking turns on {self.cpus:g} CPU{'s' if self.cpus != 1 else ''} "
+                             f"({self.turns:g} turns a step): {shown}", 96, subsequent_indent="  ")   # fits a laptop
 
 
 def two_ranks(sizes, quick, attempts=3):
@@ -135,7 +143,7 @@ def two_ranks(sizes, quick, attempts=3):
                 model.held_out([(2, n, t) for n, t in times.items()], [(2, sizes[0]), (2, sizes[-1])], gamma=gamma,
                                cpus=cpus)
                 say(f"2 ranks on one CPU: {len(sizes)} sizes, {rounds} rounds each")
-                return TwoRanks(times, cpus, verbs.choose_route().device)
+                return TwoRanks(times, cpus, verbs.choose_route().device, every)
             except ValueError as error:
                 if attempt == attempts:
                     raise ValueError(f"{error}. This machine was too busy for {attempts} attempts: close what else "
@@ -145,9 +153,14 @@ def two_ranks(sizes, quick, attempts=3):
                 rounds *= 2
 
 
-def show_fit(costs, two, fit_on):
+def show_fit(costs, two, fit_on, add=None):
     """What a fit found, (alpha, beta, gamma): one rank's costs on two.device, and its error on the sizes of
-    `two` it did not see (fitted on `fit_on`), each predicted for 2 ranks taking two.turns turns a step."""
+    `two` it did not see (fitted on `fit_on`), each predicted for 2 ranks taking two.turns turns a step.
+    With `add` ({n: seconds} of numpy's add, also fitted), every equation is shown, fitted or not: what the model
+    makes of it and its miss, the residual of a fit of more equations than unknowns, beside how much each size's
+    rounds differ, and what the residual says about the model (residuals())."""
+    if add is not None:
+        return residuals(costs, two, fit_on, add)
     alpha, beta, gamma = (float(c) for c in costs)
     fitted = model.Costs(alpha, beta, gamma, f"one rank of {two.device}")
     rows, errors = [], []
@@ -169,6 +182,46 @@ def show_fit(costs, two, fit_on):
                 f"{_time(alpha) if alpha > 0 else f'{alpha:.3g} s'} per message, beta {speed(beta)} sent, "
                 f"gamma {speed(gamma)} reduced.",
                 Table(["size (2 ranks)", "measured", "predicted", "error"], rows), said)
+
+
+def residuals(costs, two, fit_on, add):
+    """show_fit with numpy's add times `add`: a row for each equation (each size of `two`, fitted or held out, and
+    each add) with the model's time and its miss, the rounds' spread beside it, then what the fit's misses say: a
+    model whose misses on its own equations are within the rounds' spread explains the times as well as the machine
+    repeats them; larger misses mean the times do not lie on the model's line (a cost it has no term for)."""
+    alpha, beta, gamma = (float(c) for c in costs)
+    fitted = model.Costs(alpha, beta, gamma, f"one rank of {two.device}")
+    rows, in_fit, unseen = [], [], []
+    for n in sorted(two.times):
+        guess = model.predict("ring", 2, n, fitted) * two.turns
+        miss = guess / two.times[n] - 1
+        (in_fit if n in fit_on else unseen).append(miss)
+        rows.append((f"ring, {_size(n)}", "fitted" if n in fit_on else "not seen", _time(two.times[n]),
+                     f"{two.spread(n):.0%}" if two.rounds else "", _time(guess), f"{miss:+.0%}"))
+    for n, t in sorted(add.items()):
+        in_fit.append(n * gamma / t - 1)
+        rows.append((f"numpy add, {_size(n)}", "fitted", _time(t), "", _time(n * gamma), f"{in_fit[-1]:+.0%}"))
+    worst = max(abs(e) for e in in_fit)
+    noise = float(np.median([two.spread(n) for n in fit_on])) if two.rounds else 0.0   # (a typical size's)
+    held = max((abs(e) for e in unseen), default=0.0)
+    if not (alpha > 0 and beta > 0 and gamma > 0):
+        said = ("A cost came out zero or negative: the times do not follow the model (another program took the "
+                "CPU during some rounds). Run the measurement cell again.")
+    elif worst <= max(noise, 0.02):
+        said = (f"{len(in_fit)} equations, 3 costs: the fit misses its own equations by at most {worst:.0%}, no more "
+                f"than your rounds of one size differ (typically {noise:.0%}). What the model leaves out is below this "
+                f"machine's noise. On the size it did not see it misses by {held:.0%}.")
+    else:
+        said = (f"{len(in_fit)} equations, 3 costs: the fit misses one of its own by {worst:.0%}, more than your rounds "
+                f"of one size differ (typically {noise:.0%}): these times do not lie on the model's line. Something "
+                f"costs what the model has no term for: a cache that makes a size cheaper per byte, or another "
+                f"program on the CPU for a whole size (run the measurement cell again). On the size it did not see "
+                f"it misses by {held:.0%}.")
+    speed = (lambda x: f"{1 / x / 1e9:.3g} GB/s") if beta > 0 and gamma > 0 else (lambda x: f"{x:.3g} s/B")
+    return View(f"One rank's costs on {two.device} (fitted on 2 ranks taking {two.turns:g} turns a step): alpha "
+                f"{_time(alpha) if alpha > 0 else f'{alpha:.3g} s'} per message, beta {speed(beta)} sent, "
+                f"gamma {speed(gamma)} reduced.",
+                Table(["equation", "", "measured", "rounds differ", "the model", "miss"], rows), said)
 
 
 def four_ranks(sizes, quick):
@@ -236,10 +289,13 @@ def inputs(numbers):
     ])
 
 
-def tcp_over_rdma(guess, nets, gbps=400, gpus=1024, gradients=GRADIENTS):
-    """A predict-first look: the learner's guess of TCP's AllReduce time over RDMA's, beside the model's."""
+def tcp_over_rdma(guess, nets, gbps=400, gpus=1024, gradients=GRADIENTS, time=None):
+    """A predict-first look: the learner's guess of TCP's AllReduce time over RDMA's, beside the model's. time:
+    the ring's time as the learner wrote it, time(p, n, alpha, beta, gamma) (else model.predict's)."""
     n = model.MODELS[gradients]
-    rdma, tcp = (model.predict("ring", gpus, n, nets[f"{gbps} GbE {t}"]) for t in ("RoCE (RDMA)", "TCP"))
+    ring = ((lambda c: time(gpus, n, c.alpha, c.beta, c.gamma)) if time is not None
+            else (lambda c: model.predict("ring", gpus, n, c)))
+    rdma, tcp = (ring(nets[f"{gbps} GbE {t}"]) for t in ("RoCE (RDMA)", "TCP"))
     guessed = f"You guessed {guess:g} times." if guess is not None else "You wrote no guess: next time, guess first."
     return View(f"The model: TCP {_time(tcp)}, RDMA {_time(rdma)}: {tcp / rdma:.1f} times as long ({n / 1e9:.0f} GB "
                 f"of gradients, {gpus:,} GPUs, {gbps} Gb/s). {guessed}",

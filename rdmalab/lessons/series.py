@@ -1,15 +1,15 @@
 """The lessons, in order, each named by a slug: its notebook's file name without the number
-(notebooks/04-one-sided.ipynb is "one-sided").
+(notebooks/05-one-sided.ipynb is "one-sided").
 
 Whatever outlives a lesson's run is keyed by slug, never by number: the learner's evidence
-("allreduce"), the quiz's answers ("welcome"), exercise names ("allreduce.by-hand") and so the class
-records. Renumbering the lessons (as the second edition did, splitting lesson 04 in two, and the fifth,
+("allreduce"), the quiz's answers ("welcome"), exercise names ("allreduce.ring") and so the class
+records. Renumbering the lessons (as the second edition did, splitting lesson 05 in two, and the fifth,
 adding the training step and PyTorch after the AllReduce) changes
 none of them: only LESSONS below and the notebooks' file names, which tests/test_lengths.py holds
 to each other.
 
 Data saved before that split is keyed by the first edition's numbers; FIRST_EDITION reads it as the
-lesson it meant, so an old "05" (AllReduce then) is never taken for today's lesson 05. Never add to it.
+lesson it meant, so an old "05" (AllReduce then) is never taken for today's lesson 07. Never add to it.
 """
 import os
 import re
@@ -19,9 +19,12 @@ LESSONS = [   # (slug, title), in the series' order: the index is the lesson's n
     ("socket-path", "The socket path"),
     ("memory-registration", "Memory registration"),
     ("queue-pairs", "Queue pairs"),
+    ("two-sided", "Two-sided: SEND, RECV and rdma_cm"),
     ("one-sided", "One-sided operations"),
+    ("target-cpu", "The target's CPU"),
     ("posting", "Posting at speed"),
-    ("allreduce", "AllReduce by hand"),
+    ("naive-allreduce", "AllReduce, the naive way"),
+    ("allreduce", "The ring AllReduce"),
     ("training-step", "Your ring trains a model"),
     ("in-pytorch", "Your ring in PyTorch"),
     ("scaling-out", "Scaling out"),
@@ -35,7 +38,7 @@ NOTEBOOKS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path
 
 
 def number(slug):
-    """The lesson's number today, as its file name writes it: number("allreduce") == "06"."""
+    """The lesson's number today, as its file name writes it: number("allreduce") == "09"."""
     for i, (s, _) in enumerate(LESSONS):
         if s == slug:
             return f"{i:02d}"
@@ -43,17 +46,17 @@ def number(slug):
 
 
 def title(slug):
-    """'06 AllReduce by hand': the number and title, as the lessons name each other."""
+    """'09 The ring AllReduce': the number and title, as the lessons name each other."""
     return f"{number(slug)} {dict(LESSONS)[slug]}"
 
 
 def slug_of(path):
-    """The slug of a notebook's path or file name: 'notebooks/04-one-sided.ipynb' -> 'one-sided'."""
+    """The slug of a notebook's path or file name: 'notebooks/05-one-sided.ipynb' -> 'one-sided'."""
     return re.sub(r"^\d+-", "", os.path.basename(path)).removesuffix(".ipynb")
 
 
 def notebook(slug):
-    """The file name of lesson `slug`, as it is numbered today: notebook("one-sided") == "04-one-sided.ipynb"."""
+    """The file name of lesson `slug`, as it is numbered today: notebook("one-sided") == "05-one-sided.ipynb"."""
     return f"{number(slug)}-{slug}.ipynb"
 
 

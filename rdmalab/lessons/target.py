@@ -1,4 +1,4 @@
-"""A second process whose registered memory you reach with one-sided RDMA (lesson 04).
+"""A second process whose registered memory you reach with one-sided RDMA (lessons 05 and 06).
 
     target = RemoteBuffer()                 # starts it; it registers 4 KiB and creates a QP
     rc.connect(ctx, qp, mine, target.endpoint)
@@ -31,7 +31,7 @@ class RemoteBuffer:
 
     def __init__(self, timeout=60, host=None):
         self.host = host
-        self.helper = Helper("lesson 04's target process" + (f" on {host}" if host else ""), "rdmalab.lessons.target",
+        self.helper = Helper("the one-sided lessons' target process" + (f" on {host}" if host else ""), "rdmalab.lessons.target",
                              timeout=timeout, host=host)
         self.proc = self.helper.proc
         self.endpoint = self.helper.reply()   # it introduces itself: QP number, PSN, GID, rkey, address, pid

@@ -1,4 +1,4 @@
-"""The program lesson 10 captures: two hosts of this machine with soft0 on its wire link (RoCEv2 over UDP),
+"""The program lesson 13 captures: two hosts of this machine with soft0 on its wire link (RoCEv2 over UDP),
 an RC connection between them, and three operations: a WRITE, a READ, and a SEND that finds no receive.
 
     rdmalab capture -o my.pcap -- python -m rdmalab.lessons.wire_demo [--write N] [--read N] [--rnr]

@@ -1,4 +1,4 @@
-"""Helper processes that speak JSON lines on stdin/stdout: rdmalab.bench's two sides, lesson 04's
+"""Helper processes that speak JSON lines on stdin/stdout: rdmalab.bench's two sides, lesson 05's
 target (rdmalab.lessons.target) and a cluster's watchdog (rdmalab.proc.watchdog). One way to start
 them and stop them, leaving nothing behind, and one protocol: Helper on this side, serve() on theirs.
 """
@@ -131,7 +131,7 @@ class Helper:
 
     A reply that carries "error" raises HelperError with it; so does the helper dying or staying
     silent past `timeout`, or a `watch`ed helper (its peer) dying meanwhile. `name` says who in
-    every message ("the target", "lesson 04's target"); `error`, the class of what it raises."""
+    every message ("the target", "lesson 05's target"); `error`, the class of what it raises."""
 
     def __init__(self, name, module, *args, timeout=120.0, error=HelperError, host=None, **env):
         self.name, self.timeout, self.error = name, timeout, error

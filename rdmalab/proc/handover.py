@@ -6,7 +6,7 @@ median copy. The copy writes memory the other CPU has just read, so it pays for 
 over between the two CPUs: about 35-40 us on this project's 2-vCPU EPYC VMs while the host keeps the two
 vCPUs near each other, 220-290 us while it has put them far apart, for minutes at a time (a cache line's
 round trip between them then 514 ns, not 105-139: measured 2026-12-06). In that regime every ring's figure
-is the host's, not the transport's: benchmarks/allreduce.py and lesson 06 measure it and say so.
+is the host's, not the transport's: benchmarks/allreduce.py and lesson 09 measure it and say so.
 
     us = handover.handover_us()        # None with fewer than 2 usable CPUs
     handover.far_apart(us)             # True above FAR_US

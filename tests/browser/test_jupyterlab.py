@@ -1,4 +1,4 @@
-"""A real JupyterLab in a real browser: every lesson, 00 to 10, opened and run cell by cell, as `make lab`
+"""A real JupyterLab in a real browser: every lesson, 00 to 15, opened and run cell by cell, as `make lab`
 serves them.
 
 Starts JupyterLab through `make lab`'s launcher, rdmalab.lab (so a broken `make lab` fails here), on
@@ -7,12 +7,13 @@ Playwright, runs copies of the lessons with QUICK = True, in order and with one 
 the last lesson finds what welcome and the lessons that record kept): every cell runs without an
 error, lesson 00's question saves the answer clicked and its exercise's "Show solution" button shows the
 solution, 01-03 show their charts, 02, 03 and 05 the glass-box view of a QP pair, redrawn as their cells
-run, the one-sided lesson's dashboard renders its chart, the posting lesson's exercise reveals its solution,
-the AllReduce lesson (ipyparallel ranks) shows its busbw table, the scaling lesson its charts and its
+run, the two-sided lesson its rdma_cm table and its challenges, the one-sided lesson its frozen target, the
+target's CPU lesson's dashboard its chart, the posting lesson's exercise reveals its solution, the naive
+AllReduce lesson (ipyparallel ranks) its busbw table and challenges, the ring lesson its busbw table, the scaling lesson its charts and its
 explorer's widgets, the failures lesson its table of failures and its exercise, and the last lesson the
 learner's figures from every lesson, its exercise, and the closing view of them.
 Lessons are named by slug (rdmalab.lessons.series), so renumbering them changes nothing here.
-Screenshots go to .ci/artifacts/lesson-NN.png (RDMALAB_SCREENSHOT names the one-sided lesson's). Skips, saying
+Screenshots go to .ci/artifacts/lesson-NN.png (RDMALAB_SCREENSHOT names the target's CPU lesson's, its dashboard). Skips, saying
 why, where there is no Chromium; RDMALAB_BROWSER_TEST=1 (CI) makes that a failure.
 """
 import contextlib
@@ -41,7 +42,7 @@ def free_port():
 
 
 def name_of(slug):
-    """The notebook's name today, without .ipynb: name_of("one-sided") == "04-one-sided"."""
+    """The notebook's name today, without .ipynb: name_of("one-sided") == "05-one-sided"."""
     return series.notebook(slug).removesuffix(".ipynb")
 
 
@@ -222,14 +223,41 @@ def test_lessons_01_to_03_run_to_the_end_with_their_figures(lab, name):
         page.screenshot(path=shot)
 
 
-def test_the_one_sided_lesson_runs_in_jupyterlab_and_the_dashboard_renders(lab):
-    shot = os.environ.get("RDMALAB_SCREENSHOT", screenshot_path(name_of("one-sided")))
-    the_one_sided_lesson_runs(lab, shot)
+def test_the_two_sided_lesson_connects_through_rdma_cm_and_leaves_its_challenges_for_the_learner(lab):
+    shot = screenshot_path(name_of("two-sided"))
+    with lesson_page(lab, name_of("two-sided"), shot) as page:
+        wait_until_every_cell_ran(page)
+        assert page.get_by_text("no answer yet", exact=False).count() >= 2   # both challenges, left as skeletons
+        page.locator(".jp-OutputArea-output", has_text="sq_psn").first.wait_for(timeout=30_000)   # what rdma_cm swapped
+        assert not (bad := nothing_wraps(page)), "\n".join(bad)
+        page.screenshot(path=shot)
+
+
+def test_the_one_sided_lesson_runs_in_jupyterlab_and_shows_the_frozen_target(lab):
+    the_one_sided_lesson_runs(lab, screenshot_path(name_of("one-sided")))
 
 
 def the_one_sided_lesson_runs(lab, shot):
-    """Lesson 04 run to its end on `lab`'s server, its dashboard and frozen target shown (tests/container too)."""
+    """Lesson 05 run to its end on `lab`'s server, its challenges' feedback and frozen target shown (tests/container
+    too)."""
     with lesson_page(lab, name_of("one-sided"), shot) as page:
+        wait_until_every_cell_ran(page)
+        assert page.get_by_text("no answer yet", exact=False).count() >= 2   # both challenges, left as skeletons
+        assert page.get_by_text("stopped (SIGSTOP) throughout", exact=False).count() == 1   # the frozen target
+        assert not (bad := nothing_wraps(page)), "\n".join(bad)
+        assert page.get_by_text("official Jupyter news", exact=False).count() == 0, "make lab's settings say no"
+        page.screenshot(path=shot)
+    assert os.path.getsize(shot) > 10_000
+
+
+def test_the_target_cpu_lesson_runs_in_jupyterlab_and_the_dashboard_renders(lab):
+    shot = os.environ.get("RDMALAB_SCREENSHOT", screenshot_path(name_of("target-cpu")))
+    the_target_cpu_lesson_runs(lab, shot)
+
+
+def the_target_cpu_lesson_runs(lab, shot):
+    """Lesson 06 run to its end on `lab`'s server, its dashboard and the mailbox's message shown."""
+    with lesson_page(lab, name_of("target-cpu"), shot) as page:
         chart = page.wait_for_selector("img.widget-image[src^='blob:']", timeout=300_000)
         run_button = page.locator(".widget-button", has_text="Run")
         assert run_button.count() == 1 and page.locator(".widget-readout").count() >= 1
@@ -244,8 +272,6 @@ def the_one_sided_lesson_runs(lab, shot):
         wait_until_every_cell_ran(page)
         assert shows_progress(page)
         assert not (bad := nothing_wraps(page)), "\n".join(bad)
-        assert page.get_by_text("stopped (SIGSTOP) throughout", exact=False).count() == 1   # the frozen target
-        assert page.get_by_text("official Jupyter news", exact=False).count() == 0, "make lab's settings say no"
     assert os.path.getsize(shot) > 10_000
 
 
@@ -258,6 +284,17 @@ def test_the_posting_lesson_runs_and_its_exercise_reveals_its_solution(lab):
         page.get_by_text("def post_all(post, wait, count, depth)", exact=False).first.wait_for(timeout=30_000)
         page.get_by_text("completions, at most 16 slots held at once", exact=False).first.wait_for(timeout=30_000)
         the_nic_view_redrew(page, r"\bRTS\b")
+        page.screenshot(path=shot)
+
+
+def test_the_naive_allreduce_lesson_runs_its_ranks_and_leaves_its_challenges_for_the_learner(lab):
+    shot = screenshot_path(name_of("naive-allreduce"))
+    with lesson_page(lab, name_of("naive-allreduce"), shot) as page:
+        wait_until_every_cell_ran(page, timeout_ms=600_000)
+        assert page.locator(".jp-RenderedHTMLCommon table", has_text="busbw").count() >= 1, "nccl-tests' columns"
+        assert page.get_by_text("no answer yet", exact=False).count() >= 2   # both challenges, left as skeletons
+        assert shows_progress(page)
+        assert not (bad := nothing_wraps(page)), "\n".join(bad)
         page.screenshot(path=shot)
 
 
@@ -344,7 +381,7 @@ def test_the_failures_lesson_shows_each_failure_and_its_exercise_reveals_its_sol
             assert seen in text, text
         page.get_by_text("NET/IB: Got completion from peer", exact=False).first.wait_for(state="attached")
         page.get_by_text("no answer yet", exact=False).first.wait_for(timeout=30_000)
-        page.locator(".widget-button", has_text="Show solution").first.click()
+        page.locator(".widget-button", has_text="Show solution").last.click()   # (the diagnosis: the last challenge)
         page.get_by_text('"A": "wrong address"', exact=False).first.wait_for(timeout=30_000)
         assert not (bad := nothing_wraps(page)), "\n".join(bad)
         table.scroll_into_view_if_needed()
@@ -352,7 +389,7 @@ def test_the_failures_lesson_shows_each_failure_and_its_exercise_reveals_its_sol
 
 
 def test_the_last_lesson_gathers_every_lessons_figures_and_closes_with_the_answer(lab):
-    """Runs after every other lesson (this file's order) in the same HOME: the figures of 01, 04, 06, 07, 08, 10 and 11
+    """Runs after every other lesson (this file's order) in the same HOME: the figures of 01, 05, 06, 09, 10, 11, 13 and 14
     are all there, the exercise (left as its skeleton) says "not yet" and reveals its solution, and the closing
     view of the learner's own figures follows, led by the frozen target, with what is by design beside it."""
     shot = screenshot_path(name_of("the-answer"))
@@ -361,12 +398,12 @@ def test_the_last_lesson_gathers_every_lessons_figures_and_closes_with_the_answe
         figures = page.locator(".jp-RenderedHTMLCommon table", has_text="what you measured").first
         figures.wait_for(state="attached", timeout=30_000)
         text = " ".join(figures.text_content().split())
-        for name in ("stopped-target", "tcp-receiver", "ring-busbw", "step-wait", "landing", "first-packet",
-                     "access-refused"):
-            assert name in text, text[:800]   # one from each lesson that records: 04, 01, 06, 07, 08, 10, 11
+        for name in ("stopped-target", "one-cpu-read", "tcp-receiver", "ring-busbw", "step-wait", "landing",
+                     "first-packet", "access-refused"):
+            assert name in text, text[:800]   # one from each lesson that records: 05, 06, 01, 09, 10, 11, 13, 14
         assert page.get_by_text("has recorded nothing yet", exact=False).count() == 0
         page.get_by_text("no answer yet", exact=False).first.wait_for(timeout=30_000)
-        page.locator(".widget-button", has_text="Show solution").first.click()
+        page.locator(".widget-button", has_text="Show solution").last.click()   # (the claims: the last challenge)
         page.get_by_text('"stopped-target"', exact=False).first.wait_for(timeout=30_000)
         view = page.locator(".jp-RenderedHTMLCommon", has_text="your measurement").last
         view.wait_for(timeout=30_000)

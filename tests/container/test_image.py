@@ -1,6 +1,6 @@
 """The lab's container image (container/Dockerfile), as a learner with Docker Desktop meets it: built from a fresh
 clone by container/image.sh (make image), `docker run -p 127.0.0.1:PORT:8888 --shm-size=1g` serves lesson 00
-with the URL it prints, lesson 04 runs to its end in Chromium against it, the packages are binder's pins,
+with the URL it prints, lesson 05 runs to its end in Chromium against it, the packages are binder's pins,
 a /dev/shm left at Docker's 64 MiB is said with its fix, an instructor's class report reads what a lesson
 recorded in it, and a container stopped mid-lesson stops on
 SIGTERM and leaves nothing behind. At the end the image is removed: no container, image or /dev/shm
@@ -163,21 +163,21 @@ def browser_on(name, port, token, log_path):
             browser.close()
 
 
-def test_lesson_04_runs_to_its_end_in_chromium_against_the_container(image, tmp_path):
-    from tests.browser.test_jupyterlab import the_one_sided_lesson_runs
+def test_the_dashboard_lesson_runs_to_its_end_in_chromium_against_the_container(image, tmp_path):
+    from tests.browser.test_jupyterlab import the_target_cpu_lesson_runs
     name, port, token, _ = started(image["tag"], "--shm-size=1g")
     try:
-        quick_copy(port, token, "one-sided")
-        shot = os.path.join(ROOT, ".ci", "artifacts", "container-lesson-04.png")
+        quick_copy(port, token, "target-cpu")
+        shot = os.path.join(ROOT, ".ci", "artifacts", "container-lesson-06.png")
         os.makedirs(os.path.dirname(shot), exist_ok=True)
         with browser_on(name, port, token, tmp_path / "container.log") as lab:
-            the_one_sided_lesson_runs(lab, shot)
+            the_target_cpu_lesson_runs(lab, shot)
     finally:
         docker("rm", "-f", name)
 
 
 def test_a_container_stopped_mid_lesson_stops_on_sigterm_and_leaves_nothing(image, tmp_path):
-    """docker stop while lesson 06's ranks run (in the browser): tini hands JupyterLab the SIGTERM, and it
+    """docker stop while lesson 09's ranks run (in the browser): tini hands JupyterLab the SIGTERM, and it
     stops its kernels (docker's SIGKILL after the grace period would be exit 137); nothing is left."""
     from tests.browser.test_jupyterlab import lesson_page
     before = shm_segments()

@@ -108,7 +108,7 @@ def test_the_fast_path_does_what_the_full_path_does(seed, monkeypatch):
 
 
 def test_soft0_counts_each_copy_its_cpu_makes():
-    """soft0's copied_bytes (what lesson 04 and the bench report as copies per byte) counts what its CPU
+    """soft0's copied_bytes (what lesson 05 and the bench report as copies per byte) counts what its CPU
     copies for the NIC: a WRITE's, READ's or SEND's payload once; SGEs gathered into one message once more;
     inline data once more, at post time (into the WQE); an atomic's word and a refused request not at all."""
     from rdmalab.verbs import emulated, rc

@@ -86,7 +86,7 @@ def test_rping_and_rdma_cm_connect_one_host_to_the_other():
         on_peer("pkill rping || true")
     print(f"\nrping -c (here): exit {client.returncode}\n{client.stdout}{client.stderr}rping -s (on {PEER}):\n{served}")
     assert client.returncode == 0 and client.stdout.count("ping data:") == 3
-    # lesson 03's rdma_cm connection, with its peer on the other host
+    # lesson 04's rdma_cm connection, with its peer on the other host
     cm, ce = v.cmid, v.cm_enums
     with CMPeer(host=PEER) as peer:
         where = cm.AddrInfo(dst=peer.address, dst_service=str(peer.port), port_space=ce.RDMA_PS_TCP)
@@ -145,7 +145,7 @@ def test_a_stopped_target_on_the_other_host_still_takes_writes_reads_and_atomics
         with RemoteBuffer(host=PEER) as target:
             res.connect(target.endpoint)
             target.connect(res.endpoint(mr=local))
-            post = freeze.poster(qp, local, target)   # (lesson 04's post: one WR into the target's buffer)
+            post = freeze.poster(qp, local, target)   # (lesson 05's post: one WR into the target's buffer)
             port = target.tcp_listen()
             sock = socket.create_connection((PEER, port), timeout=30)
             target.tcp_accept()

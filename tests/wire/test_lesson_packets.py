@@ -1,4 +1,4 @@
-"""Lesson 10's packets (rdmalab.lessons.packets): the shipped capture of rxe read back as Wireshark reads it,
+"""Lesson 13's packets (rdmalab.lessons.packets): the shipped capture of rxe read back as Wireshark reads it,
 and the bytes on the wire counted from real packets."""
 import shutil
 import subprocess
@@ -71,7 +71,7 @@ def test_the_ladder_draws_an_arrow_a_packet():
 
 
 def test_an_exchange_on_the_wire_link_is_captured_and_leaves_nothing_behind(tmp_path, monkeypatch):
-    """Lesson 10's live part: two hosts on soft0's wire link under `rdmalab capture`, with and without loss."""
+    """Lesson 13's live part: two hosts on soft0's wire link under `rdmalab capture`, with and without loss."""
     from rdmalab.lessons import evidence
     from rdmalab.verbs.soft import shm
     monkeypatch.setattr(evidence, "LEARNER_DIR", str(tmp_path))   # (exchange() reads it when it runs)

@@ -29,7 +29,7 @@ Three exchanges, in order, on one RC connection (rxe1's QP <-> the peer's QPN 0x
      back (three READ responses) and does a FETCH_ADD (an atomic ACK with the old value).
  (c) the peer WRITEs with a bad rkey; rxe answers with a NAK, remote access error.
 The capture is saved as /tmp/rdmalab-wire-interop.pcap (LINKTYPE_IPV4); rdmalab/lessons/captures/rxe-interop.pcap
-is one such capture, which the host's tests dissect with tshark and lesson 10 reads.
+is one such capture, which the host's tests dissect with tshark and lesson 13 reads.
 
 What rxe (Linux 6.1) did, for the wire NIC to match: its packets leave from one UDP source port per
 QP, with no UDP checksum (0), DF set, TTL 64, TOS 0 and an Identification that counts up; it asks for

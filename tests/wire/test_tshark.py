@@ -19,7 +19,7 @@ from rdmalab.wire import (
     AETH, OPCODES, RETH, Flow, Op, Packet, PcapWriter, decode_ipv4, encode_ipv4, message_opcodes,
     parse_ipv4_udp, read_pcap, segments)
 
-from rdmalab.lessons.packets import RXE_CAPTURE   # captured by test_rxe_interop.py; lesson 10 reads it
+from rdmalab.lessons.packets import RXE_CAPTURE   # captured by test_rxe_interop.py; lesson 13 reads it
 
 from .test_codec import sample
 

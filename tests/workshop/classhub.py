@@ -32,7 +32,7 @@ from rdmalab.lessons.series import notebook, slug_of
 from rdmalab.proc.procstat import processes_of
 
 CONFIG = os.path.join(ROOT, "workshop", "jupyterhub_config.py")
-LESSONS = [notebook(slug) for slug in ("welcome", "socket-path", "memory-registration", "queue-pairs", "one-sided")]
+LESSONS = [notebook(slug) for slug in ("welcome", "socket-path", "memory-registration", "queue-pairs", "target-cpu")]
 CHP_CACHE = os.path.join(os.path.expanduser("~"), ".cache", "rdmalab", "configurable-http-proxy")
 CELL_TIMEOUT = 900   # as tests/test_notebooks.py: a cell running 15 minutes has hung
 
@@ -256,7 +256,7 @@ class Kernel:
             pass
 
 
-ONE_SIDED_FIGURES = """
+DASHBOARD_FIGURES = """
 import json as _json
 _figures = {}
 try:
@@ -301,7 +301,7 @@ async def run_lessons(hub, users, lessons=LESSONS):
     async def one(user):
         results = []
         for name in lessons:
-            figures = ONE_SIDED_FIGURES if slug_of(name) == "one-sided" else None
+            figures = DASHBOARD_FIGURES if slug_of(name) == "target-cpu" else None
             results.append(await run_lesson(hub, user, name, figures))
         return results
     return dict(zip(users, await asyncio.gather(*(one(u) for u in users))))

@@ -1,6 +1,6 @@
 """A workshop on one server (issue 17): a real JupyterHub (workshop/jupyterhub_config.py, PyPI's jupyterhub,
 npm's configurable-http-proxy) on 127.0.0.1 with four real Unix users this test creates. Through the hub's
-REST API each learner's server starts; all four run lessons 00-04 at once in kernels their servers start.
+REST API each learner's server starts; all four run lessons 00-03 and 06 at once in kernels their servers start.
 Then, from inside the learners' kernels: nobody can open, map, connect to or reap another learner's memory
 or QPs, with their real keys, addresses and QP numbers (tests/helpers/two_users_peer.py's attack); a
 learner who fills their soft0 room gets the ENOMEM message with the fix while the others go on; a server

@@ -7,7 +7,15 @@ state.comm is the rank's Communicator, state.ring(comm, x) the ring (it sums x o
 lies in the registered region: state.comm.buffer(n)). The check calls the hook on 2 and 3 simulated ranks (a
 thread each; their ring adds the ranks' arrays), with buckets of several sizes, and names the first mistake: no
 Future, a Future never completed, a ring run on memory the NIC has not registered, the sum where DDP needs the
-mean, a rank's own gradients handed back, ranks that disagree in a bit."""
+mean, a rank's own gradients handed back, ranks that disagree in a bit.
+
+in-pytorch.landing-cost: the landing experiment's figure, written by the learner: my_cost(alone, landing, landed_Bps),
+rank 0's training steps per second alone and while a stream lands landed_Bps bytes a second in its memory, gives the
+milliseconds of rank 0's compute lost per GB (1e9 bytes) landed: 1e3 (1 - landing / alone) / (landed_Bps / 1e9). The
+check gives it made-up rates (one with landing faster than alone, as noise makes RDMA's) and names each slip whose
+figure the learner's matches: the share kept for the share lost, alone/landing - 1 (longer per step, not lost per
+second), time lost per step or steps lost per second, a negative figure clamped to 0, and the units (seconds, per
+byte, per MB, per GiB). Needs no PyTorch."""
 import threading
 
 import numpy as np
@@ -177,3 +185,86 @@ def _judge(torch, p, sizes, grads, results, errors, calls):
 def _hook():
     from rdmalab.allreduce.ddp import ring_hook
     return ring_hook
+
+
+# --- in-pytorch.landing-cost ----------------------------------------------------------------------------------------
+
+# (alone, landing) steps per second and bytes landed per second: made-up rates, as the lesson's stream gives them
+LANDING = [(50.0, 40.0, 2e9), (80.0, 20.0, 0.5e9), (60.0, 60.6, 3e9)]
+RATES = {   # a figure made from the rates, rightly or as a slip does: lost compute (s a second), before the units
+    "right": lambda a, l: 1 - l / a,
+    "kept": lambda a, l: l / a,
+    "inverted": lambda a, l: a / l - 1,
+    "per step": lambda a, l: 1 / l - 1 / a,
+    "steps": lambda a, l: a - l,
+    "clamped": lambda a, l: max(0.0, 1 - l / a),
+}
+SAID = {
+    "kept": "landing / alone is the share of its speed rank 0 kept; what it lost is 1 - landing / alone",
+    "inverted": ("alone / landing - 1 is how much longer a step took than alone; the stream's bytes are counted per "
+                 "second of the stream, and in each of those seconds rank 0 lost 1 - landing / alone of a second"),
+    "per step": ("1/landing - 1/alone is the time lost per step; per second of the stream rank 0 ran landing steps, "
+                 "so it lost 1 - landing / alone of a second"),
+    "steps": ("alone - landing is steps lost per second, not seconds: each step took 1/alone s, so the time lost is "
+              "(alone - landing) / alone = 1 - landing / alone"),
+    "clamped": ("the figure was clamped at 0, but where landing came out faster than alone (noise) the figure is "
+                "negative: show it as measured, so its sign tells the noise"),
+}
+UNITS = {1.0: "", 1e-3: "seconds, not milliseconds", 1e-9: "per byte, not per GB (1e9 bytes)",
+         1e-12: "seconds per byte, not milliseconds per GB",
+         1e-6: "per MB, not per GB", 1e3: "microseconds, not milliseconds", 2 ** 30 / 1e9: "per GiB (2**30 bytes), "
+         "not per GB (1e9 bytes)"}
+COST_HINT = ("lost = 1 - landing / alone is the share of each second rank 0 did not compute; divide by the GB that "
+             "landed in that second (landed_Bps / 1e9) and multiply by 1000 for milliseconds.")
+
+
+def landing_cost(alone, landing, landed_Bps, rate="right", unit=1.0):
+    """Milliseconds of compute lost per GB landed, or what slip `rate` (a key of RATES) and a `unit` factor make."""
+    return unit * 1e3 * RATES[rate](alone, landing) / (landed_Bps / 1e9)
+
+
+def _close_all(got, made):
+    return all(abs(g - m) <= 1e-6 * max(abs(m), 1e-12) for g, m in zip(got, made))
+
+
+@exercise("in-pytorch.landing-cost", "What a GB that lands costs the computing rank",
+          hints=["What share of each second did rank 0 not compute? Then per GB that landed in that second."])
+def _check_landing_cost(my_cost):
+    if not callable(my_cost):
+        raise Wrong("answer with your function, as the cell does: lambda: my_cost.")
+    got = []
+    for alone, landing, landed in LANDING:
+        try:
+            value = my_cost(alone, landing, landed)
+        except NotImplementedError:
+            raise NotYet() from None
+        except Exception as error:
+            raise Wrong(f"your function raised {type(error).__name__}: {error}", COST_HINT) from None
+        if value is None:
+            raise NotYet("my_cost returned None: return the milliseconds of compute lost per GB landed.")
+        try:
+            got.append(float(value))
+        except (TypeError, ValueError):
+            raise Wrong(f"return one number, milliseconds per GB; got {value!r}.") from None
+    right = [landing_cost(*case) for case in LANDING]
+    if _close_all(got, right):
+        return
+    k = next(k for k in range(len(LANDING)) if not _close_all(got[k:k + 1], right[k:k + 1]))   # the first it gets wrong
+    alone, landing, landed = LANDING[k]
+    where = (f"Rank 0 ran {alone:g} steps/s alone and {landing:g} while {landed / 1e9:g} GB/s landed"
+             f"{' (faster: noise)' if landing > alone else ''}: it lost {right[k]:.4g} ms of compute per GB; your "
+             f"function says {got[k]:.4g}: ")
+    for rate in RATES:
+        for unit, unit_said in UNITS.items():
+            if (rate, unit) != ("right", 1.0) and _close_all(got, [landing_cost(*c, rate, unit) for c in LANDING]):
+                said = "; and ".join(x for x in (SAID.get(rate, ""), unit_said) if x)
+                raise Wrong(where + said + ".", COST_HINT)
+    raise Wrong(where + "that is not what the rates make.", COST_HINT)
+
+
+@reference("in-pytorch.landing-cost")
+def _landing_cost():
+    def my_cost(alone, landing, landed_Bps):
+        lost = 1 - landing / alone   # the share of each second rank 0 did not compute
+        return 1e3 * lost / (landed_Bps / 1e9)
+    return my_cost

@@ -1,19 +1,128 @@
-"""The one-sided operations lesson (one-sided): its exercise, the frozen target, with a check (raising Wrong with
-a hint) and a reference solution.
+"""The one-sided operations lesson (one-sided): its exercises, each a check (raising Wrong with a hint) and a
+reference solution.
 
-The learner writes the experiment: stop the target process (SIGSTOP), post a WRITE, a READ and a FETCH_AND_ADD to
-its memory and poll each completion, push a non-blocking TCP socket to the same process until the kernel would
-block, counting what it took, and continue the target (SIGCONT). The check runs the function on the lesson's
-target through rdmalab.lessons.freeze, which notes the target's state at every post and send, every completion
-polled and every local read, and always continues the target. It names, in the order a learner would fix them:
-a blocking socket (its send() hangs: freeze stops it after HANG_S), posts while the target runs (never stopped,
-or continued too early), a missing operation, completions never polled, results read before their completion,
-failed completions, what the function says it found against what happened (the READ's bytes, the counter's old
-value, the bytes the kernel took), a push stopped before the socket would block, and a target left stopped.
+one-sided.wr-fields: the learner chooses a WR's fields for a move between their buffer and the target's: the SGE
+(their address plus the local offset, the length, their lkey) and the remote address (the target's plus the
+remote offset) with the target's rkey. The lesson's post() builds every WR from them. The check asks for a few
+moves and names each slip by what it is (an lkey where the rkey goes or the other way round, an offset forgotten,
+an offset given as an address, the two addresses swapped, a wrong length); then one WRITE built from the
+learner's fields must land its pattern where they said. The values are compared, never a device's behaviour on a
+wrong key, so it checks alike on soft0 and on Soft-RoCE (and leaves the lesson's QP in RTS).
+
+one-sided.freeze: the learner writes the experiment: stop the target process (SIGSTOP), post a WRITE, a READ and
+a FETCH_AND_ADD to its memory and poll each completion, push a non-blocking TCP socket to the same process until
+the kernel would block, counting what it took, and continue the target (SIGCONT). The check runs the function on
+the lesson's target through rdmalab.lessons.freeze, which notes the target's state at every post and send, every
+completion polled and every local read, and always continues the target. It names, in the order a learner would
+fix them: a blocking socket (its send() hangs: freeze stops it after HANG_S), posts while the target runs (never
+stopped, or continued too early), a missing operation, completions never polled, results read before their
+completion, failed completions, what the function says it found against what happened (the READ's bytes, the
+counter's old value, the bytes the kernel took), a push stopped before the socket would block, and a target left
+stopped.
 """
 from rdmalab.lessons.exercises import NotYet, Wrong, exercise, reference
 from rdmalab import verbs as v
 from rdmalab.verbs import rc
+
+FIELDS_HINT = ('your bytes: (local.buf + local_offset, length, local.lkey); the target\'s: '
+               'target.endpoint["addr"] + remote_offset, with target.endpoint["rkey"].')
+MOVES = ((1024, 64, 0), (3072, 8, 128), (8, 100, 64), (0, 4096, 0))   # (remote_offset, length, local_offset)
+
+
+@exercise("one-sided.wr-fields", "A WR's fields: your bytes by address and lkey, the target's by address and rkey",
+          hints=[FIELDS_HINT])
+def _check_wr_fields(fn, local, target, qp, cq):
+    import os
+    if not callable(fn):
+        raise Wrong("answer with your function, as the cell does: lambda: wr_fields.")
+    for remote_offset, length, local_offset in MOVES:
+        try:
+            got = fn(local, target, remote_offset, length, local_offset)
+        except NotImplementedError:
+            raise NotYet() from None
+        except Exception as error:
+            raise Wrong(f"your function raised {type(error).__name__}: {error}", FIELDS_HINT) from None
+        if got is None:
+            raise NotYet("wr_fields returns None: it is still the skeleton.")
+        _judge_fields(got, local, target, remote_offset, length, local_offset)
+    e = v.enums   # the fields are right: one WRITE built from them lands where they say
+    pattern = os.urandom(64)
+    local.write(pattern, len(pattern))
+    f = fn(local, target, 1024, len(pattern), 0)
+    w = v.wr.SendWR(opcode=e.IBV_WR_RDMA_WRITE, num_sge=1, sg=[v.wr.SGE(*f["sge"])], send_flags=e.IBV_SEND_SIGNALED)
+    w.set_wr_rdma(f["rkey"], f["remote_addr"])
+    qp.post_send(w)
+    status = rc.wait_for_completion(cq).status
+    if status != e.IBV_WC_SUCCESS or target.read(len(pattern), 1024) != pattern:
+        raise Wrong(f"a WRITE built from your fields completed with status {status}, and the target's bytes "
+                    "1024..1087 are not what it carried.", FIELDS_HINT)
+
+
+def _judge_fields(got, local, target, remote_offset, length, local_offset):
+    """Wrong, naming the slip, unless `got` holds the fields of a move of `length` bytes from the learner's
+    `local_offset` to the target's `remote_offset`."""
+    addr, rkey, lkey = target.endpoint["addr"], target.endpoint["rkey"], local.lkey
+    move = f"(for {length} bytes from your offset {local_offset} to the target's offset {remote_offset})"
+    if not isinstance(got, dict) or not {"sge", "remote_addr", "rkey"} <= set(got):
+        raise Wrong(f'return a dict with "sge", "remote_addr" and "rkey", as the skeleton says (you returned '
+                    f"{got!r:.80}).")
+    sge = got["sge"]
+    if isinstance(sge, (str, bytes)) or not isinstance(sge, (tuple, list)) or len(sge) != 3:
+        raise Wrong(f"sge is {sge!r:.60}: make it a tuple (address, length, lkey), what v.wr.SGE takes.", FIELDS_HINT)
+    s_addr, s_len, s_key = (_int(x) for x in sge)
+    r_addr, r_key = _int(got["remote_addr"]), _int(got["rkey"])
+    if r_key != rkey:
+        if r_key == lkey:
+            raise Wrong("rkey is your lkey: the target's NIC checks the rkey against its own MR, so it must be the "
+                        'key the target gave out, target.endpoint["rkey"]; your lkey means nothing there.', FIELDS_HINT)
+        raise Wrong(f"rkey is {got['rkey']!r}, not the key the target gave out for its memory "
+                    '(target.endpoint["rkey"]).', FIELDS_HINT)
+    if s_key != lkey:
+        if s_key == rkey:
+            raise Wrong("the SGE's key is the target's rkey: an SGE names your own bytes, which your NIC checks "
+                        "against your MR's lkey (local.lkey).", FIELDS_HINT)
+        raise Wrong(f"the SGE's key is {sge[2]!r}, not your MR's lkey (local.lkey).", FIELDS_HINT)
+    if r_addr != addr + remote_offset:
+        if r_addr == addr:
+            raise Wrong(f"remote_addr is where the target's buffer begins: the remote offset ({remote_offset}) is "
+                        f"forgotten {move}.", 'target.endpoint["addr"] + remote_offset')
+        if r_addr == remote_offset:
+            raise Wrong(f"remote_addr is the offset alone ({remote_offset}): the target's NIC takes an address in "
+                        f"the target's memory {move}.", 'target.endpoint["addr"] + remote_offset')
+        if local.buf <= r_addr < local.buf + local.length:
+            raise Wrong(f"remote_addr is in your own buffer (local.buf + ...): the target's memory is elsewhere, "
+                        f"where target.endpoint says {move}.", 'target.endpoint["addr"] + remote_offset')
+        raise Wrong(f"remote_addr is {got['remote_addr']!r}; the target's byte {remote_offset} is at "
+                    f"{addr + remote_offset:#x} {move}.", 'target.endpoint["addr"] + remote_offset')
+    if s_addr != local.buf + local_offset:
+        if s_addr == local.buf:
+            raise Wrong(f"the SGE's address is where your buffer begins: the local offset ({local_offset}) is "
+                        f"forgotten {move}.", "local.buf + local_offset")
+        if addr <= s_addr < addr + target.endpoint["size"]:
+            raise Wrong(f"the SGE's address is in the target's buffer: an SGE names your own bytes {move}.",
+                        "local.buf + local_offset")
+        raise Wrong(f"the SGE's address is {sge[0]!r}; your byte {local_offset} is at "
+                    f"{local.buf + local_offset:#x} {move}.", "local.buf + local_offset")
+    if s_len != length:
+        if s_len in (remote_offset + length, local_offset + length):
+            raise Wrong(f"the SGE's length is {s_len}, an offset plus the length: it is the bytes moved, {length} "
+                        f"{move}.", FIELDS_HINT)
+        if s_len == local.length:
+            raise Wrong(f"the SGE's length is your whole buffer's, {s_len}: a WR moves only the bytes asked for "
+                        f"{move}.", FIELDS_HINT)
+        raise Wrong(f"the SGE's length is {sge[1]!r}; the move is {length} bytes {move}.", FIELDS_HINT)
+
+
+@reference("one-sided.wr-fields")
+def _wr_fields():
+    return wr_fields
+
+
+def wr_fields(local, target, remote_offset, length, local_offset=0):
+    return {"sge": (local.buf + local_offset, length, local.lkey),   # your bytes: your address, your lkey
+            "remote_addr": target.endpoint["addr"] + remote_offset,   # the target's: its address...
+            "rkey": target.endpoint["rkey"]}                          # ...and the key its NIC checks
+
 
 HINT = ("Stop the target first (os.kill(pid, signal.SIGSTOP)); post each WR and poll its completion "
         "(rc.wait_for_completion(cq)) before you read what it brought; then sock.setblocking(False) and send() "

@@ -1,4 +1,6 @@
-"""The posting lesson (posting): its exercise, a check (raising Wrong with a hint) and a reference solution.
+"""The posting lesson (posting): its exercises, each a check (raising Wrong with a hint) and a reference solution.
+
+posting.one-doorbell: link 16 WRITEs into one chain, signal the last, post it with one post_send (below).
 
 posting.small-queue: post COUNT WRITEs through a send queue of DEPTH slots with selective signalling.
 The learner's function never touches the QP: it calls post(i, signaled) and wait(), so the check sees
@@ -125,3 +127,127 @@ def _small_queue():
         for _ in range(unpolled):                  # the last batch: wait until every WRITE is done
             wait()
     return post_all
+
+
+# posting.one-doorbell: the learner links CHAIN WRITEs (built for them, unsignaled and unlinked) into one chain
+# through next_wr, signals the last, and posts the chain with one post_send: one doorbell. The check hands the
+# function a QP that notes each post_send and which WRs were signaled when it was called, then waits for the one
+# completion and reads what landed. It names: several post_sends, the chain posted from another WR than its first,
+# no WR signaled (no completion would ever come), every WR or another than the last signaled, and a chain that
+# stops early (WRs not linked). A chain's order cannot be read back from a real pyverbs WR (reading next_wr builds a
+# new WR from the C struct), so the check judges what the device did: what landed and what completed.
+CHAIN = 16
+CHAIN_HINT = ("Each WR's next_wr is the WR after it; only the last one has IBV_SEND_SIGNALED in its send_flags; "
+              "post_send is given the chain's first WR, once, after the links and the flag are set.")
+
+
+def chain_of_writes(pair, count=CHAIN):
+    """`count` 64-byte WRITEs, slot i of pair.a_mr to slot i of pair.b_mr, wr_id i, unsignaled and unlinked."""
+    e = v.enums
+    wr = v.wr
+    wrs = []
+    for i in range(count):
+        w = wr.SendWR(wr_id=i, opcode=e.IBV_WR_RDMA_WRITE, num_sge=1, send_flags=0,
+                      sg=[wr.SGE(pair.a_mr.buf + i * SIZE, SIZE, pair.a_mr.lkey)])
+        w.set_wr_rdma(pair.b_mr.rkey, pair.b_mr.buf + i * SIZE)
+        wrs.append(w)
+    return wrs
+
+
+class NotingQP:
+    """The learner's QP, passed through: notes each WR given to post_send, and which of `wrs` were signaled
+    when the first was posted."""
+
+    def __init__(self, qp, wrs):
+        self._qp, self._wrs, self.posted, self.signaled = qp, wrs, [], None
+
+    def post_send(self, wr, *args):
+        if self.signaled is None:
+            self.signaled = [i for i, w in enumerate(self._wrs) if w.send_flags & v.enums.IBV_SEND_SIGNALED]
+        self.posted.append(wr)
+        return self._qp.post_send(wr, *args)
+
+    def __getattr__(self, name):
+        return getattr(self._qp, name)
+
+
+def doorbells(chain, pair, count=CHAIN):
+    """The write() syscalls this thread made while `chain(qp, wrs)` posted `count` WRITEs on the lesson's pair
+    (Soft-RoCE's doorbell is one: rdmalab.lessons.fixtures.post_writes counts the same way); waits for its
+    completion."""
+    from rdmalab.lessons.fixtures import _thread_writes
+    wrs = chain_of_writes(pair, count)
+    before = _thread_writes()
+    chain(pair.a, wrs)
+    after = _thread_writes()
+    rc.wait_for_completion(pair.cq_a)
+    return after - before
+
+
+@exercise("posting.one-doorbell", f"{CHAIN} WRITEs, one chain, one doorbell",
+          hints=["Link each WR to the next (next_wr), signal only the last, and post_send the first, once."])
+def _check_one_doorbell(chain, ctx, pd):
+    from rdmalab.lessons.fixtures import Pair
+    e = v.enums
+    if not callable(chain):
+        raise Wrong(f"answer with a function my_chain(qp, wrs), not {type(chain).__name__}.")
+    with Pair(ctx, pd, max_send_wr=CHAIN, sq_sig_all=0) as pair:
+        sent = b"".join(b"%-63d\n" % i for i in range(CHAIN))   # WRITE i carries the number i in its 64 bytes
+        pair.a_mr.write(sent, len(sent))
+        pair.b_mr.write(bytes(len(sent)), len(sent))
+        wrs = chain_of_writes(pair)
+        qp = NotingQP(pair.a, wrs)
+        try:
+            chain(qp, wrs)
+        except NotImplementedError:
+            raise NotYet() from None
+        except v.pyverbs_error.PyverbsRDMAError as error:
+            raise Wrong(f"post_send failed: {error}", CHAIN_HINT) from None
+        if not qp.posted:
+            raise Wrong("nothing was posted.", "Ring the doorbell once, at the end: qp.post_send(wrs[0]).")
+        if len(qp.posted) > 1:
+            raise Wrong(f"you called post_send {len(qp.posted)} times: each call rings the NIC's doorbell (a "
+                        "write() syscall on Soft-RoCE, an MMIO store on mlx5). Link the WRs, then post the first "
+                        "one, once.", CHAIN_HINT)
+        head = next((i for i, w in enumerate(wrs) if w is qp.posted[0]), None)
+        if head != 0:
+            raise Wrong(f"you posted {'a WR of your own' if head is None else f'wrs[{head}]'}: post_send follows "
+                        "next_wr from the WR it is given, so it takes the chain's first, wrs[0].", CHAIN_HINT)
+        signaled, last = qp.signaled, CHAIN - 1
+        if not signaled:
+            raise Wrong("no WR was signaled when you posted: no completion would ever say the chain is done, so "
+                        "you could never reuse its buffers (and on mlx5 its slots would stay held).", CHAIN_HINT)
+        if len(signaled) == CHAIN:
+            raise Wrong(f"all {CHAIN} WRs are signaled: {CHAIN} completions to poll where one does. A send queue "
+                        "completes in order: the last WR's completion says every WR before it is done.", CHAIN_HINT)
+        if last not in signaled:
+            raise Wrong(f"you signaled wrs{signaled}, not the last one, wrs[{last}]: a completion says nothing "
+                        "of the WRs after it.", CHAIN_HINT)
+        if len(signaled) > 1:
+            raise Wrong(f"you signaled wrs{signaled}: the last one's completion alone says all {CHAIN} are done; "
+                        "signal only it.", CHAIN_HINT)
+        try:
+            wc = rc.wait_for_completion(pair.cq_a, timeout=2)
+        except TimeoutError:
+            got = pair.b_mr.read(len(sent), 0)
+            landed = [i for i in range(CHAIN) if got[i * SIZE:(i + 1) * SIZE] == sent[i * SIZE:(i + 1) * SIZE]]
+            raise Wrong(f"the last WRITE never completed, and only WRITE(s) {landed} landed: the chain ended before "
+                        "it. Each WR must point at the next.", CHAIN_HINT) from None
+        if wc.status != e.IBV_WC_SUCCESS or wc.wr_id != last:
+            raise Wrong(f"the completion came back with status {wc.status}, wr_id {wc.wr_id}.", CHAIN_HINT)
+        got = pair.b_mr.read(len(sent), 0)
+        missing = [i for i in range(CHAIN) if got[i * SIZE:(i + 1) * SIZE] != sent[i * SIZE:(i + 1) * SIZE]]
+        if missing:
+            raise Wrong(f"the last WRITE completed, but WRITE(s) {missing} never landed: the chain skipped them.",
+                        CHAIN_HINT)
+
+
+@reference("posting.one-doorbell")
+def _one_doorbell():
+    def my_chain(qp, wrs):
+        e = v.enums
+        for w, following in zip(wrs, wrs[1:]):
+            w.next_wr = following                      # each WR points at the next
+        wrs[-1].send_flags = e.IBV_SEND_SIGNALED       # one completion: when it comes, all of them are done
+        qp.post_send(wrs[0])                           # one doorbell for the whole chain
+    return my_chain

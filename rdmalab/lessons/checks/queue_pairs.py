@@ -1,9 +1,66 @@
 """The queue pairs lesson (queue-pairs): its exercises, each a check (raising Wrong with a hint) and a
-reference solution."""
+reference solution.
+
+queue-pairs.queues: create a CQ and an RC QP for SENDS sends in flight and RECVS receives posted, both queues
+reporting to that CQ. The check judges what the device granted (query(IBV_QP_CAP), the CQ's cqe), as every
+device reports it: rxe and soft0 round a queue up to a power of two less one (8 -> 15), so a request one short
+of what is needed (a CQ of 8 for 8 + 8 completions) stays short.
+queue-pairs.to-rts: bring the lesson's QP (QPLab) from RESET to RTS, checked by traffic both ways.
+"""
 from rdmalab.lessons.exercises import Wrong, exercise, reference
 from rdmalab.lessons.explain import explain
 from rdmalab.lessons.fixtures import state_of
 from rdmalab import verbs as v
+
+SENDS, RECVS = 8, 8   # queues: the SENDs the QP may have in flight, the receives it may have posted
+QP_TYPES = {"IBV_QPT_RC": "RC (reliable connected)", "IBV_QPT_UC": "UC (unreliable connected)",
+            "IBV_QPT_UD": "UD (unreliable datagram: QPInitAttr's default when qp_type is left out)"}
+QUEUES_HINT = (f"v.cq.CQ(ctx, {SENDS + RECVS}); v.qp.QPCap(max_send_wr={SENDS}, max_recv_wr={RECVS}, max_send_sge=1, "
+               "max_recv_sge=1); v.qp.QP(pd, v.qp.QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=cap)).")
+
+
+@exercise("queue-pairs.queues", f"Create a CQ and an RC QP for {SENDS} SENDs in flight and {RECVS} receives posted",
+          hints=[QUEUES_HINT])
+def _check_queues(made, ctx, pd):
+    e = v.enums
+    if not isinstance(made, tuple) or len(made) != 2:
+        raise Wrong(f"return the CQ and the QP, as `return cq, qp` (you returned {type(made).__name__}).")
+    cq, qp = made
+    if not isinstance(cq, v.cq.CQ) or not isinstance(qp, v.qp.QP):
+        raise Wrong(f"return the CQ first, then the QP (you returned a {type(cq).__name__} and a "
+                    f"{type(qp).__name__}).")
+    names = {int(getattr(e, name)): name for name in QP_TYPES}
+    if qp.qp_type != e.IBV_QPT_RC:
+        kind = QP_TYPES.get(names.get(qp.qp_type), f"type {qp.qp_type}")
+        raise Wrong(f"the QP is {kind}: the lesson connects a reliable-connected QP to one peer, and only RC "
+                    "carries RDMA READs and gets every message acknowledged.", "qp_type=e.IBV_QPT_RC in QPInitAttr.")
+    attr, _ = qp.query(e.IBV_QP_CAP)
+    cap = attr.cap
+    for held, needed, what, field in ((cap.max_send_wr, SENDS, "send queue", "max_send_wr"),
+                                      (cap.max_recv_wr, RECVS, "receive queue", "max_recv_wr")):
+        if held < needed:
+            raise Wrong(f"its {what} holds {held} work requests, fewer than the {needed} asked for: a post beyond "
+                        f"them fails with ENOMEM (the device may round a size up, never down).",
+                        f"QPCap({field}={needed}, ...).")
+    if cap.max_send_sge < 1 or cap.max_recv_sge < 1:
+        raise Wrong(f"its WRs may carry {cap.max_send_sge} (send) and {cap.max_recv_sge} (receive) SGEs: every "
+                    "SEND and receive of the lessons names one buffer.", "max_send_sge=1, max_recv_sge=1.")
+    if cq.cqe < SENDS + RECVS:
+        raise Wrong(f"the CQ holds {cq.cqe} completions, fewer than the {SENDS + RECVS} that {SENDS} SENDs and "
+                    f"{RECVS} receives can bring at once: both queues report to this CQ, and a full CQ drops "
+                    "what comes next (the device raises IBV_EVENT_CQ_ERR; the completion is lost).",
+                    f"Size the CQ for both queues: v.cq.CQ(ctx, {SENDS} + {RECVS}).")
+    if state_of(qp) != "RESET":
+        raise Wrong(f"the QP is in {state_of(qp)}: leave it as created, in RESET (the next cells walk it).")
+
+
+@reference("queue-pairs.queues")
+def _make_queues(ctx, pd):
+    e = v.enums
+    cq = v.cq.CQ(ctx, 16)                                        # room for 8 send and 8 receive completions
+    cap = v.qp.QPCap(max_send_wr=8, max_recv_wr=8, max_send_sge=1, max_recv_sge=1)
+    qp = v.qp.QP(pd, v.qp.QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=cap))
+    return cq, qp
 
 
 @exercise("queue-pairs.to-rts", "Bring a QP from RESET to RTS by hand, connected to its peer",

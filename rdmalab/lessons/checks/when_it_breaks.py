@@ -1,4 +1,4 @@
-"""The failures lesson (when-it-breaks): its exercise, a check (raising Wrong with a hint) and a reference.
+"""The failures lesson (when-it-breaks): its exercises, each a check (raising Wrong with a hint) and a reference.
 
 when-it-breaks.diagnose: three excerpts from a training job's logs and its NICs' counters, as an RDMA
 engineer receives them; the learner names the cause of each, from CAUSES. A plausible wrong diagnosis
@@ -10,7 +10,17 @@ numbers), " remoteGids" followed by the GID with no space, as both print it; mlx
 ConnectX (Linux's drivers/infiniband/hw/mlx5/counters.c; mlx5 reports status 12 with vendor error 129),
 rxe's on Soft-RoCE, where NCCL_IB_RETRY_CNT must be below 7 for status 12 to come at all (rxe_comp.c
 resends for ever at 7).
+
+when-it-breaks.way-back: the learner brings a pair stuck in ERR back to work (failures.Stuck: a WRITE with a
+wrong rkey put both QPs in ERR and flushed the target's receives): both QPs through RESET, fresh PSNs that each
+side's peer is told, INIT, RTR and RTS, receives posted again. The check runs the learner's function on a fresh
+Stuck pair, then reads what every device reports alike: each QP's state (query), the PSNs each QP was given
+(query, before any traffic), a WRITE's status and bytes, a SEND's status. It names: a step the device refused
+from ERR (only RESET is allowed: errno 22) or from RESET (INIT, RTR, RTS in turn), a receive posted before INIT
+(errno 22), a QP left behind, the old PSN again, a sender's PSN its peer was not told, and receives not posted
+again (the SEND ends in RNR_RETRY_EXC_ERR, 13).
 """
+from rdmalab import verbs as v
 from rdmalab.lessons.exercises import NotYet, Wrong, exercise, reference
 
 CAUSES = ("wrong address", "wrong PSN", "link MTU below the path MTU", "no REMOTE_WRITE", "no receive posted",
@@ -23,6 +33,8 @@ EXCERPTS = {   # (NCCL's line is one line in a log: wrapped here to fit a laptop
           "  10.0.3.0/24 and 10.0.4.0/24\n"
           "  the sender's counters: local_ack_timeout_err +7, req_cqe_error +1\n"
           "  the peer's counters (10.0.4.7): nothing moved\n"
+          "  an hour into the job, the peer's interface was renumbered from 10.0.4.70 to 10.0.4.7\n"
+          "  (a RoCE v2 GID is the interface's IP address: the GID table followed; NCCL's QPs kept the old)\n"
           "  show_gids on 10.0.4.7: mlx5_0 port 1, GID index 3: ::ffff:10.0.4.7 (RoCE v2)"),
     "B": ("NET/IB: Got completion from peer 10.0.3.7<41522> with status=IBV_WC_RETRY_EXC_ERR(12)\n"
           "    opcode=IBV_WC_RDMA_WRITE(1) vendor_err=0  localGid ::ffff:10.0.3.6\n"
@@ -88,3 +100,102 @@ def _check_diagnose(answer):
 @reference("when-it-breaks.diagnose")
 def _diagnose():
     return {"A": "wrong address", "B": "wrong PSN", "C": "link MTU below the path MTU"}
+
+
+# ---- when-it-breaks.way-back ----
+
+BACK_HINT = ("A QP in ERR takes one step only, to RESET; from there it is a new QP: it needs its attributes "
+             "again, and both ends a fresh start (PSNs each side tells the other). And a SEND needs a receive "
+             "posted: what became of the ones posted before?")
+
+
+@exercise("when-it-breaks.way-back", "Bring a pair stuck in ERR back to work", hints=[BACK_HINT])
+def _check_way_back(fn, ctx, pd):
+    from rdmalab.lessons import failures
+    if fn is None:
+        raise NotYet("write my_way_back(pair)", BACK_HINT)
+    if not callable(fn):
+        raise Wrong("answer with your function, as the cell does: lambda: my_way_back.")
+    with failures.Stuck(ctx, pd) as pair:
+        if pair.states() != ("ERR", "ERR"):   # (how every device leaves a refused WRITE: both QPs in ERR)
+            raise RuntimeError(f"the stuck pair is in {pair.states()}, not ERR: the lesson's pair did not break")
+        try:
+            fn(pair)
+            error = None
+        except NotImplementedError:
+            raise NotYet("write my_way_back(pair)", BACK_HINT) from None
+        except Exception as raised:   # (pyverbs' errors carry the errno; soft0's are the same)
+            error = raised
+        _judge_way_back(pair, error)
+
+
+def _qps(who, verb="is"):
+    """'the sender's QP is', or 'both QPs are', for a list of sides."""
+    return f"both QPs {'are' if verb == 'is' else verb}" if len(who) == 2 else f"the {who[0]}'s QP {verb}"
+
+
+def _judge_way_back(pair, error):
+    states = dict(zip(("sender", "target"), pair.states()))
+    said = f" ({type(error).__name__}: {error})" if error is not None else ""
+    if error is not None and "post recv" in str(error) and states["target"] in ("RESET", "ERR"):
+        raise Wrong(f"a receive was posted to the target's QP in {states['target']} and refused{said}: a QP takes "
+                    "receives from INIT on; post them once pair.to_rts() has brought it back.", BACK_HINT)
+    stuck = [who for who, state in states.items() if state == "ERR"]
+    if stuck and error is not None:
+        raise Wrong(f"{_qps(stuck)} still in ERR and the device refused the next step{said}: from ERR a QP goes "
+                    "only to RESET, qp.modify(v.qp.QPAttr(qp_state=e.IBV_QPS_RESET), e.IBV_QP_STATE) (the kernel "
+                    "refuses ERR to INIT, RTR or RTS with errno 22).", BACK_HINT)
+    reset = [who for who, state in states.items() if state == "RESET"]
+    if reset and error is not None:
+        raise Wrong(f"{_qps(reset, 'stopped')} in RESET{said}: from RESET it goes through INIT and RTR "
+                    "to RTS, each step with its attributes (pair.to_rts() takes both there).", BACK_HINT)
+    if error is not None:
+        raise Wrong(f"your function raised {type(error).__name__}: {error}", BACK_HINT)
+    if stuck == ["sender", "target"]:
+        raise NotYet("both QPs are still in ERR: your function changed nothing.", BACK_HINT)
+    if stuck:
+        raise Wrong(f"the {stuck[0]}'s QP is still in ERR: a connection has two ends, and both come back, each "
+                    "through RESET.", BACK_HINT)
+    behind = [who for who, state in states.items() if state != "RTS"]
+    if behind:
+        raise Wrong(f"{_qps(behind)} in {' and '.join(sorted({states[who] for who in behind}))}, not RTS: from RESET "
+                    "a QP goes through INIT and RTR to RTS (pair.to_rts() takes both there).", BACK_HINT)
+    psns = pair.psns()
+    (sender_sq, sender_rq), (target_sq, target_rq) = psns["sender"], psns["target"]
+    if sender_sq == pair.old_psn:
+        raise Wrong(f"the sender starts again from PSN {sender_sq}, the PSN the refused WRITE went out with: a resend "
+                    "of the old connection still on the network would be taken for new. Give it a fresh one, and "
+                    "tell the target (its rq_psn).", BACK_HINT)
+    for (who, sq), (peer, rq) in ((("sender", sender_sq), ("target", target_rq)),
+                                  (("target", target_sq), ("sender", sender_rq))):
+        if sq != rq:
+            raise Wrong(f"the {who} sends from PSN {sq}, but the {peer} expects {rq} (its rq_psn): every request "
+                        "would arrive out of sequence and go unanswered (status 12 after the retries). Each side's "
+                        "rq_psn is its peer's new sq_psn.", BACK_HINT)
+    wrote, landed, sent, received = pair.traffic()
+    from rdmalab.errors import status_name
+    if wrote != 0 or not landed:
+        raise Wrong(f"after your way back a WRITE completed with status {wrote} ({status_name(wrote)})"
+                    + ("" if wrote != 0 else " but its bytes did not land") + ".", BACK_HINT)
+    if sent == 13:
+        raise Wrong("the WRITE went through, but a SEND found no receive: RNR_RETRY_EXC_ERR (13). The receives "
+                    "posted before were flushed in ERR, and RESET empties the queue: post them again "
+                    "(pair.post_recv()) once the QPs are back.", BACK_HINT)
+    if sent != 0 or received != 0:
+        raise Wrong(f"the WRITE went through; a SEND then completed with status {sent} "
+                    f"({status_name(sent) if sent is not None else '-'}), its receive with {received}.", BACK_HINT)
+
+
+@reference("when-it-breaks.way-back")
+def _way_back():
+    return my_way_back
+
+
+def my_way_back(pair):
+    e = v.enums
+    for qp in pair.qps:                                    # (the sender's QP, the target's)
+        qp.modify(v.qp.QPAttr(qp_state=e.IBV_QPS_RESET), e.IBV_QP_STATE)   # from ERR, RESET is the only way
+    pair.sender.sq_psn = pair.target.rq_psn = (pair.sender.sq_psn + 4096) % (1 << 24)   # fresh, told to the peer
+    pair.target.sq_psn = pair.sender.rq_psn = (pair.target.sq_psn + 4096) % (1 << 24)
+    pair.to_rts()                                          # INIT, RTR, RTS, with these values
+    pair.post_recv()                                       # RESET emptied the receive queue
