@@ -140,9 +140,11 @@ SHOWN = weakref.WeakSet()   # the views being redrawn
 
 
 def _before_close(qps):
-    """A lesson's Pair or QPLab is about to close `qps`: stop every view of them first."""
+    """A lesson's Pair or QPLab is about to close `qps`: draw every view of them once more (cells run back to
+    back may close them between two redraws), then stop it."""
     for view in list(SHOWN):
         if any(qp is mine for qp in qps for mine in view.qps):
+            view.refresh()
             view.close("its QPs were closed")
 
 
