@@ -80,15 +80,6 @@ def test_link_bytes_names_each_slip(wrong, says):
 
 # ---- when-it-breaks.way-back ----
 
-@pytest.fixture(scope="module")
-def ctx_pd():
-    ctx = v.device.Context(name=v.choose_route().device)
-    pd = v.pd.PD(ctx)
-    yield ctx, pd
-    pd.close()
-    ctx.close()
-
-
 def _reset(pair, which=(0, 1)):
     for i in which:
         pair.qps[i].modify(v.qp.QPAttr(qp_state=e.IBV_QPS_RESET), e.IBV_QP_STATE)
