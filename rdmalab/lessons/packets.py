@@ -10,7 +10,9 @@ shown as Wireshark shows them, and the bytes a message puts on an Ethernet link.
     on_the_wire(...)   how many packets and bytes a message of some size takes at a path MTU
     write_request(...) the first packet of an RDMA WRITE: what it carries to the target's NIC
     exchange(...)      run a WRITE, a READ and a SEND between two hosts on soft0's wire link, captured
-                       (rdmalab capture, the program rdmalab.lessons.wire_demo), optionally losing packets
+                       (rdmalab capture, the program rdmalab.lessons.wire_demo), optionally losing packets,
+                       and optionally sniffed on the loopback interface too (Sniffer: dumpcap, Wireshark's)
+    sniffed(exchange)  what the sniffer saw beside what soft0's NICs recorded, in a sentence
     record(...)        keep what the lesson saw (evidence "on-the-wire"), for the last lesson's answer
 """
 import html
@@ -224,18 +226,90 @@ def write_request(remote_addr, rkey, length, dest_qp, psn, mtu=1024, payload=b""
 @dataclass
 class Exchange:
     """What exchange() ran: the capture's path, and the program's own report (write_us, read_us, send_us:
-    how long each operation took; write_landed; received)."""
+    how long each operation took; write_landed; received); the sniffer's pcap, or why there is none."""
     path: str
     report: dict
+    sniffed: str = None
+    no_sniffer: str = None
 
 
-def exchange(name, write=10240, read=2500, rnr=True, loss=0.0, seed=1, timeout=120):
+class Sniffer:
+    """dumpcap (Wireshark's capture engine) on the loopback interface, keeping UDP port 4791: what any sniffer
+    sees of soft0's wire link, where `rdmalab capture` writes what the NICs themselves sent and received.
+    Capturing needs root or CAP_NET_RAW; without it (or without dumpcap) `why_not` says so and nothing runs."""
+
+    def __init__(self, path, wait_s=10):
+        self.path, self.why_not, self.proc = path, None, None
+        dumpcap = shutil.which("dumpcap")
+        if dumpcap is None:
+            self.why_not = "no dumpcap here (Debian and Ubuntu: apt-get install tshark)"
+            return
+        self.proc = subprocess.Popen([dumpcap, "-q", "-P", "-i", "lo", "-f", f"udp port {ROCEV2_PORT}", "-w", path],
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                     text=True, start_new_session=True)
+        said = []
+        for line in self.proc.stderr:   # dumpcap says when it captures, or why it cannot, then stays quiet
+            said.append(line.strip())
+            if line.startswith("Capturing on"):
+                return
+        self.proc.wait(wait_s)
+        self.why_not = (f"dumpcap could not capture on the loopback interface ({said[-1] if said else 'it said nothing'}): "
+                        "it needs root or CAP_NET_RAW")
+        self.proc = None
+
+    def stop(self):
+        """Stop capturing; the pcap's path, or None."""
+        if self.proc is None:
+            return None
+        self.proc.send_signal(signal.SIGINT)   # dumpcap writes what it has and exits
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+        return self.path if os.path.exists(self.path) else None
+
+
+def _udp_payloads(path):
+    """The UDP payloads (BTH to ICRC) of a pcap's Ethernet frames to or from port 4791."""
+    from rdmalab.wire.encap import parse_ipv4_udp
+    linktype, records = read_pcap(path)
+    out = []
+    for _, frame in records:
+        flow, _, _, payload = parse_ipv4_udp(frame[14:] if linktype == LINKTYPE_ETHERNET else frame, verify=False)
+        if ROCEV2_PORT in (flow.sport, flow.dport):
+            out.append(bytes(payload))
+    return out
+
+
+def sniffed(ex):
+    """What the sniffer saw beside what soft0's NICs recorded, in a sentence: how many packets each has and how
+    many of the recorded ones the sniffer saw byte for byte, from the BTH to the ICRC."""
+    recorded = _udp_payloads(ex.path)
+    if not ex.sniffed:
+        return f"soft0's NICs recorded {len(recorded)} packets; no sniffer ran: {ex.no_sniffer}."
+    seen = _udp_payloads(ex.sniffed)
+    left = list(seen)
+    same = 0
+    for payload in recorded:
+        if payload in left:
+            left.remove(payload)
+            same += 1
+    return (f"soft0's NICs recorded {len(recorded)} packets; dumpcap on the loopback interface saw {len(seen)}, "
+            f"{same} of them the same as recorded, byte for byte from the BTH to the ICRC.")
+
+
+def exchange(name, write=10240, read=2500, rnr=True, loss=0.0, seed=1, timeout=120, sniff=False):
     """Run rdmalab.lessons.wire_demo (two hosts, wire_demo.hosts(): 127.0.8.1 and .2 for root, a pair of the
     learner's own otherwise; each with soft0's NIC on the wire link)
     under `rdmalab capture`, into <learner dir>/captures/<name>.pcap. loss: the rate at which each NIC loses
     the packets it sends (RDMALAB_SOFT_LOSS, seeded by `seed`, so a run repeats). This always uses soft0,
     whatever device the lessons run on: its wire link is what shows the packets. Where Linux's Soft-RoCE
-    holds UDP port 4791, it runs in a network namespace of its own."""
+    holds UDP port 4791, it runs in a network namespace of its own. sniff: a Sniffer watches the loopback
+    interface meanwhile (not in a namespace of its own, whose loopback no sniffer outside sees), into
+    <name>.sniffed.pcap, with each packet a datagram of its own (RDMALAB_SOFT_GSO=0: by default soft0 hands the
+    kernel a train of packets in one piece, which reaches a sniffer on the loopback unsegmented)."""
     from rdmalab.lessons import wire_demo
     from rdmalab.lessons.evidence import LEARNER_DIR
     os.makedirs(os.path.join(LEARNER_DIR, "captures"), exist_ok=True)
@@ -246,8 +320,14 @@ def exchange(name, write=10240, read=2500, rnr=True, loss=0.0, seed=1, timeout=1
         env.update(RDMALAB_SOFT_LOSS=str(loss), RDMALAB_SOFT_SEED=str(seed))
     program = [sys.executable, "-m", "rdmalab.lessons.wire_demo", "--write", str(write), "--read", str(read)]
     command = [sys.executable, "-m", "rdmalab", "capture", "-o", path, "--", *program, *(["--rnr"] if rnr else [])]
+    sniffer, no_sniffer = None, None
     if _port_taken(wire_demo.INITIATOR):
         command = _in_own_network(command)
+        no_sniffer = "the exchange ran in a network namespace of its own (Linux's Soft-RoCE holds port 4791 here)"
+    elif sniff:
+        env["RDMALAB_SOFT_GSO"] = "0"   # a datagram a packet: trains sent in one piece reach a sniffer in one piece
+        sniffer = Sniffer(path.removesuffix(".pcap") + ".sniffed.pcap")
+        no_sniffer = sniffer.why_not
     # its own process group: an interrupted cell or a timeout ends the programs (and so their NICs) too
     run = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                            start_new_session=True)
@@ -257,10 +337,12 @@ def exchange(name, write=10240, read=2500, rnr=True, loss=0.0, seed=1, timeout=1
         os.killpg(run.pid, signal.SIGKILL)
         run.communicate()
         raise
+    finally:
+        sniffed_path = sniffer.stop() if sniffer is not None else None
     lines = out.strip().splitlines()
     if run.returncode or not lines:
         raise RuntimeError(f"the captured exchange failed (exit status {run.returncode}):\n{err.strip()[-2000:]}")
-    return Exchange(path, json.loads(lines[-1]))
+    return Exchange(path, json.loads(lines[-1]), sniffed_path, no_sniffer if sniffed_path is None else None)
 
 
 def _port_taken(host):

@@ -205,7 +205,9 @@ class NIC:
         for option in (socket.SO_RCVBUF, socket.SO_SNDBUF):
             self.udp.setsockopt(socket.SOL_SOCKET, option, BUFFER_BYTES)
         self.udp.bind((host, PORT))
-        self.gso = True   # until the kernel says it has no UDP_SEGMENT
+        # a train of packets in one sendmsg (UDP segmentation offload), until the kernel says it has none; off
+        # (RDMALAB_SOFT_GSO=0) every packet is a datagram of its own, as a sniffer on the loopback should see them
+        self.gso = settings.number("RDMALAB_SOFT_GSO", 1, 0, 1, "0 or 1") == 1
         try:
             self.udp.setsockopt(socket.IPPROTO_UDP, UDP_GRO, 1)
             self.gro = True
