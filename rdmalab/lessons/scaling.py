@@ -289,16 +289,23 @@ def inputs(numbers):
     ])
 
 
-def tcp_over_rdma(guess, nets, gbps=400, gpus=1024, gradients=GRADIENTS, time=None):
-    """A predict-first look: the learner's guess of TCP's AllReduce time over RDMA's, beside the model's. time:
-    the ring's time as the learner wrote it, time(p, n, alpha, beta, gamma) (else model.predict's)."""
+def tcp_and_rdma(nets, gbps=400, gpus=1024, gradients=GRADIENTS, time=None):
+    """(TCP's, RDMA's) AllReduce time of `gradients`'s gradients on `gpus` GPUs at `gbps`, from the ring's time as
+    the learner wrote it, time(p, n, alpha, beta, gamma) (else model.predict's)."""
     n = model.MODELS[gradients]
     ring = ((lambda c: time(gpus, n, c.alpha, c.beta, c.gamma)) if time is not None
             else (lambda c: model.predict("ring", gpus, n, c)))
-    rdma, tcp = (ring(nets[f"{gbps} GbE {t}"]) for t in ("RoCE (RDMA)", "TCP"))
-    guessed = f"You guessed {guess:g} times." if guess is not None else "You wrote no guess: next time, guess first."
+    return tuple(ring(nets[f"{gbps} GbE {t}"]) for t in ("TCP", "RoCE (RDMA)"))
+
+
+def tcp_over_rdma(guess, nets, gbps=400, gpus=1024, gradients=GRADIENTS, time=None):
+    """A predict-first look: the model's TCP AllReduce time over RDMA's, and why; with the learner's `guess` beside
+    it (None: the lesson shows the guess itself, through exercises.compare). time: as tcp_and_rdma's."""
+    n = model.MODELS[gradients]
+    tcp, rdma = tcp_and_rdma(nets, gbps, gpus, gradients, time)
+    guessed = f" You guessed {guess:g} times." if guess is not None else ""
     return View(f"The model: TCP {_time(tcp)}, RDMA {_time(rdma)}: {tcp / rdma:.1f} times as long ({n / 1e9:.0f} GB "
-                f"of gradients, {gpus:,} GPUs, {gbps} Gb/s). {guessed}",
+                f"of gradients, {gpus:,} GPUs, {gbps} Gb/s).{guessed}",
                 f"Why: at your copy rate TCP's CPU copies move {1 / nets[f'{gbps} GbE TCP'].beta / 1e9:.3g} GB/s "
                 f"per host, against the wire's {gbps / 8:g} GB/s, so the copies, not the link, set its pace. "
                 f"RDMA's NIC moves the bytes itself.")
