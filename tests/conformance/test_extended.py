@@ -149,7 +149,7 @@ def test_atomics_in_a_batch(make_ex_pair):
     assert complete(p.a) == 0
     assert [(c["wr_id"], c["status"], c["opcode"], c["byte_len"]) for c in poll(p.cq_a, 2)] == [
         (1, 0, e.IBV_WC_COMP_SWAP, 8), (2, 0, e.IBV_WC_FETCH_ADD, 8)]
-    assert p.dst.read(8, 0) == (15).to_bytes(8, "little")
+    assert p.dst.read(8, 0) == (12).to_bytes(8, "little")
     assert p.src.read(16, 0) == (5).to_bytes(8, "little") + (9).to_bytes(8, "little")
 
 
