@@ -3,7 +3,7 @@ model against the measurements: side by side, in one run.
 
     python benchmarks/allreduce.py [--quick] [--out results.json]
 
-Targets (issue 34; they replace issues 5 and 15's): 2 ranks with a CPU each, float32: a ring step (the
+Targets (issue 34; they replace issues 5 and 12's): 2 ranks with a CPU each, float32: a ring step (the
 fitted alpha) <= 20 us; ring over RDMA (soft0 here) busbw >= 1.5 x the same ring over TCP at 64 KiB, 1 MiB
 and 16 MiB, >= 1.0 x MPI_Allreduce (MPICH) at 1 MiB and >= 1.3 x at 16 MiB, >= 0.8 x a memcpy of 16 MiB;
 4 ranks on the machine's CPUs: RDMA >= 1.2 x TCP at 1 MiB and 16 MiB; 4 ranks with every process pinned to
