@@ -175,7 +175,7 @@ def test_busbw_times_both_allreduces_and_they_sum_alike(torch, pair):
 
 
 @on_the_host
-def test_lesson_08_without_pytorch_says_how_to_add_it_and_runs_to_the_end(tmp_path, monkeypatch):
+def test_the_pytorch_lesson_without_pytorch_says_how_to_add_it_and_runs_to_the_end(tmp_path, monkeypatch):
     import papermill
     hidden = tmp_path / "hidden"
     (hidden / "torch").mkdir(parents=True)
