@@ -18,11 +18,13 @@ shown as Wireshark shows them, and the bytes a message puts on an Ethernet link.
 import html
 import json
 import os
+import select
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 
 from rdmalab.wire import LINKTYPE_ETHERNET, Flow, Packet, decode_ipv4, message_opcodes, read_pcap, segments
@@ -247,12 +249,18 @@ class Sniffer:
         self.proc = subprocess.Popen([dumpcap, "-q", "-P", "-i", "lo", "-f", f"udp port {ROCEV2_PORT}", "-w", path],
                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                      text=True, start_new_session=True)
-        said = []
-        for line in self.proc.stderr:   # dumpcap says when it captures, or why it cannot, then stays quiet
+        said, deadline = [], time.monotonic() + wait_s
+        while time.monotonic() < deadline:   # dumpcap says when it captures, or why it cannot, then stays quiet
+            if not select.select([self.proc.stderr], [], [], max(0.0, deadline - time.monotonic()))[0]:
+                break
+            line = self.proc.stderr.readline()
+            if not line:
+                break
             said.append(line.strip())
             if line.startswith("Capturing on"):
                 return
-        self.proc.wait(wait_s)
+        self.proc.kill()   # (a dumpcap that could not start has exited already; one that said nothing in time is ended)
+        self.proc.wait()
         self.why_not = (f"dumpcap could not capture on the loopback interface ({said[-1] if said else 'it said nothing'}): "
                         "it needs root or CAP_NET_RAW")
         self.proc = None

@@ -28,3 +28,12 @@ def test_without_dumpcap_the_exchange_runs_and_says_why_nothing_sniffed(tmp_path
     ex = packets.exchange("unsniffed", write=4096, read=0, rnr=False, sniff=True)
     assert ex.sniffed is None and ex.report["write_landed"]
     assert packets.sniffed(ex).endswith("no sniffer ran: no dumpcap here (Debian and Ubuntu: apt-get install tshark).")
+
+
+def test_a_dumpcap_that_says_nothing_is_ended_and_named_instead_of_waited_for(tmp_path, monkeypatch):
+    silent = tmp_path / "dumpcap"
+    silent.write_text("#!/bin/sh\nexec sleep 600\n")
+    silent.chmod(0o755)
+    monkeypatch.setattr(packets.shutil, "which", lambda name: str(silent) if name == "dumpcap" else shutil.which(name))
+    sniffer = packets.Sniffer(str(tmp_path / "x.pcap"), wait_s=0.5)
+    assert sniffer.proc is None and "it said nothing" in sniffer.why_not and sniffer.stop() is None
