@@ -114,3 +114,20 @@ def test_get_cq_event_ends_with_eintr_on_a_signal_even_when_waits_nap(loopback, 
     assert raised.value.error_code == EINTR
     armed.close()
     channel.close()
+
+
+@pytest.mark.skipif(v.PROVIDER != "soft", reason="soft0's NIC writes a receive's completion and its QP's state "
+                                                  "one after the other; rxe0 has done both before post_send returns")
+def test_a_poller_that_sees_a_failed_receive_sees_its_qp_in_err(loopback, monkeypatch):
+    """On the udp link, the NIC process fails the receive and then enters ERR: a poller in between must still
+    find the QP in ERR, as a program written for rxe does (it polls, then queries). Freeze the NIC between the two."""
+    qp, src, dst, cq, peer = loopback
+    from rdmalab.verbs.soft import responder
+    real_enter = responder.enter
+    monkeypatch.setattr(responder, "enter", lambda header, state: None)   # the NIC, not there yet
+    peer.post_recv(v.wr.RecvWR(wr_id=7, num_sge=1, sg=[v.wr.SGE(dst.buf, 4, dst.lkey)]))
+    qp.post_send(v.wr.SendWR(wr_id=8, opcode=e.IBV_WR_SEND, num_sge=1, sg=[v.wr.SGE(src.buf, 8, src.lkey)]))
+    monkeypatch.setattr(responder, "enter", real_enter)
+    received = [wc for wc in cq.poll(8)[1] if wc.wr_id == 7]
+    assert [wc.status for wc in received] == [e.IBV_WC_LOC_QP_OP_ERR]   # too small, as rxe says
+    assert peer.query(e.IBV_QP_STATE)[0].qp_state == e.IBV_QPS_ERR

@@ -237,11 +237,18 @@ class ReceiveQueue:
             self.flush()
             consumed = h[Q_RQ_CONSUMED]
         raw, size, stride, qp_num, new_wc = self.raw, self.size, self.stride * 8, self.qp_num, cqmod.new_wc
+        failed = False
         while polled < consumed and len(out) < limit:
             wr_id, _, status, opcode, byte_len, imm, flags, src_qp = SLOT_ENTRY.unpack_from(raw, polled % size * stride)
             out.append(new_wc(wr_id, status, opcode, byte_len, qp_num, imm, flags, src_qp))
+            failed |= status != IBV_WC_SUCCESS
             polled += 1
         h[Q_RQ_POLLED] = polled
+        if failed and h[Q_STATE] != IBV_QPS_ERR:
+            # A receive that failed took its QP to ERR, which the NIC that failed it (another process, on
+            # the udp link or a peer's) writes just after the completion. The program must not see one
+            # without the other, as on rxe, where a query after the poll reads ERR: enter it here.
+            enter(h, IBV_QPS_ERR)
 
     def waiting(self):
         """Completed receives not polled yet."""
