@@ -74,6 +74,8 @@ class Communicator:
         self.t, self.rank, self.size = transport, transport.rank, transport.size
         self.alive = alive        # optional alive(peer) -> bool, for a faster "peer lost"
         self.ring_credit = None   # the transport's traffic when our last ring ended (see _ring)
+        self.ring_steps = {}      # (buffer address, size, dtype) -> the ring compiled for it (_compiled_ring)
+        self.data_at = transport.buffer("data").__array_interface__["data"][0]   # where buffer()'s arrays start
 
     def buffer(self, count, dtype="float32"):
         """`count` elements in the registered data region (what allreduce works on without copying)."""
@@ -92,10 +94,12 @@ class Communicator:
     def allreduce_validated(self, x, algorithm, out=None):
         """allreduce() of a request validated already, by the entry point that took it (Cluster.allreduce,
         Cluster.check, rdmalab.allreduce.report): rdmalab.allreduce.ranks calls this, once per iteration."""
-        work = self.buffer(x.size, x.dtype)
-        elsewhere = work.ctypes.data != x.ctypes.data
+        elsewhere = x.__array_interface__["data"][0] != self.data_at or not x.flags.c_contiguous
         if elsewhere:
+            work = self.buffer(x.size, x.dtype)
             np.copyto(work, x.reshape(-1))
+        else:   # x is the data region's start (from buffer()): the ring works on it as it is
+            work = x if x.ndim == 1 else x.reshape(-1)
         if self.size > 1:   # a registered algorithm's method, or a function of the same shape (validate())
             (algorithm if callable(algorithm) else REGISTRY[algorithm].run)(self, work)
         if out is not None:
@@ -155,27 +159,46 @@ class Communicator:
 
     @algorithm("ring")
     def _ring(self, x):
-        """Runs ring_plan(): the same pieces every call of a size, so the plan is made once (as NCCL makes its
-        plans) and each call only moves and adds bytes."""
-        p, r = self.size, self.rank
-        right, left = (r + 1) % p, (r - 1) % p
+        """Runs ring_plan(): the same pieces every call of a size, so the plan is made once and compiled once
+        for this buffer (as NCCL builds its plans, WRs included, before it runs them): each call then only moves
+        and adds bytes."""
+        left = (self.rank - 1) % self.size
         # Credits, as NCCL keeps them from one call to the next: right has read its stage from our last ring
         # (it added the last of it before its all-gather sent the chunk it finished, which came around the ring
         # to us), so a ring that follows a ring needs no handshake; after anything else on this transport
         # (another algorithm, a barrier, a learner's put), ask again
         if self.ring_credit != self.t.exchanged():
-            self.handshake([left], [right])
-        stage, put, wait, alive = self.t.buffer("stage"), self.t.put, self.t.wait, self.alive
-        for op, lo, hi, at, signaled in ring_plan(p, r, x.size, x.itemsize):
-            if op == "add":       # what left put into our stage at `at` has landed: add it to x[lo:hi]
+            self.handshake([left], [(self.rank + 1) % self.size])
+        wait, alive, add = self.t.wait, self.alive, np.add
+        for put_it, mine, theirs in self._compiled_ring(x):
+            if put_it is not None:   # put a piece of x into right's stage or data
+                put_it(theirs)
+            else:                    # wait for left's next flag; then, if the piece landed in our stage, add it
                 wait(left, alive)
-                np.add(x[lo:hi], stage[at:at + (hi - lo) * x.itemsize].view(x.dtype), out=x[lo:hi])
-            elif op == "wait":    # a finished piece has landed in our x
-                wait(left, alive)
-            else:                 # put x[lo:hi] into right's stage or data at `at`
-                put(right, x[lo:hi], op, at, signaled=signaled)
+                if mine is not None:
+                    add(mine, theirs, out=mine)
         self.t.flush()   # (our puts have read x: the caller may change it)
         self.ring_credit = self.t.exchanged()
+
+    def _compiled_ring(self, x):
+        """ring_plan() for x, as (put_it, None, signaled) to put and (None, x's piece, the stage's piece) or
+        (None, None, None) to wait: its views made and its puts built once per buffer."""
+        key = (x.__array_interface__["data"][0], x.size, x.dtype.str)
+        steps = self.ring_steps.get(key)
+        if steps is None:
+            p, r, right = self.size, self.rank, (self.rank + 1) % self.size
+            stage, steps = self.t.buffer("stage"), []
+            for op, lo, hi, at, signaled in ring_plan(p, r, x.size, x.itemsize):
+                if op == "add":
+                    steps.append((None, x[lo:hi], stage[at:at + (hi - lo) * x.itemsize].view(x.dtype)))
+                elif op == "wait":
+                    steps.append((None, None, None))
+                else:
+                    steps.append((self.t.prepared(right, x[lo:hi], op, at), None, signaled))
+            if len(self.ring_steps) >= 16:
+                self.ring_steps.clear()
+            self.ring_steps[key] = steps = tuple(steps)
+        return steps
 
     # -------------------------------------------------------------- recursive halving-doubling
 

@@ -1,7 +1,7 @@
 """How ranks move bytes for a collective: one small interface, over RDMA and over TCP.
 
 Each rank owns named *regions* of memory: "data" (the user's buffer, where results land) and
-"stage" (where incoming pieces wait to be reduced). A transport offers four operations:
+"stage" (where incoming pieces wait to be reduced). A transport offers these operations:
 
     put(peer, src, region, offset)   deliver the bytes of `src` into `peer`'s region at `offset`,
                                      then let `peer` know (in order with everything else we put);
@@ -11,6 +11,9 @@ Each rank owns named *regions* of memory: "data" (the user's buffer, where resul
     wait(peer)                       block until the next put or signal from `peer` has landed
     flush()                          block until everything we put has left our buffers
     exchanged()                      how many puts and signals we sent and waits we ended, so far
+    prepared(peer, src, region, offset)
+                                     that put, checked and built once: put_it(signaled=False) sends it
+                                     (a plan that puts the same pieces every call, as the ring does)
 
 RDMA (RdmaTransport): put is an RDMA WRITE straight into the peer's registered region, then an
 8-byte WRITE of a sequence number into the peer's flag slot for us; wait spins on our own memory.
@@ -24,7 +27,7 @@ import threading
 import numpy as np
 
 from rdmalab import settings, sockets
-from rdmalab.errors import RdmalabError
+from rdmalab.errors import RdmalabError, explain_status
 from rdmalab.proc import waiting
 from rdmalab import verbs as v
 from rdmalab.verbs import rc
@@ -41,7 +44,16 @@ class PeerLost(RdmalabError):
     """A peer stopped answering (it died, or hangs): the collective cannot complete."""
 
 
-class RdmaTransport:
+class Transport:
+    """What every transport offers besides its own put, signal, wait, flush and exchanged."""
+
+    def prepared(self, peer, src, region, offset):
+        """put(peer, src, region, offset, signaled) for a plan that puts the same piece every call: returns
+        put_it(signaled=False). Here it puts as put() does; a transport that can build a put once overrides it."""
+        return lambda signaled=False: self.put(peer, src, region, offset, signaled)
+
+
+class RdmaTransport(Transport):
     """Full mesh of RC QPs (one per peer), a registered region per name, and a flag array:
     flags[2 * peer] holds the sequence number of the last put or signal from `peer`.
 
@@ -60,6 +72,7 @@ class RdmaTransport:
 
     def __init__(self, rank, size, region_bytes):
         self.rank, self.size = rank, size
+        self.timeout = peer_timeout()   # (read once: a wait's cost is a ring step's)
         peers = [peer for peer in range(size) if peer != rank]
         # one QP per peer, all on one CQ; MRs (local and remote write): the regions, the flags, and the
         # sequence numbers we WRITE from (SLOTS a peer)
@@ -128,6 +141,25 @@ class RdmaTransport:
         """RDMA WRITE the bytes of `src` (a view into one of our regions) into peer's region at `offset`,
         then our next sequence number into its flag: one post_send, two WRITEs, in order. signaled: ask for
         its completion now, as the put a flush() will follow (which then sends nothing more)."""
+        # a ring puts the same pieces every call: their WRs are built once (a WR is copied to the NIC's queue
+        # as it is posted, so one may be posted again; only the flag chained after it changes)
+        at, size = src.__array_interface__["data"][0], src.nbytes
+        key = (peer, at, size, region, offset)
+        wr = self.data_wrs.get(key)
+        if wr is None:
+            if len(self.data_wrs) >= self.DATA_WRS:
+                self.data_wrs.clear()
+            wr = self.data_wrs[key] = self._data_wr(peer, src, region, offset)
+        self._post(peer, wr, signaled)
+
+    def prepared(self, peer, src, region, offset):
+        """put(peer, src, region, offset, signaled) checked and built once, for a plan that puts the same
+        piece every call (as NCCL builds its plans before it runs them): returns put_it(signaled=False)."""
+        wr, post = self._data_wr(peer, src, region, offset), self._post
+        return lambda signaled=False: post(peer, wr, signaled)
+
+    def _data_wr(self, peer, src, region, offset):
+        """The WRITE of `src`'s bytes into peer's `region` at `offset` (None for no bytes), checked."""
         at, size = src.__array_interface__["data"][0], src.nbytes
         for base, nbytes, mr in self.bases.values():
             if base <= at and at + size <= base + nbytes:
@@ -136,21 +168,18 @@ class RdmaTransport:
             raise ValueError("put() sends from a registered region only: use transport.buffer(...)")
         if not src.flags.c_contiguous:
             raise ValueError("put() sends contiguous bytes: a slice x[a:b], not x[::2]")
-        flag = self._flag(peer, signaled)
         if not size:
-            return self.qps[peer].post_send(flag)
+            return None
         r = self.remote[peer]["regions"][region]
         if offset + size > r["length"]:
             raise ValueError(f"put of {size} bytes at {offset} overflows rank {peer}'s {region} ({r['length']} bytes)")
-        # a ring puts the same pieces every call: their WRs are built once (a WR is copied to the NIC's queue
-        # as it is posted, so one may be posted again; only the flag chained after it changes)
-        key = (peer, at, size, region, offset)
-        wr = self.data_wrs.get(key)
+        return self._wr(peer, mr.buf + (at - base), size, mr.lkey, r["rkey"], r["addr"] + offset)
+
+    def _post(self, peer, wr, signaled):
+        """One doorbell: the data's WRITE (if any bytes), then our next flag's."""
+        flag = self._flag(peer, signaled)
         if wr is None:
-            if len(self.data_wrs) >= self.DATA_WRS:
-                self.data_wrs.clear()
-            wr = self.data_wrs[key] = self._wr(peer, mr.buf + (at - base), size, mr.lkey, r["rkey"],
-                                               r["addr"] + offset)
+            return self.qps[peer].post_send(flag)
         wr.next_wr = flag
         self.qps[peer].post_send(wr)
 
@@ -175,15 +204,14 @@ class RdmaTransport:
             self._reap()
             return alive is None or alive(peer)
         try:
-            waiting.memory(lambda: flags[slot] >= want, self.mrs["flags"], peer_timeout(), f"rank {peer}", healthy,
+            waiting.memory(lambda: flags[slot] >= want, self.mrs["flags"], self.timeout, f"rank {peer}", healthy,
                            spin_s=waiting.COLLECTIVE_SPIN_S)
         except TimeoutError:
-            raise PeerLost(f"rank {self.rank}: rank {peer} sent nothing for {peer_timeout():.0f} s") from None
+            raise PeerLost(f"rank {self.rank}: rank {peer} sent nothing for {self.timeout:.0f} s") from None
 
     def _reap(self, wcs=None):
         """Take completions (polled now, or those given): each is a signaled flag's, and says its QP's
         earlier WRs are done too; an error completion, asked for or not, means a peer is gone."""
-        from rdmalab.errors import explain_status
         for wc in self.cq.poll(16)[1] if wcs is None else wcs:
             peer, flag = wc.wr_id & 0xFFFF, wc.wr_id >> 16
             if wc.status != 0:
@@ -195,10 +223,10 @@ class RdmaTransport:
         """Wait until our flag number `flag` to peer has completed."""
         while self.done[peer] < flag:
             try:
-                self._reap(waiting.poll(self.cq, 16, peer_timeout(), "our writes' completions"))
+                self._reap(waiting.poll(self.cq, 16, self.timeout, "our writes' completions"))
             except TimeoutError:
                 raise PeerLost(f"rank {self.rank}: writes to rank {peer} not completed within "
-                               f"{peer_timeout():.0f} s") from None
+                               f"{self.timeout:.0f} s") from None
 
     def flush(self):
         """Block until every WRITE we posted has completed (so the memory it read may change). A last flag
@@ -219,7 +247,7 @@ class RdmaTransport:
             pass
 
 
-class TcpTransport:
+class TcpTransport(Transport):
     """Full mesh of TCP connections; a sender thread per peer so that puts never block the receiver
     (two ranks putting to each other at once would otherwise fill both socket buffers and deadlock)."""
     HEADER = struct.Struct("<BQQ")   # region (0 data, 1 stage, 255 signal), offset, length

@@ -38,6 +38,7 @@ import numpy as np
 
 from rdmalab.allreduce.algorithms import Communicator, stage_bytes
 from rdmalab.allreduce.ranks import wrong_elements
+from rdmalab.allreduce.transports import Transport
 from rdmalab.lessons.exercises import NotYet, Wrong
 
 POISON = {"float32": np.float32("nan"), "float64": np.float64("nan"), "int32": np.int32(0x3F3F3F3F),
@@ -237,7 +238,7 @@ class Deadlock:
         return f"every rank waited for another and none had put anything for it: {who}"
 
 
-class CheckingTransport:
+class CheckingTransport(Transport):
     """One rank's side of a Fabric, with the interface of rdmalab.allreduce.transports."""
 
     def __init__(self, fabric, rank):
