@@ -12,9 +12,11 @@ times at some sizes, predicts sizes and a rank count (4) it was not fitted to wi
 to one CPU as well (`taskset -c 0 python benchmarks/allreduce.py`): every figure is then one CPU's.
 
 How the times are taken (issue 16, point 11): each figure is the median of ROUNDS rounds; a round runs
-every size once (WARMUP AllReduces, then `iters` back to back, the slowest rank's mean). One run of 10
-iterations at 64-256 KiB lasts about 1.5 ms in all, so a single moment when another process takes a CPU
-spoiled a whole size: instrumented runs showed every slow iteration (> 2x the median) had a wait that
+every size once (WARMUP AllReduces, then iters(size) back to back, the slowest rank's mean). One run of 10
+iterations at 64-256 KiB lasts about 0.3-1.5 ms in all, so a single moment when another process takes a CPU
+spoiled a whole size (the fitted alpha came out 8.8, 12.7 and 18.0 us in three runs of one build): a round now
+moves at least ROUND_BYTES at each size, as OSU's benchmarks run more iterations for small messages; the MPI
+reference runs the same counts. Instrumented runs showed every slow iteration (> 2x the median) had a wait that
 outlived its 50 us spin and slept on the futex (95% of slow iterations, 0% of the others), often after an
 involuntary context switch; no page faults, no sleep-only mode, no step at the 1 MiB pipelining segment.
 Spreading each size over rounds, and taking the median, makes the figures repeat.
@@ -54,6 +56,7 @@ from rdmalab.proc.handover import NEAR_US, far_apart, handover_us, in_children  
 
 MiB = 1 << 20
 ROUNDS = {True: 3, False: 9}     # --quick: 3 rounds; else 9 (the median of each size over rounds)
+ROUND_BYTES, MOST_ITERS = 16 * MiB, 500   # a round of a size moves at least this (in at most MOST_ITERS AllReduces)
 WARMUP = 5                       # AllReduces before each timed run, as nccl-tests' -w 5: the first after
                                  # another size runs on caches the last one filled (about 1.5x the next ones)
 
@@ -185,7 +188,10 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out")
     args = parser.parse_args(argv)
-    iters = 10 if args.quick else 20   # timed AllReduces a run (nccl-tests' -n 20)
+    least = 10 if args.quick else 20   # timed AllReduces a run, at the least (nccl-tests' -n 20)
+
+    def iters(size):
+        return max(least, min(MOST_ITERS, ROUND_BYTES // size))
     rounds = ROUNDS[args.quick]
     model_sizes = [64 << 10, 256 << 10, 1 * MiB, 16 * MiB] if args.quick else \
         [64 << 10, 256 << 10, 1 * MiB, 4 * MiB, 16 * MiB, 32 * MiB, 64 * MiB]
@@ -205,7 +211,8 @@ def main(argv=None):
     four = ring_times("rdma", sorted(set(four_sizes + [1 * MiB, 16 * MiB])), iters, ranks=4, rounds=rounds)
     tcp = ring_times("tcp", compared, iters, rounds=rounds)
     tcp_four = ring_times("tcp", [1 * MiB, 16 * MiB], iters, ranks=4, rounds=rounds)
-    mpi = {row["size"]: row for row in allreduce.mpi_allreduce(2, [n // 4 for n in compared], "float32", iters)["rows"]}
+    mpi = {row["size"]: row for row in allreduce.mpi_allreduce(2, [n // 4 for n in compared], "float32",
+                                                                  [iters(n) for n in compared])["rows"]}
     one_core = on_one_cpu(lambda: {t: ring_times(t, [MiB], iters, ranks=4, rounds=rounds)[MiB] for t in ("rdma", "tcp")})
     copies = copy_rates(sorted(set(model_sizes + compared)))
     figures = {"ring_rdma_16MiB_busbw": busbw(16 * MiB, rdma[16 * MiB]["time"]),
@@ -314,7 +321,8 @@ def main(argv=None):
         print(f"missed: {name}: {why}", file=sys.stderr)
     report = {"benchmark": "allreduce", "quick": args.quick, "seconds": round(time.time() - started, 1),
               "figures": figures, "mpi_library": "MPICH (mpi4py)",
-              "timing": {"rounds": rounds, "iters_per_round": iters, "figure": "median over rounds of the slowest "
+              "timing": {"rounds": rounds, "iters_per_round": {str(n): iters(n) for n in sorted(set(model_sizes + compared))},
+                         "figure": "median over rounds of the slowest "
                          "rank's mean of iters back-to-back AllReduces, after one warm-up",
                          "ring_rdma_2_ranks_rounds_ms": {str(k): v["rounds_ms"] for k, v in rdma.items()},
                          "ring_rdma_4_ranks_rounds_ms": {str(k): v["rounds_ms"] for k, v in four.items()}},

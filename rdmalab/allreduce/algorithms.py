@@ -74,8 +74,9 @@ class Communicator:
         self.t, self.rank, self.size = transport, transport.rank, transport.size
         self.alive = alive        # optional alive(peer) -> bool, for a faster "peer lost"
         self.ring_credit = None   # the transport's traffic when our last ring ended (see _ring)
-        self.ring_steps = {}      # (buffer address, size, dtype) -> the ring compiled for it (_compiled_ring)
+        self.ring_steps = {}      # (size, dtype) -> the ring compiled for buffer(size, dtype) (_compiled_ring)
         self.data_at = transport.buffer("data").__array_interface__["data"][0]   # where buffer()'s arrays start
+        self.in_place = None      # the last x found to start there (an array's memory never moves)
 
     def buffer(self, count, dtype="float32"):
         """`count` elements in the registered data region (what allreduce works on without copying)."""
@@ -94,7 +95,11 @@ class Communicator:
     def allreduce_validated(self, x, algorithm, out=None):
         """allreduce() of a request validated already, by the entry point that took it (Cluster.allreduce,
         Cluster.check, rdmalab.allreduce.report): rdmalab.allreduce.ranks calls this, once per iteration."""
-        elsewhere = x.__array_interface__["data"][0] != self.data_at or not x.flags.c_contiguous
+        if x is self.in_place:   # the array of the last call, which started at the data region: it still does
+            elsewhere = False
+        else:
+            elsewhere = x.__array_interface__["data"][0] != self.data_at or not x.flags.c_contiguous
+            self.in_place = None if elsewhere else x
         if elsewhere:
             work = self.buffer(x.size, x.dtype)
             np.copyto(work, x.reshape(-1))
@@ -182,10 +187,13 @@ class Communicator:
 
     def _compiled_ring(self, x):
         """ring_plan() for x, as (put_it, None, signaled) to put and (None, x's piece, the stage's piece) or
-        (None, None, None) to wait: its views made and its puts built once per buffer."""
-        key = (x.__array_interface__["data"][0], x.size, x.dtype.str)
+        (None, None, None) to wait: its views made and its puts built once per size and dtype. x starts where
+        the data region does (allreduce_validated sees to it), so its size and dtype say which x it is."""
+        key = (x.size, x.dtype)
         steps = self.ring_steps.get(key)
         if steps is None:
+            if x.__array_interface__["data"][0] != self.data_at:
+                raise ValueError("the ring runs on the data region's start: call comm.allreduce(x)")
             p, r, right = self.size, self.rank, (self.rank + 1) % self.size
             stage, steps = self.t.buffer("stage"), []
             for op, lo, hi, at, signaled in ring_plan(p, r, x.size, x.itemsize):

@@ -137,13 +137,15 @@ def held_out(samples, fitted_on, algorithm="ring", gamma=None, label="fitted", a
 def measure(cluster, sizes, algorithm="ring", rounds=5, iters=10, dtype="float32", progress=None, warmup=1):
     """Median time (s) of an AllReduce of each size on `cluster`: `rounds` rounds, each running every size
     (`iters` back to back after `warmup` more; the slowest rank's mean), so that a moment when another process
-    takes a CPU spoils one round of one size, not a size. Returns {n: median}, and {n: [every round]}.
+    takes a CPU spoils one round of one size, not a size. `iters` may be a function of the size in bytes (more
+    for small sizes, as OSU's benchmarks run). Returns {n: median}, and {n: [every round]}.
     progress: called as progress(done, total) after each size of each round."""
     per = {n: [] for n in sizes}
     itemsize = np.dtype(dtype).itemsize
     for r in range(rounds):
         for i, n in enumerate(sizes):
-            ranks = cluster.allreduce(n // itemsize, dtype, algorithm, iters=iters, warmup=warmup, check=(r == 0))
+            ranks = cluster.allreduce(n // itemsize, dtype, algorithm, iters=iters(n) if callable(iters) else iters,
+                                      warmup=warmup, check=(r == 0))
             if any(x["wrong"] for x in ranks):
                 raise RuntimeError(f"{algorithm} AllReduce of {n} bytes gave wrong elements")
             per[n].append(max(x["time"] for x in ranks))

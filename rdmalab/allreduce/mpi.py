@@ -41,21 +41,25 @@ def main(argv=None):
     p = argparse.ArgumentParser()
     p.add_argument("--counts", required=True)
     p.add_argument("--dtype", default="float32")
-    p.add_argument("--iters", type=int, default=10)
+    p.add_argument("--iters", default="10", help="timed AllReduces: one number, or one per count")
     p.add_argument("--warmup", type=int, default=2)
     args = p.parse_args(argv)
     comm = MPI.COMM_WORLD
     rows = []
-    for count in (int(c) for c in args.counts.split(",")):
+    counts = [int(c) for c in args.counts.split(",")]
+    iters = [int(i) for i in args.iters.split(",")]
+    if len(iters) not in (1, len(counts)):
+        p.error(f"--iters: one number, or one per count ({len(counts)}), not {len(iters)}")
+    for count, n in zip(counts, iters * len(counts) if len(iters) == 1 else iters):
         x = np.full(count, comm.rank + 1, dtype=args.dtype)
         y = np.empty_like(x)
         for _ in range(args.warmup):
             comm.Allreduce(x, y, op=MPI.SUM)
         comm.Barrier()
         start = time.perf_counter()
-        for _ in range(args.iters):
+        for _ in range(n):
             comm.Allreduce(x, y, op=MPI.SUM)
-        elapsed = comm.reduce((time.perf_counter() - start) / args.iters, op=MPI.MAX, root=0)
+        elapsed = comm.reduce((time.perf_counter() - start) / n, op=MPI.MAX, root=0)
         wrong = comm.reduce(int(np.count_nonzero(y != comm.size * (comm.size + 1) // 2)), op=MPI.SUM, root=0)
         rows.append({"count": count, "time": elapsed, "wrong": wrong})
     if comm.rank == 0:

@@ -88,9 +88,11 @@ def _steadiness(per_rank):
 
 
 def mpi_allreduce(ranks, counts, dtype, iters):
-    """MPI_Allreduce (mpi4py over the MPICH wheel) at the same counts, timed the same way."""
+    """MPI_Allreduce (mpi4py over the MPICH wheel) at the same counts, timed the same way. iters: one number,
+    or one per count."""
+    iters = ",".join(map(str, iters)) if isinstance(iters, (list, tuple)) else str(iters)
     cmd = [mpi.launcher(), "-n", str(ranks), sys.executable, "-m", "rdmalab.allreduce.mpi",
-           "--counts", ",".join(map(str, counts)), "--dtype", dtype, "--iters", str(iters)]
+           "--counts", ",".join(map(str, counts)), "--dtype", dtype, "--iters", iters]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
                          env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
     if out.returncode != 0:

@@ -74,13 +74,14 @@ class RdmaTransport(Transport):
         self.rank, self.size = rank, size
         self.timeout = peer_timeout()   # (read once: a wait's cost is a ring step's)
         peers = [peer for peer in range(size) if peer != rank]
-        # one QP per peer, all on one CQ; MRs (local and remote write): the regions, the flags, and the
-        # sequence numbers we WRITE from (SLOTS a peer)
+        # one QP per peer, their sends all on one CQ (their receive CQ never sees a completion: nothing is
+        # received, so the CQ we poll looks at no receive queue); MRs (local and remote write): the regions, the
+        # flags, and the sequence numbers we WRITE from (SLOTS a peer)
         sizes = [max(int(region_bytes[name]), 64) for name in REGIONS] + [16 * max(size, 1), 8 * self.SLOTS * size]
         self.res = rc.Resources(mr_sizes=sizes, qps=len(peers), max_send_wr=4 * self.SLOTS, max_recv_wr=1,
-                                cq_depth=4096, sq_sig_all=0)
+                                cq_depth=4096, two_cqs=True, sq_sig_all=0)
         *regions, self.seq_mr = self.res.mrs
-        self.cq, self.mrs = self.res.cq, dict(zip([*REGIONS, "flags"], regions))
+        self.cq, self.mrs = self.res.send_cq, dict(zip([*REGIONS, "flags"], regions))
         self.views = {name: v.as_array(mr) for name, mr in self.mrs.items()}
         self.bases = {name: (view.ctypes.data, view.nbytes, self.mrs[name]) for name, view in self.views.items()}
         self.flags = self.views["flags"].view(np.int64)
@@ -155,8 +156,14 @@ class RdmaTransport(Transport):
     def prepared(self, peer, src, region, offset):
         """put(peer, src, region, offset, signaled) checked and built once, for a plan that puts the same
         piece every call (as NCCL builds its plans before it runs them): returns put_it(signaled=False)."""
-        wr, post = self._data_wr(peer, src, region, offset), self._post
-        return lambda signaled=False: post(peer, wr, signaled)
+        wr, flag, post = self._data_wr(peer, src, region, offset), self._flag, self.qps[peer].post_send
+        if wr is None:
+            return lambda signaled=False: post(flag(peer, signaled))
+
+        def put_it(signaled=False):   # _post(peer, wr, signaled), with what it looks up looked up once
+            wr.next_wr = flag(peer, signaled)
+            post(wr)
+        return put_it
 
     def _data_wr(self, peer, src, region, offset):
         """The WRITE of `src`'s bytes into peer's `region` at `offset` (None for no bytes), checked."""
