@@ -239,11 +239,14 @@ def allreduce_benchmark():
     return module
 
 
+STEP = "a ring step (fitted alpha) <= 10 us while the host keeps its CPUs near, <= 20 us far apart"
+
+
 @pytest.mark.parametrize("target, regime, says", [
-    ("a ring step (fitted alpha) <= 20 us", "far", "far apart for the whole"),
-    ("a ring step (fitted alpha) <= 20 us", "mixed", "far apart during"),
-    ("a ring step (fitted alpha) <= 20 us", "one CPU", "take turns"),
-    ("a ring step (fitted alpha) <= 20 us", "near", "unexplained"),
+    (STEP, "far", "far apart for the whole"),
+    (STEP, "mixed", "far apart during"),
+    (STEP, "one CPU", "take turns"),
+    (STEP, "near", "moves no bytes (a 64-byte AllReduce on 2 ranks, 2 steps) took 9.0 us here, 6.0 x one WRITE's"),
     ("ring RDMA busbw >= 0.8 x a memcpy at 16 MiB", "near", "reaches 0.43 x a memcpy"),
     ("no wrong elements", "far", "unexplained"),
     ("fitted model within 25% at every size", "near", "cannot fit both sides"),
@@ -251,7 +254,8 @@ def allreduce_benchmark():
 def test_a_missed_allreduce_target_is_explained_only_by_what_the_run_measured(target, regime, says):
     figures = {"cpu_floor_16MiB": {"shared memory, both ranks at once": {"over_memcpy": 0.43},
                                    "ring_over_floor_time": 1.5},
-               "copy_GBps_by_size": {str(1 << 20): 48.0, str(16 << 20): 18.0}, "usable_cpus": 2.0}
+               "copy_GBps_by_size": {str(1 << 20): 48.0, str(16 << 20): 18.0}, "usable_cpus": 2.0,
+               "ring_step_us": {"no_bytes": 9.0, "write_lat": 1.5, "fitted_alpha": 12.0}}
     handover = {"before": 290.0, "after": 38.0} if regime != "one CPU" else {"before": None, "after": None}
     assert says in allreduce_benchmark().why_missed(target, figures, regime, handover)
 
