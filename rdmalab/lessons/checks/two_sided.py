@@ -36,8 +36,8 @@ class CMIDNotes:
     never end; disconnect() first takes the peer's answer if it is due and was not taken (the peer, its answer
     unacknowledged, would never see the disconnect, and a synchronous disconnect() waits for it). And as
     librdmacm, which gives a CM id's QP a send CQ and a receive CQ of its own, get_send_comp() returns only send
-    completions and get_recv_comp() only receive ones (soft0's CM id shares one CQ: a completion of the other
-    kind is kept for the other call)."""
+    completions and get_recv_comp() only receive ones, even where the learner's QPInitAttr put both on one CQ
+    (a completion of the other kind is kept for the other call)."""
 
     def __init__(self, cmid):
         from rdmalab.lessons.cm_peer import qp_numbers
