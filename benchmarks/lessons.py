@@ -56,9 +56,9 @@ def run_lesson(path, out, quick, learner_dir, cpu=None):
 def one_cpu_figures(learner_dir):
     """What lessons 05 and 06 recorded for lesson 15 in a learner folder (rdmalab.lessons.evidence: "one-sided", the
     stopped target; "target-cpu", the one-CPU READ and the ping-pongs); None for what did not run."""
-    from rdmalab.lessons.answer import split_old
+    from rdmalab.lessons.evidence import migrated
     with open(os.path.join(learner_dir, "evidence.json")) as f:
-        kept = split_old(json.load(f))
+        kept = migrated(json.load(f))
     five, six = kept.get("one-sided", {}), kept.get("target-cpu", {})
     return {"read_8B_us": six.get("one_cpu_read_us"), "tcp_request_response_8B_us": six.get("one_cpu_request_us"),
             "read_over_request": six["one_cpu_read_us"] / six["one_cpu_request_us"] if six.get("one_cpu_read_us") else None,

@@ -339,14 +339,15 @@ def test_what_the_first_edition_saved_under_lesson_numbers_reads_as_the_lessons_
     monkeypatch.setattr(quiz, "ANSWERS_FILE", str(tmp_path / "answers.json"))
     old = {"01": FULL["socket-path"], "04": OLD_ONE_SIDED, "05": FULL["allreduce"]}
     (tmp_path / "evidence.json").write_text(json.dumps(old))
-    assert evidence.recall() == {"socket-path": FULL["socket-path"], "one-sided": OLD_ONE_SIDED,
-                                 "allreduce": FULL["allreduce"]}
+    assert evidence.recall() == {"socket-path": FULL["socket-path"], "one-sided": FULL["one-sided"],
+                                 "target-cpu": FULL["target-cpu"], "allreduce": FULL["allreduce"]}   # (split: below)
     assert evidence.recall("posting") == {}
     assert [m for m, _ in answer.closing_view(device="soft0", kept=None, answers={}).missing] == \
         ["training-step", "in-pytorch", "on-the-wire", "when-it-breaks"]   # (the first edition had no such lessons)
     evidence.record("allreduce", ranks=2)          # a new run: its slug wins, and the file is rewritten by slug
-    assert evidence.recall("allreduce")["ranks"] == 2 and evidence.recall("one-sided") == OLD_ONE_SIDED
-    assert set(json.loads((tmp_path / "evidence.json").read_text())) == {"socket-path", "one-sided", "allreduce"}
+    assert evidence.recall("allreduce")["ranks"] == 2 and evidence.recall("one-sided") == FULL["one-sided"]
+    assert set(json.loads((tmp_path / "evidence.json").read_text())) == {"socket-path", "one-sided", "target-cpu",
+                                                                          "allreduce"}
     (tmp_path / "answers.json").write_text(json.dumps({"00": 1, "00:choice": quiz.CHOICES[1]}))
     assert quiz.load_answers() == {"welcome": 1}
 
@@ -387,7 +388,7 @@ def test_evidence_saved_before_the_split_reads_as_the_two_lessons_that_measure_i
     before = {**EVERY, "one-sided": {**EVERY["one-sided"], **EVERY["target-cpu"]}}
     del before["target-cpu"]
     (tmp_path / "evidence.json").write_text(json.dumps(before))
-    kept = answer.split_old(evidence.recall())
+    kept = evidence.recall()
     assert kept["target-cpu"] == {k: x for k, x in EVERY["target-cpu"].items()} and kept["one-sided"] == EVERY["one-sided"]
     view = answer.closing_view(kept=None, answers={})
     assert not view.missing and str(view) == str(answer.closing_view(kept=EVERY, answers={}))
@@ -433,7 +434,7 @@ def test_lessons_05_and_06_each_record_what_they_measured(tmp_path, monkeypatch)
     one = OneCpu.from_loops(0, 100, {"read_lat": (3.4, dict(spent, voluntary_switches=0)),
                                      "tcp_rr": (21.0, dict(spent, voluntary_switches=100))})
     kept = answer.record_target_cpu(dashboard_results(), one)
-    assert set(kept) == set(answer.TARGET_CPU_KEYS) | {"device_kind"}
+    assert set(kept) == set(evidence.TARGET_CPU_KEYS) | {"device_kind"}
     assert kept["rdma_copies_per_byte"] == pytest.approx(1.0) and kept["lat_size"] == 8
     assert kept["tcp_receiver_cpu_share"] == pytest.approx(0.9) and kept["rdma_target_cpu_share"] == 0.0
     figures = answer.gather()

@@ -9,8 +9,8 @@
 
 The view reads what the lessons in RECORDING recorded (rdmalab.lessons.evidence, keyed by slug; the text names
 them by today's numbers, rdmalab.lessons.series). Figures saved before the one-sided lesson was split in two
-(all under "one-sided") are read as the lessons that measure them today (split_old): the one-CPU READ and the
-dashboard's rows as target-cpu's. Its verdict rests on what holds on every device: lesson 05's stopped target,
+(all under "one-sided") are read as the lessons that measure them today (evidence.migrated): the one-CPU READ and
+the dashboard's rows as target-cpu's. Its verdict rests on what holds on every device: lesson 05's stopped target,
 lesson 06's READ on one CPU, the receiver's syscalls, the copies per byte that something counted, the address and key in a WRITE's first
 packet, the target's NIC refusing an access. What depends on this machine (a ping-pong between two
 processes, which measures the scheduler's hand-offs too; two rings on one host, on soft0 its shared memory
@@ -35,11 +35,6 @@ LESSONS = {slug: title(slug) for slug in RECORDING}
 SOCKETS, ONE_SIDED, TARGET_CPU, ALLREDUCE, TRAINING, PYTORCH, SCALING, WIRE, BREAKS, WELCOME = (number(s) for s in (
     "socket-path", "one-sided", "target-cpu", "allreduce", "training-step", "in-pytorch", "scaling-out", "on-the-wire",
     "when-it-breaks", "welcome"))
-# What the target's CPU lesson records; until the one-sided lesson was split in two (the sixth edition) it kept
-# them too, under "one-sided" (split_old reads them as target-cpu's)
-TARGET_CPU_KEYS = ("one_cpu_read_us", "one_cpu_request_us", "write_lat_us", "tcp_lat_us", "lat_size", "bw_size",
-                   "rdma_target_cpu_share", "tcp_receiver_cpu_share", "rdma_copies_per_byte")
-
 DEVICE_LABEL = {"soft": "the emulated NIC, through shared memory", "rxe": "Linux's Soft-RoCE (rdma_rxe)",
                 "hardware": "a hardware NIC"}
 # Two rings on this machine: what their busbw ratio compares, by device
@@ -116,20 +111,6 @@ def target_cpu_figures(results, one_cpu=None):
 def record_target_cpu(results, one_cpu=None):
     """Keep the target's CPU lesson's figures (evidence "target-cpu": target_cpu_figures), for the closing view."""
     return evidence.record("target-cpu", **target_cpu_figures(results, one_cpu))
-
-
-def split_old(kept):
-    """`kept` (by slug) with what was saved before the one-sided lesson was split in two read as the lessons that
-    measure it today: the one-CPU READ and the dashboard's figures (TARGET_CPU_KEYS), kept under "one-sided"
-    then, become target-cpu's; a target-cpu record of its own wins over them."""
-    four = kept.get("one-sided") or {}
-    moved = {k: four[k] for k in TARGET_CPU_KEYS if k in four}
-    if not moved:
-        return kept
-    out = {**kept, "one-sided": {k: x for k, x in four.items() if k not in TARGET_CPU_KEYS}}
-    if not kept.get("target-cpu"):
-        out["target-cpu"] = {**moved, **{k: four[k] for k in ("device_kind", "recorded") if k in four}}
-    return out
 
 
 def busbw(size, seconds, ranks):
@@ -211,7 +192,7 @@ class Figures(dict):
 
 def gather(kept=None, kind=None):
     """Every figure the lessons recorded (evidence.recall() by default), named (NAMES), as Figures."""
-    kept = split_old(evidence.recall() if kept is None else kept)
+    kept = evidence.recall() if kept is None else kept
     one, four, five = kept.get("socket-path", {}), kept.get("one-sided", {}), kept.get("allreduce", {})
     six = kept.get("target-cpu", {})
     wire, broke = kept.get("on-the-wire", {}), kept.get("when-it-breaks", {}).get("failures", {})
@@ -311,7 +292,6 @@ def rows(kept, kind=None):
     """The table: (what, through TCP, by RDMA, lesson that measured it, holds on every device); None where not
     measured. What holds on every device comes first, led by the stopped target; what depends on this machine
     (a ping-pong, rings on one host) after, labelled so."""
-    kept = split_old(kept)
     one, four, five = kept.get("socket-path", {}), kept.get("one-sided", {}), kept.get("allreduce", {})
     six = kept.get("target-cpu", {})
     kind = kind or _kind(kept)
@@ -355,7 +335,6 @@ def rows(kept, kind=None):
 
 def missing(kept):
     """Lessons whose figures the view lacks, as (slug, number and title)."""
-    kept = split_old(kept)
     return [(k, name) for k, name in LESSONS.items() if not kept.get(k)]
 
 
@@ -382,7 +361,6 @@ def verdict(kept, answers, kind=None):
     """What each choice is, judged against the evidence: a list of (choice, is_answer, text, is the lesson-00
     choice)."""
     chosen = answers.get("welcome")
-    kept = split_old(kept)
     notes = _numbers(kept, kind or _kind(kept))
     return [(choice, i == ANSWER, WHY[i] + (" " + notes[i] if notes.get(i) else ""), i == chosen)
             for i, choice in enumerate(CHOICES)]
@@ -467,7 +445,6 @@ def chart(kept, kind=None, device=None):
     """Two panels, one idea each: what the receiver did per message (TCP against an RDMA target), and the ring's
     busbw per size over both transports (labelled with what it compares on this machine)."""
     import matplotlib.pyplot as plt
-    kept = split_old(kept)
     one, four, five = kept.get("socket-path", {}), kept.get("one-sided", {}), kept.get("allreduce", {})
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8), gridspec_kw={"width_ratios": [1, 1.4]})
     labels = ["syscalls", "context switches"]
@@ -538,7 +515,6 @@ class ClosingView:
     """The answer with the learner's numbers: shows as HTML (tables, chart, verdict) or as text."""
 
     def __init__(self, kept, answers, kind, device=None, committed=None, predicted=None):
-        kept = split_old(kept)
         self.kept, self.answers, self.kind, self.device = kept, answers, kind, device
         self.predicted = _predictions(evidence.predictions() if predicted is None else predicted)
         self.figures = gather(kept, kind)
@@ -647,7 +623,7 @@ def closing_view(device=None, kept=None, answers=None, committed=None, predicted
     """The closing view: `kept` defaults to everything recorded, `answers` to the saved quiz answers, `device` to
     the one the AllReduce lesson ran on (its name, as the run recorded it); `committed`: the learner's answer
     before the view (the-answer's exercise function, or what it returned)."""
-    kept = split_old(evidence.recall() if kept is None else kept)
+    kept = evidence.recall() if kept is None else kept
     answers = load_answers() if answers is None else answers
     five = kept.get("allreduce", {})
     device = device or five.get("device")

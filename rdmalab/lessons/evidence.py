@@ -11,13 +11,14 @@ Who records what (rdmalab.lessons.answer.gather names each figure the last lesso
     socket-path      the notebook: a TCP receiver's syscalls, switches, copies per byte, CPU share, latency
     one-sided        answer.record_one_sided: the RDMA WRITE target's costs, the stopped target
     target-cpu       answer.record_target_cpu: the one-CPU READ against a TCP request, the dashboard's rows
-                     (saved under "one-sided" before the sixth edition split that lesson: answer.split_old reads it)
+                     (saved under "one-sided" before the sixth edition split that lesson: recall() reads it as
+                     target-cpu's)
     allreduce        answer.record_allreduce: the rings' times and busbw over both transports, MPI's, the device
     on-the-wire      packets.record: a WRITE's packets and its RETH, go-back-N under loss, a ring's header share
     when-it-breaks   failures.record (failures.table calls it): each failure's status, QP states, time, counters
 
 Lessons are keyed by slug (rdmalab.lessons.series), so renumbering them misreads nothing; figures saved
-by the first edition under numbers ("01", "04", "05") are read as the lessons they came from.
+by the first edition under numbers ("01", "04", "05") are read as the lessons they came from (migrated()).
 The figures live beside the quiz's answers in ~/.cache/rdmalab/ (RDMALAB_LEARNER_DIR moves both).
 """
 import json
@@ -29,6 +30,10 @@ from rdmalab.lessons.series import by_slug
 LEARNER_DIR = os.environ.get("RDMALAB_LEARNER_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "rdmalab")
 EVIDENCE_FILE = os.path.join(LEARNER_DIR, "evidence.json")
 PREDICTIONS_FILE = os.path.join(LEARNER_DIR, "predictions.json")   # what the learner predicted, beside what came
+# What the target's CPU lesson records; until the one-sided lesson was split in two (the sixth edition) it kept
+# them too, under "one-sided"
+TARGET_CPU_KEYS = ("one_cpu_read_us", "one_cpu_request_us", "write_lat_us", "tcp_lat_us", "lat_size", "bw_size",
+                   "rdma_target_cpu_share", "tcp_receiver_cpu_share", "rdma_copies_per_byte")
 
 
 def record(lesson, **figures):
@@ -43,10 +48,26 @@ def recall(lesson=None):
     """Everything recorded so far, by slug (or one lesson's figures: {} when it has not run)."""
     try:
         with open(EVIDENCE_FILE) as f:
-            kept = by_slug(json.load(f))
+            kept = migrated(json.load(f))
     except (OSError, ValueError, AttributeError):   # unreadable, or not a dict: nothing kept
         kept = {}
     return kept.get(lesson, {}) if lesson is not None else kept
+
+
+def migrated(saved):
+    """Evidence saved by any edition, as today's lessons keep it: first-edition numbers read as slugs
+    (series.by_slug), and what lesson 05 kept before the sixth edition split it in two, the one-CPU READ and the
+    dashboard's figures (TARGET_CPU_KEYS) under "one-sided", read as target-cpu's; a target-cpu record of its own
+    wins over them."""
+    kept = by_slug(saved)
+    five = kept.get("one-sided") or {}
+    moved = {k: five[k] for k in TARGET_CPU_KEYS if k in five}
+    if not moved:
+        return kept
+    out = {**kept, "one-sided": {k: x for k, x in five.items() if k not in TARGET_CPU_KEYS}}
+    if not kept.get("target-cpu"):
+        out["target-cpu"] = {**moved, **{k: five[k] for k in ("device_kind", "recorded") if k in five}}
+    return out
 
 
 def _write(path, kept):
