@@ -12,9 +12,9 @@ On the provider this process runs on (rdmalab.verbs.PROVIDER), None on a real de
     copied_bytes()        payload bytes this process's CPU copied for soft0's shared-memory link (its
                           stand-in for DMA: counted, where rxe and hardware count nothing); None on the udp
                           link (its NIC processes copy) and on a real device
-    look(qp), walk(qp, wr)  what its NIC holds for a QP, and what it would do with a WR (qp.look, qp.walk)
+    look(qp), walk(qp, wr)  what its NIC holds for a QP, and what it would do with a WR (glassbox.look, glassbox.walk)
     verdicts(qp, opcode, sges, ...)  every check its NIC makes of such a WR, run now without posting it
-                          (qp.verdicts: checks.every), each (check, Verdict or None)
+                          (glassbox.verdicts: checks.every), each (check, Verdict or None)
     rules()               the names its verdicts carry (checks.Check): `verdict.check is rules().PSN`
     memory_regions()      this process's MRs as its NIC holds them: (lkey, rkey, address, length)
 Whatever the provider, choosing none (soft0's segments outlive their processes; its link is a setting):
@@ -64,14 +64,14 @@ def copied_bytes():
 def look(qp):
     if not _on_soft0():
         return None
-    from rdmalab.verbs.soft.qp import look
+    from rdmalab.verbs.soft.glassbox import look
     return look(qp)
 
 
 def walk(qp, wr):
     if not _on_soft0():
         return None
-    from rdmalab.verbs.soft.qp import walk
+    from rdmalab.verbs.soft.glassbox import walk
     return walk(qp, wr)
 
 
@@ -84,7 +84,7 @@ def rules():
 def verdicts(qp, opcode, sges, rkey=0, remote_addr=0, imm=0, flags=0):
     if not _on_soft0():
         return None
-    from rdmalab.verbs.soft.qp import verdicts
+    from rdmalab.verbs.soft.glassbox import verdicts
     return verdicts(qp, opcode, sges, rkey, remote_addr, imm, flags)
 
 

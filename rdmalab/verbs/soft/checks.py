@@ -14,7 +14,7 @@ makes them. Who runs them:
   (requester.local_operation); each ends in the same Verdict.
 - requester.Shortcut repeats a request shape these checks passed, at the target QP's generation; it
   re-tests what belongs to one request (its PSN, its bounds) and, on any doubt, hands the WR back here.
-- qp.walk (the step mode's prediction) runs them without posting; lessons.explain runs them after a
+- glassbox.walk (the step mode's prediction) runs them without posting; lessons.explain runs them after a
   completion failed, and names the verdict that gave its status.
 Checks marked LANDING are made as the data lands (ReceiveQueue.scatter, SGE by SGE, as rxe's copy_data:
 the SGEs before a bad one keep their bytes); the step mode and explain run them without landing anything.

@@ -98,12 +98,12 @@ class Queue:
         raise NotImplementedError
 
     def waiting(self, before_rts):
-        """[(wr_id, its opcode, what it waits for)] of the WRs it holds: the glass-box view (qp.look)."""
+        """[(wr_id, its opcode, what it waits for)] of the WRs it holds: the glass-box view (glassbox.look)."""
         raise NotImplementedError
 
     def peer(self):
         """The QP it sends to as this process's NIC reaches it (responder.PeerQP), or None: what the checks
-        read of the target when they are run without posting (qp.walk, qp.verdicts)."""
+        read of the target when they are run without posting (glassbox.walk, glassbox.verdicts)."""
         return None
 
     def modified(self, state, max_rd_atomic=1):
