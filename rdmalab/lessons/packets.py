@@ -248,16 +248,17 @@ class Sniffer:
             return
         self.proc = subprocess.Popen([dumpcap, "-q", "-P", "-i", "lo", "-f", f"udp port {ROCEV2_PORT}", "-w", path],
                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                     text=True, start_new_session=True)
-        said, deadline = [], time.monotonic() + wait_s
-        while time.monotonic() < deadline:   # dumpcap says when it captures, or why it cannot, then stays quiet
-            if not select.select([self.proc.stderr], [], [], max(0.0, deadline - time.monotonic()))[0]:
+                                     start_new_session=True)
+        # dumpcap says when it captures, or why it cannot, then stays quiet. Read its pipe unbuffered: a line a
+        # buffered reader had read ahead would be invisible to select(), which would then wait out the deadline
+        fd, heard, said, deadline = self.proc.stderr.fileno(), b"", [], time.monotonic() + wait_s
+        while select.select([fd], [], [], max(0.0, deadline - time.monotonic()))[0]:
+            chunk = os.read(fd, 4096)
+            if not chunk:
                 break
-            line = self.proc.stderr.readline()
-            if not line:
-                break
-            said.append(line.strip())
-            if line.startswith("Capturing on"):
+            heard += chunk
+            said = [line.strip() for line in heard.decode(errors="replace").splitlines()]
+            if any(line.startswith("Capturing on") for line in said):
                 return
         self.proc.kill()   # (a dumpcap that could not start has exited already; one that said nothing in time is ended)
         self.proc.wait()

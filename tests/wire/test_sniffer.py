@@ -37,3 +37,16 @@ def test_a_dumpcap_that_says_nothing_is_ended_and_named_instead_of_waited_for(tm
     monkeypatch.setattr(packets.shutil, "which", lambda name: str(silent) if name == "dumpcap" else shutil.which(name))
     sniffer = packets.Sniffer(str(tmp_path / "x.pcap"), wait_s=0.5)
     assert sniffer.proc is None and "it said nothing" in sniffer.why_not and sniffer.stop() is None
+
+
+def test_a_dumpcap_that_says_two_lines_at_once_is_heard_capturing(tmp_path, monkeypatch):
+    """dumpcap may write a warning and "Capturing on" in one write: both are read, none waits in a buffer."""
+    chatty = tmp_path / "dumpcap"
+    chatty.write_text("#!/bin/sh\nprintf 'a warning\\nCapturing on Loopback: lo\\n' >&2\nexec sleep 600\n")
+    chatty.chmod(0o755)
+    monkeypatch.setattr(packets.shutil, "which", lambda name: str(chatty) if name == "dumpcap" else shutil.which(name))
+    sniffer = packets.Sniffer(str(tmp_path / "x.pcap"), wait_s=30)
+    try:
+        assert sniffer.why_not is None and sniffer.proc is not None and sniffer.proc.poll() is None
+    finally:
+        sniffer.stop()
