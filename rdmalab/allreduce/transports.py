@@ -156,14 +156,8 @@ class RdmaTransport(Transport):
     def prepared(self, peer, src, region, offset):
         """put(peer, src, region, offset, signaled) checked and built once, for a plan that puts the same
         piece every call (as NCCL builds its plans before it runs them): returns put_it(signaled=False)."""
-        wr, flag, post = self._data_wr(peer, src, region, offset), self._flag, self.qps[peer].post_send
-        if wr is None:
-            return lambda signaled=False: post(flag(peer, signaled))
-
-        def put_it(signaled=False):   # _post(peer, wr, signaled), with what it looks up looked up once
-            wr.next_wr = flag(peer, signaled)
-            post(wr)
-        return put_it
+        wr, post = self._data_wr(peer, src, region, offset), self._post
+        return lambda signaled=False: post(peer, wr, signaled)
 
     def _data_wr(self, peer, src, region, offset):
         """The WRITE of `src`'s bytes into peer's `region` at `offset` (None for no bytes), checked."""
