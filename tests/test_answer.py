@@ -332,7 +332,8 @@ def test_an_answer_saved_under_other_wording_of_the_choices_is_not_read_back(tmp
 
 def test_what_the_first_edition_saved_under_lesson_numbers_reads_as_the_lessons_it_meant(tmp_path, monkeypatch):
     """Before lesson 05 was split, evidence and answers were keyed "01", "04", "05" (AllReduce then) and "00".
-    They read as socket-path, one-sided, allreduce and welcome: never as today's lesson 07 (posting)."""
+    They read as socket-path, one-sided, allreduce and welcome: never as the lessons those numbers name today
+    (04 two-sided, 05 one-sided)."""
     import json
     monkeypatch.setattr(evidence, "LEARNER_DIR", str(tmp_path))
     monkeypatch.setattr(evidence, "EVIDENCE_FILE", str(tmp_path / "evidence.json"))

@@ -1,5 +1,5 @@
-"""Lesson 05's experiments (rdmalab.lessons.freeze, one_cpu, target): a stopped process's memory is reached by
-RDMA, never by TCP; the lesson's plumbing continues the target whatever the learner's function does; on one CPU
+"""Lessons 05 and 06's experiments (rdmalab.lessons.freeze, target; 06's one_cpu): a stopped process's memory
+is reached by RDMA, never by TCP; the lesson's plumbing continues the target whatever the learner's function does; on one CPU
 a READ needs no turn of the target's CPU, a TCP request does.
 
 The claims hold on every device, so the tests run on soft0 here and on rxe0 in the Soft-RoCE guest

@@ -1,4 +1,4 @@
-"""Lesson 03's rdma_cm connection (lessons.CMPeer, lessons.qp_numbers), on soft0 and, in the Soft-RoCE
+"""Lesson 04's rdma_cm connection (lessons.CMPeer, lessons.qp_numbers), on soft0 and, in the Soft-RoCE
 guest, on rxe0: the QP rdma_cm creates is in INIT, connect() brings it to RTS with the peer's QP number as
 its destination and the PSNs crossed, a message goes through, and the peer process leaves nothing behind."""
 import psutil

@@ -11,8 +11,8 @@ Everything the buttons do is callable without a browser (tests and papermill use
 
 The headline panel is the one whose answer is the same on every device: the CPU the receiving side spent
 per KiB while data streamed into it (an RDMA WRITE's target: none; a TCP receiver: every byte). The
-latency panel is a ping-pong, in which perftest's peers both busy-poll: there the target's CPU is busy by
-design, and says nothing about RDMA. With repeats, each point is the median of its runs and a point
+latency panel is a ping-pong, in which RDMA's side busy-polls its CQ as perftest's does (TCP's blocks in
+read()): there the target's CPU is busy by design, and says nothing about RDMA. With repeats, each point is the median of its runs and a point
 whose runs differ by more than 1.5x is marked noisy.
 """
 import os

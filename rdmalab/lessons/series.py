@@ -3,13 +3,13 @@
 
 Whatever outlives a lesson's run is keyed by slug, never by number: the learner's evidence
 ("allreduce"), the quiz's answers ("welcome"), exercise names ("allreduce.ring") and so the class
-records. Renumbering the lessons (as the second edition did, splitting lesson 05 in two, and the fifth,
-adding the training step and PyTorch after the AllReduce) changes
+records. Renumbering the lessons (as the second edition did, splitting lesson 05 in two; the fifth,
+adding the training step and PyTorch after the AllReduce; the sixth, splitting four lessons in two) changes
 none of them: only LESSONS below and the notebooks' file names, which tests/test_lengths.py holds
 to each other.
 
 Data saved before that split is keyed by the first edition's numbers; FIRST_EDITION reads it as the
-lesson it meant, so an old "05" (AllReduce then) is never taken for today's lesson 07. Never add to it.
+lesson it meant, so an old "05" (AllReduce then) is never taken for today's lesson 05 (one-sided). Never add to it.
 """
 import os
 import re
