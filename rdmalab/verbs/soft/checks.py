@@ -246,6 +246,8 @@ def receive(r):
     h = r.h
     if h is None or r.opcode not in CONSUMES_RECEIVE or h[Q_RQ_CONSUMED] != h[Q_RQ_POSTED]:
         return None
+    if r.opcode == WRITE_WITH_IMM and r.count > 1 and rkey(r) is not None:
+        return None   # its first packets are a plain WRITE's: rxe refuses their rkey before it asks for a receive
     if h[Q_SRQ] and (r.peer.shared_receives() if r.dry else r.peer.take_shared_receive()):
         return None
     timer = RNR_TIMER_MS[h[Q_MIN_RNR_TIMER] % 32]
@@ -283,7 +285,8 @@ def memory(seg, addr, length, pd, need, qp_num=0):
 def rkey(r):
     """The request's rkey and range: memory() for the target QP (a WRITE's, READ's, atomic's or
     WRITE_WITH_IMM's). A zero-length WRITE or READ names no memory: no key is checked. Refused: REM_ACCESS_ERR
-    (for an RC WRITE_WITH_IMM, whose receive was taken, that receive fails too)."""
+    (for an RC WRITE_WITH_IMM of one packet, whose receive was taken, that receive fails too; one of several
+    packets is refused at its first, a plain WRITE's, before it takes a receive)."""
     need, h = NEEDS_ACCESS.get(r.opcode, 0), r.h
     if h is None or not need:
         return None
@@ -302,7 +305,7 @@ def rkey(r):
             "window of another QP": f"rkey {r.rkey:#x} is a type 2 window bound to another QP",
             }.get(rule) or (f"{reach} bytes at {r.remote_addr:#x} run {figures['by']} bytes {rule} of the MR of rkey "
                             f"{r.rkey:#x} [{figures['start']:#x}, +{figures['length']})")
-    takes_receive = r.opcode in CONSUMES_RECEIVE and h[Q_TYPE] != IBV_QPT_UC
+    takes_receive = r.opcode in CONSUMES_RECEIVE and h[Q_TYPE] != IBV_QPT_UC and r.count == 1
     return Verdict(Check.RKEY, IBV_WC_REM_ACCESS_ERR, said,
                    {**figures, "rule": rule, "rkey": r.rkey, "reach": reach, "need": need},
                    receive=IBV_WC_REM_ACCESS_ERR if takes_receive else None)

@@ -16,7 +16,9 @@ A message waiting out RNR NAKs is also "parked" where the receiver's NIC sees it
 posted there lets it in at once (carry_parked): rxe's kernel resends it whatever the sender's program
 does, and that program may be blocked elsewhere, waiting for the receiver.
 Local checks run first, as in rxe: an unknown lkey is LOC_QP_OP_ERR, an SGE out of bounds
-LOC_PROT_ERR, and nothing is sent.
+LOC_PROT_ERR, and nothing is sent, unless the bad bytes lie past the first packet: rxe has sent the packets
+before them when it finds out, so the responder judges the request first (local_error). A local error met
+while a message waits out RNR NAKs stops the queue, as on rxe (SendQueue.halt).
 
 Like a NIC, it caches what it looked up: once a request of one shape (opcode, local key, remote
 key) has been carried out on a connection, a Shortcut remembers where both buffers are. A later
@@ -144,6 +146,7 @@ class SendQueue(Queue):
             self.unpark(self.pending[0])
         self.pending.clear()
         self.shortcuts.clear()
+        self.halted = False
         self.dest_qp_num = self.psn = self.timeout = self.retry_cnt = self.rnr_retry = 0
         self.dgid, self.mtu = None, 1024
         self.connected, self.connected_to = None, None   # the peer's PeerQP, and its number, once found
@@ -172,6 +175,9 @@ class SendQueue(Queue):
             self.check_peer()
         if self.pending or self.header[Q_STATE] == IBV_QPS_ERR:
             self.pending.append(Pending(snapshot(wr)))
+            if self.waiting_for_receive() and checks.first(checks.REQUESTER, checks.Request.of(
+                    wr, 0, sges=wr._sges, pd=self.pd)) is not None:
+                self.halt()
             self.progress()
             return
         sges = wr._sges
@@ -185,7 +191,7 @@ class SendQueue(Queue):
             pending.deadline, pending.rnr_left, pending.retries_left, pending.acking = outcome
             self.pending.append(pending)
             self.cq.wait_for_timer(self)
-            if not pending.acking and self.park(pending):   # a receive came as we parked it: retry now
+            if not pending.acking and not self.halted and self.park(pending):   # a receive came as we parked it
                 pending.deadline = 0.0
                 self.progress()
 
@@ -193,6 +199,20 @@ class SendQueue(Queue):
         """Keep a WR the QP refused to post (before RTS): rxe leaves it in the send ring, where the next
         post in RTS carries it out first, and a move to ERR flushes it."""
         self.pending.append(Pending(snapshot(wr)))
+
+    def waiting_for_receive(self):
+        """The head of the queue waits out an RNR NAK."""
+        head = self.pending[0] if self.pending else None
+        return head is not None and head.rnr_left is not None and not head.acking and not self.halted
+
+    def halt(self):
+        """A local error met while a message waits out RNR NAKs (a WR behind it whose local SGEs fail, as rxe's
+        requester finds at once, sending on while the message waits; or the message's own, at its retry): rxe
+        (Linux 6.1) stops its requester there and never resends, so nothing completes, even once a receive is
+        posted, and the QP stays in RTS, until the program moves it to ERR (every WR flushed) or RESET. (A
+        receive that carried the parked message in just before is the race rxe has too: its answer is lost.)"""
+        self.unpark(self.pending[0])
+        self.halted = True
 
     def check_peer(self):
         """A peer whose process died is gone (responder.PeerQP.owner_died): what we send it from now on
@@ -219,7 +239,7 @@ class SendQueue(Queue):
                 queue.popleft()
                 complete(self, head.wqe, IBV_WC_WR_FLUSH_ERR)
                 continue
-            if head.deadline and time.monotonic() < head.deadline:
+            if self.halted or head.deadline and time.monotonic() < head.deadline:
                 return
             if self.header[Q_STATE] == IBV_QPS_SQD:
                 return   # draining, as rxe's requester: no resend, nothing new (until RTS and the next doorbell)
@@ -231,6 +251,8 @@ class SendQueue(Queue):
                     continue
                 counters.count("completer_retry_err")   # (as rxe's completer counts each retry it decides on)
             outcome = attempt(self, head.wqe, head)
+            if self.halted:
+                return
             if outcome is not None:
                 head.deadline, head.rnr_left, head.retries_left, head.acking = outcome
                 if head.acking or not self.park(head):
@@ -291,7 +313,7 @@ class SendQueue(Queue):
 
     def next_retry(self):
         """When the head of the queue wants to be retried (monotonic seconds), or None."""
-        return self.pending[0].deadline if self.pending else None
+        return self.pending[0].deadline if self.pending and not self.halted else None
 
     def peer(self):
         """The QP we send to, if a packet from us would reach it (else None: nobody answers)."""
@@ -378,6 +400,8 @@ class Shortcut:
             seg = mrmod.find(wqe._rkey)
             if seg is None:   # deregistered by its owner since the request was carried out: nothing to remember
                 return
+            if seg.bytes.obj is mr._memory.obj:   # our own MR: a message of several packets must move packet by
+                return                               # packet (responder.write), which the general path does
             h = seg.header
             shortcut.remote_segment, shortcut.remote_header, shortcut.remote = seg, h, seg.bytes
             shortcut.remote_base, shortcut.remote_length = responder.region_of(seg)
@@ -570,7 +594,9 @@ def attempt(sq, wqe, pending):
         payload = local_bytes(sq, *sges[0]) if len(sges) == 1 and not wqe.send_flags & IBV_SEND_INLINE \
             else gather(sq, wqe)
         if type(payload) is int:
-            return fail(sq, wqe, payload)
+            if pending is not None and pending.rnr_left is not None:   # at a retry after RNR NAKs: its MR is gone
+                return sq.halt()
+            return local_error(sq, wqe, payload)
         length = len(payload)
     else:
         payload, length = None, sum(sge[1] for sge in sges)
@@ -598,6 +624,56 @@ def attempt(sq, wqe, pending):
     if answer == RNR_NAK:
         return _wait_for_receive(sq, wqe, pending, data)
     return fail(sq, wqe, answer)   # a NAK: the responder is in ERR already
+
+
+def readable(sq, sges):
+    """How many of the bytes a WR's SGEs carry our NIC may read, counted from the first, as rxe's requester
+    finds out packet by packet (copy_data): up to the first SGE whose key or range check fails, and within it,
+    up to its MR's end."""
+    done = 0
+    for addr, length, lkey in sges:
+        if checks.local_sge(sq.pd, addr, length, lkey) is None:
+            done += length
+            continue
+        mr = REGISTERED.get(lkey)
+        if mr is not None and mr._pd is sq.pd and mr._buf <= addr < mr._buf + mr._length:
+            done += mr._buf + mr._length - addr
+        return done
+    return done
+
+
+def local_error(sq, wqe, status):
+    """A WRITE's or SEND's local SGEs fail a check (status). rxe reads them packet by packet as it sends: when
+    the first packet is readable, it goes out (and the packets after it, up to the one the bad bytes are in), so
+    the responder judges the request before the requester finds its error; a NAK from it decides the WR's
+    status, both QPs entering ERR; an accepted WRITE keeps the packets that landed."""
+    sent = readable(sq, wqe._sges) // sq.mtu   # whole packets read before the bad one
+    peer = sq.connected if sq.connected_to == sq.dest_qp_num else sq.peer()
+    if sent and peer is not None and not wqe.send_flags & IBV_SEND_INLINE:
+        length = sum(sge[1] for sge in wqe._sges)
+        prefix = gather(sq, _first_bytes(wqe, sent * sq.mtu))
+        answer = responder.respond_partly(peer, wqe, prefix, length, sq.psn, psns(wqe.opcode, length, sq.mtu), sent,
+                                          sq.mtu)
+        if answer == RNR_NAK:   # no receive for it: the message waits, and its requester met the error meanwhile
+            sq.halted = True
+            return float("inf"), sq.rnr_retry, None, False   # (at the head of the queue, never resent: halt())
+        if answer not in (ACK, NO_ANSWER):
+            return fail(sq, wqe, answer)
+        sq.psn = psn_add(sq.psn, sent)
+    return fail(sq, wqe, status)
+
+
+def _first_bytes(wqe, n):
+    """A copy of `wqe` whose SGEs name its first n bytes."""
+    cut, left = [], n
+    for addr, length, lkey in wqe._sges:
+        if left <= 0:
+            break
+        cut.append((addr, min(length, left), lkey))
+        left -= length
+    part = copy.copy(wqe)
+    part._sges = cut
+    return part
 
 
 def local_operation(sq, wqe):

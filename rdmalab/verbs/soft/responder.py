@@ -330,13 +330,13 @@ def _respond(peer, wqe, payload, length, psn, count, mtu):
         return _refuse(peer, verdict, wqe)
     opcode = wqe.opcode
     if opcode in CONSUMES_RECEIVE:
-        return _into_receive(peer, h, wqe, payload, length, count, request)
+        return _into_receive(peer, h, wqe, payload, length, count, request, mtu)
     seg, offset = request.seg, request.offset
     data = None
     if seg is None:   # a zero-length WRITE or READ names no memory
         data = b"" if opcode == READ else None
     elif opcode == WRITE:
-        seg.bytes[offset:offset + length] = payload
+        write(seg, offset, payload, mtu)
         counters.copied_bytes += length
         seg.ring()
     elif opcode == READ:
@@ -345,6 +345,43 @@ def _respond(peer, wqe, payload, length, psn, count, mtu):
         data = atomic(seg, offset, opcode, wqe._compare_add, wqe._swap).to_bytes(8, "little")
     h[Q_EXPECTED_PSN] = psn_add(psn, count)
     return ACK, data
+
+
+def respond_partly(peer, wqe, prefix, length, psn, count, sent, mtu):
+    """The first `sent` packets of a request of `count` (`prefix`, their bytes) arrive, and no more: its requester
+    met a local error in the next (requester.local_error). The responder judges the request as it judges the whole
+    (its first packet carries the RETH); a verdict is carried out as respond()'s. Accepted, the packets land as rxe
+    writes each as it comes (probed on rxe0, tests/wild/rc_local_error_later_packet.py): a WRITE's into memory, a
+    SEND's into the receive it takes, which never completes (unless they do not fit it: then it fails, as for a
+    whole message); the QP expects the PSN after them. Returns the answer."""
+    h = peer.header
+    with LOCK:
+        request = checks.Request.of(wqe, length, peer=peer, psn=psn, count=count, mtu=mtu)
+        verdict = checks.first(checks.RESPONDER, request)
+        if verdict is not None:
+            return _refuse(peer, verdict, wqe)[0]
+        if request.seg is not None:   # a WRITE's (or WRITE_WITH_IMM's) memory
+            write(request.seg, request.offset, prefix, mtu)
+            counters.copied_bytes += len(prefix)
+            request.seg.ring()
+        elif wqe.opcode in CONSUMES_RECEIVE and h[Q_RQ_CONSUMED] != h[Q_RQ_POSTED]:
+            verdict = peer.rq.scatter(h[Q_RQ_CONSUMED], prefix, h[Q_PD])
+            if verdict is not None:   # the receive cannot take those packets: it fails, as it would for the whole
+                return _fail_receive(peer, verdict, wqe)[0]
+        h[Q_EXPECTED_PSN] = psn_add(psn, sent)
+    return ACK
+
+
+def write(seg, offset, payload, mtu):
+    """A WRITE's bytes into `seg` at `offset`. Packet by packet (`mtu` bytes each; None: at once) when they come
+    from the same memory: rxe writes each packet as it comes, before its requester reads the next, so where source
+    and destination overlap a later packet carries bytes an earlier one wrote (one memmove would not)."""
+    length = len(payload)
+    if mtu and length > mtu and type(payload) is memoryview and payload.obj is seg.bytes.obj:
+        for at in range(0, length, mtu):
+            seg.bytes[offset + at:offset + min(at + mtu, length)] = payload[at:at + mtu]
+    else:
+        seg.bytes[offset:offset + length] = payload
 
 
 def _refuse(peer, verdict, wqe):
@@ -384,12 +421,12 @@ def _fail_receive(peer, verdict, wqe):
     return verdict.answer, None
 
 
-def _into_receive(peer, h, wqe, payload, length, count, request):
+def _into_receive(peer, h, wqe, payload, length, count, request, mtu):
     """SEND, SEND_WITH_IMM and WRITE_WITH_IMM: each consumes the peer's next posted receive (checks.RESPONDER
     found it posted); the data lands, in memory or in the receive's buffers, and the LANDING checks run."""
     consumed = h[Q_RQ_CONSUMED]
     if request.seg is not None:   # a WRITE_WITH_IMM (a zero-length one names no memory: only its receive counts)
-        request.seg.bytes[request.offset:request.offset + length] = payload
+        write(request.seg, request.offset, payload, mtu)
         counters.copied_bytes += length
         request.seg.ring()
     elif wqe.opcode != WRITE_WITH_IMM:
