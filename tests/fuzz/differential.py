@@ -16,8 +16,9 @@ printed and, with --shrink DIR, written there as JSON: add it to tests/fuzz/regr
 name that says what it shows, and record rxe0's traces again (above). --record writes traces in
 softroce/compare_traces.py's format, so two recorded runs can be compared with it too.
 A program that raises (a PyverbsUserError, an interpreter error) fails the run too.
-A program that reaches a difference soft0 does not model (interpreter.KNOWN, listed with its reason in
-docs/emulated-nic.md) is marked so in its trace, and its difference is reported as known. The exit
+A program that reaches a difference the fuzzer found before (interpreter.KNOWN, listed with its reason in
+docs/emulated-nic.md) is marked so in its trace; where soft0's link does not model it (UNMODELLED), its
+difference is reported as known (--shrink-known shrinks it all the same). The exit
 status is 1 if any other difference, or an unstable program, was found.
 """
 import argparse
@@ -26,7 +27,8 @@ import os
 import sys
 import time
 
-from tests.fuzz.interpreter import KNOWN, Device, load
+from rdmalab.verbs.soft.hardware import LINK
+from tests.fuzz.interpreter import KNOWN, UNEXPLAINED, UNMODELLED, Device, load
 from tests.fuzz.shrink import shrink
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -50,6 +52,8 @@ def main(argv=None):
     parser.add_argument("--reference", default="pyverbs", help="the provider that is right (default pyverbs)")
     parser.add_argument("--candidate", default="soft")
     parser.add_argument("--shrink", metavar="DIR", help="write each difference's minimal program here")
+    parser.add_argument("--shrink-known", action="store_true", help="treat a difference marked known as any "
+                        "other (shrink it): does the mark explain it, or does something else differ too?")
     parser.add_argument("--record", metavar="FILE", help="write the reference's traces here (-: to stdout, "
                         "and the report to stderr)")
     parser.add_argument("--quiet", type=float, help="seconds without a completion after which a WR is taken "
@@ -84,8 +88,10 @@ def main(argv=None):
         where = first_difference(expected, got)
         if where is None:
             continue
-        marks = sorted({value for what, value in got if what == "known difference"})
-        if marks:
+        marks = sorted({value for what, value in got if what == "known difference" and value in UNMODELLED[LINK]})
+        if name in UNEXPLAINED:
+            marks.append(UNEXPLAINED[name])
+        if marks and not args.shrink_known:
             marked.append(name)
             for mark in marks:
                 known.setdefault(mark, []).append(name)
@@ -114,7 +120,7 @@ def main(argv=None):
             json.dump({"provider": ref.name, "tests": traces}, out, indent=0)
     observations = sum(len(t) for t in traces.values())
     for mark, names_ in known.items():
-        say(f"known difference ({len(names_)} programs, e.g. {names_[0]}): {mark}: {KNOWN[mark]}")
+        say(f"known difference ({len(names_)} programs, e.g. {names_[0]}): {mark}: {KNOWN.get(mark, 'not modelled')}")
     say(f"fuzz: {len(names)} programs, {observations} observations in {elapsed:.0f} s ({shrinking:.0f} s shrinking): "
         f"{len(names) - len(differing) - len(unstable) - len(marked)} identical on {cand.name} and {ref.name}, "
         f"{len(marked)} differ as known, {len(differing)} differ otherwise, {len(unstable)} unstable or broken")

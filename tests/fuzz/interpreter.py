@@ -40,9 +40,10 @@ same on every run, and a difference between providers is a difference in behavio
 leaves to timing is skipped, and the trace says so: a receive posted while `b` may be in ERR (rxe
 flushes it only if something later runs its responder).
 
-Differences soft0 does not model (KNOWN) are recognised from the program's own facts when it reaches
-one (a WR whose local SGEs fail past the first packet, ...) and marked with a "known difference"
-observation; tests/fuzz/differential.py counts a marked program's difference as known.
+Differences the fuzzer found (KNOWN) are recognised from the program's own facts when it reaches one (a WR
+whose local SGEs fail past the first packet, ...) and marked with a "known difference" observation;
+tests/fuzz/differential.py counts a marked program's difference as known where soft0's link does not model
+the mark (UNMODELLED).
 """
 import hashlib
 import json
@@ -66,19 +67,29 @@ MTU = 1024
 REMOTE_ERRORS = (9, 10, 11)   # REM_INV_REQ_ERR, REM_ACCESS_ERR, REM_OP_ERR
 CARRY_DATA = ("RDMA_WRITE", "RDMA_WRITE_WITH_IMM", "SEND", "SEND_WITH_IMM")
 CONSUME_RECEIVE = ("RDMA_WRITE_WITH_IMM", "SEND", "SEND_WITH_IMM")
-# What soft0 does not model (docs/emulated-nic.md, "What it does not model"); a program that reaches one
-# is marked with a "known difference" observation, and the differential counts its difference as known.
+# Differences the differential fuzzer found between rxe and soft0 as it was (docs/emulated-nic.md); soft0's
+# shared-memory link models them now, its udp link not yet (tests/fuzz/test_fuzz.py: UNMODELLED). A program
+# that reaches one is marked with a "known difference" observation (part of rxe0's recorded traces).
 KNOWN = {
     "local error past the first packet": "rxe reads a WRITE's or SEND's local SGEs packet by packet, so the "
     "responder judges the first packets (and may NAK them: REM_ACCESS_ERR, both QPs in ERR) before the "
-    "requester finds a bad local SGE further on; soft0 checks every local SGE before sending anything",
+    "requester finds a bad local SGE further on; accepted, they land",
     "overlapping copy": "rxe moves a message of more than one packet packet by packet, so when its source "
-    "and destination overlap, later packets carry bytes earlier ones wrote; soft0 moves it in one memmove",
+    "and destination overlap, later packets carry bytes earlier ones wrote",
     "local error while a send waits for a receive": "on rxe a local error met while a SEND waits out RNR "
     "NAKs (a later WR's bad local SGE, or the SEND's own MR deregistered) leaves the QP stuck: nothing "
-    "completes, even after the receive is posted, and both QPs stay in RTS; soft0 completes the SEND "
-    "when the receive comes, then fails the bad WR (or fails the SEND whose MR is gone)",
+    "completes, even after the receive is posted, and both QPs stay in RTS until moved to ERR",
 }
+# the marks each of soft0's links does not model: shared memory models them all (issue 49); the udp link's
+# packet requester checks every local SGE before it sends, and its responder lands a message once it is whole
+UNMODELLED = {"shm": (), "udp": tuple(KNOWN)}
+# Programs of the corpus whose difference no mark names, shrunk (python -m tests.fuzz.differential --shrink-known)
+# and probed on rxe0 (Linux 6.1): not modelled, as it looks like a flaw of rxe's ring indices, not a rule
+RING_IN_ERR = ("with max_send_wr 2 (a ring of 3 WQEs), after a post of 3 WRs whose first failed locally (the QP "
+               "to ERR, the other two flushed), WRs posted later in one call are neither flushed nor completed on "
+               "rxe0, and hold the ring (a later post is ENOMEM); posted one by one, or after a first post of "
+               "fewer than 3, they are flushed, as on soft0")
+UNEXPLAINED = dict.fromkeys(("s14-034", "s14-146", "s14-189", "s14-222"), RING_IN_ERR)
 DEFAULT_SETUP = dict(state="RTS", sq_sig_all=1, max_send_wr=8, max_recv_wr=8, access_b=list(ACCESS),
                      max_dest_rd_atomic_b=1)
 
