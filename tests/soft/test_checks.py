@@ -142,3 +142,25 @@ def test_a_datagram_is_dropped_by_the_first_datagram_check_it_breaks(ctx_pd):
     finally:
         qp.close()
         cq.close()
+
+
+def test_a_new_rule_is_a_check_and_its_effect_the_responder_carries_out_unasked(ctx_pd, monkeypatch):
+    """A rule added to checks.RESPONDER with an Effect of its own (here: refuse WRITEs of more than 1000 bytes,
+    counted) is refused with its status, counted and NAKed, the target QP in ERR and its memory untouched, with
+    no change to the responder (which never asks which rule it carries out). (A rule on a request's own fields
+    beyond its PSN and bounds must also be re-tested by requester.Shortcut, which repeats a shape that passed.)"""
+    from rdmalab.verbs.soft import checks, counters
+    def at_most_1000(r):
+        if r.opcode == e.IBV_WR_RDMA_WRITE and r.length > 1000:
+            return checks.Verdict("write size", e.IBV_WC_REM_INV_REQ_ERR, "WRITEs of at most 1000 bytes",
+                                  {"length": r.length}, effect=checks.Effect("oversized_write"))
+        return None
+    monkeypatch.setattr(checks, "RESPONDER", checks.RESPONDER + (("write size", at_most_1000),))
+    monkeypatch.setitem(counters._counts, "oversized_write", 0)   # (a real rule counts under one of rxe's names)
+    with lessons.Pair(*ctx_pd) as pair:
+        pair.b_mr.write(b"." * 4096, 4096)
+        wc = lessons.one_sided(pair, e.IBV_WR_RDMA_WRITE, length=1001)
+        assert wc.status == e.IBV_WC_REM_INV_REQ_ERR
+        assert counters.read()["oversized_write"] == 1
+        assert pair.b.query(e.IBV_QP_STATE)[0].qp_state == e.IBV_QPS_ERR
+        assert pair.b_mr.read(4096, 0) == b"." * 4096

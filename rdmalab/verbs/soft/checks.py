@@ -19,8 +19,10 @@ makes them. Who runs them:
 Checks marked LANDING are made as the data lands (ReceiveQueue.scatter, SGE by SGE, as rxe's copy_data:
 the SGEs before a bad one keep their bytes); the step mode and explain run them without landing anything.
 
-Adding a rule: a function here, its place in a list (REQUESTER, RESPONDER, LANDING, DATAGRAM, BIND), and its
-test (tests/soft/test_checks.py).
+Adding a rule: a function here, its place in a list (REQUESTER, RESPONDER, LANDING, DATAGRAM, BIND), its verdict's
+Effect if it has one (what the responder does besides answering: responder._refuse carries it out without asking
+which rule gave it), and its test (tests/soft/test_checks.py). A rule on a request's own fields beyond its PSN and
+bounds must also be re-tested by requester.Shortcut, which repeats a request shape these lists passed.
 """
 from enum import Enum
 from typing import NamedTuple
@@ -78,6 +80,23 @@ class Check(str, Enum):
     __str__, __format__ = str.__str__, str.__format__   # (shown as its text, as before)
 
 
+class Effect(NamedTuple):
+    """What a responder does about a refusal besides answering it, as rxe's responder states carry it (the rest
+    follows from the verdict: no answer drops the packets; a NAK puts an RC QP in ERR; a status for the receive
+    fails the receive the message took, and the QP). The responder carries it out (responder._refuse) without
+    asking which rule gave it: a new rule with a new effect is a check here and, at most, a field here."""
+    counter: str = None     # the counter rxe bumps (rdmalab.verbs.soft.counters), `times` times
+    times: int = 1
+    once: bool = False      # counted (and NAKed) once, until a request comes in order: rxe's sequence error
+    in_order: bool = True   # the packets reached the QP in order (False: refused for its state or their PSN)
+
+
+TAKEN = Effect()                                    # nothing besides the answer
+DROPPED = Effect(in_order=False)                    # a QP not ready, or a PSN it cannot take
+SEQUENCE_ERROR = Effect("out_of_seq_request", once=True, in_order=False)   # ahead: NAKed once, then dropped
+RNR = Effect("send_rnr_err")                        # no receive posted: RNR NAK
+
+
 class Verdict(NamedTuple):
     check: "Check"        # the rule's name ("local key", "rkey", "receive room"...: an entry of the lists may
                           # make several checks, as "local keys" checks each SGE's key, access and bounds)
@@ -86,6 +105,7 @@ class Verdict(NamedTuple):
     figures: dict         # what it compared
     receive: int = None   # the status the target's receive completes with, when the message had taken one
     lands: bool = False   # the data lands before the refusal takes effect (the refusal comes after it)
+    effect: Effect = TAKEN   # what else the responder does about it
 
     @property
     def status(self):
@@ -197,7 +217,7 @@ def state(r):
     h = r.h
     if h is not None and (h[Q_STATE] not in RECEIVING or not h[Q_ALIVE]):
         return Verdict(Check.QP_STATE, NO_ANSWER, "a QP takes requests only in RTR, RTS or SQD",
-                       {"state": int(h[Q_STATE]), "alive": bool(h[Q_ALIVE])})
+                       {"state": int(h[Q_STATE]), "alive": bool(h[Q_ALIVE])}, effect=DROPPED)
     return None
 
 
@@ -212,12 +232,14 @@ def sequence(r):
     behind = psn_diff(expected, r.psn)   # (negative: the PSN is ahead of the expected one)
     figures = {"expected": expected, "psn": r.psn, "behind": behind, "count": r.count}
     if behind < 0:
-        return Verdict(Check.PSN, NO_ANSWER, f"PSN {r.psn:#x} is ahead of the expected {expected:#x}", figures)
+        return Verdict(Check.PSN, NO_ANSWER, f"PSN {r.psn:#x} is ahead of the expected {expected:#x}", figures,
+                       effect=SEQUENCE_ERROR)
     if behind < r.count:
         return Verdict(Check.PSN, IBV_WC_REM_INV_REQ_ERR, f"the message began {behind} packets behind the expected PSN "
-                       f"{expected:#x}: the packet at that PSN continues a message never seen to begin", figures)
+                       f"{expected:#x}: the packet at that PSN continues a message never seen to begin", figures,
+                       effect=DROPPED)
     return Verdict(Check.PSN, NO_ANSWER, f"PSN {r.psn:#x} was taken already (the QP expects {expected:#x}): a duplicate",
-                   figures)
+                   figures, effect=Effect("duplicate_request", times=min(behind, r.count), in_order=False))
 
 
 def allowed(r):
@@ -252,7 +274,7 @@ def receive(r):
         return None
     timer = RNR_TIMER_MS[h[Q_MIN_RNR_TIMER] % 32]
     return Verdict(Check.RECEIVE_POSTED, RNR_NAK, "no receive is posted: the responder answers RNR NAK",
-                   {"timer_ms": timer})
+                   {"timer_ms": timer}, effect=RNR)
 
 
 def memory(seg, addr, length, pd, need, qp_num=0):

@@ -319,7 +319,7 @@ def _respond(peer, wqe, payload, length, psn, count, mtu):
     h = peer.header
     request = checks.Request.of(wqe, length, peer=peer, psn=psn, count=count, mtu=mtu)
     verdict = checks.first(checks.RESPONDER, request)
-    if verdict is None or verdict.check not in (checks.Check.QP_STATE, checks.Check.PSN):   # it took the packets in order
+    if verdict is None or verdict.effect.in_order:
         if h[Q_TYPE] == IBV_QPT_UC:
             h[Q_EXPECTED_PSN] = psn   # UC never retries: a new message is taken from whatever PSN it starts at
         elif h[Q_SEQ_NAKED]:
@@ -385,24 +385,18 @@ def write(seg, offset, payload, mtu):
 
 
 def _refuse(peer, verdict, wqe):
-    """Carry out a verdict of checks.RESPONDER. Unanswered: drop the packets (a duplicate or a request
-    ahead counted, as rxe counts them). RNR NAK: with the QP's timer. A NAK: an RC QP enters ERR and NAKs it
+    """Carry out a verdict of checks.RESPONDER: its effect (checks.Effect: the counter rxe bumps), then its answer.
+    Unanswered: drop the packets. RNR NAK: with the QP's timer. A NAK: an RC QP enters ERR and NAKs it
     with the verdict's status; a UC QP has nobody to tell, so it drops the message and carries on (as rxe
     does). A verdict that names a status for the receive the message took (verdict.receive) fails that
     receive and the QP enters ERR."""
-    h = peer.header
-    if verdict.check is checks.Check.PSN:
-        f = verdict.figures
-        if f["behind"] < 0:   # ahead: rxe NAKs the first such request (a sequence error), then drops them
-            if not h[Q_SEQ_NAKED]:
-                h[Q_SEQ_NAKED] = 1
-                counters.count("out_of_seq_request")
-        else:   # duplicates: rxe counts each such packet
-            counters.count("duplicate_request", min(f["behind"], f["count"]))
+    h, effect = peer.header, verdict.effect
+    if effect.counter is not None and not (effect.once and h[Q_SEQ_NAKED]):
+        h[Q_SEQ_NAKED] |= effect.once   # (a sequence error: the requests ahead after it are dropped uncounted)
+        counters.count(effect.counter, effect.times)
     if verdict.answer == NO_ANSWER:
         return NO_ANSWER, None
     if verdict.answer == RNR_NAK:
-        counters.count("send_rnr_err")
         return RNR_NAK, verdict.figures["timer_ms"]
     if verdict.receive is not None:
         return _fail_receive(peer, verdict, wqe)
