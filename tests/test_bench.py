@@ -260,6 +260,15 @@ def test_a_missed_allreduce_target_is_explained_only_by_what_the_run_measured(ta
     assert says in allreduce_benchmark().why_missed(target, figures, regime, handover)
 
 
+def test_a_held_out_size_missed_is_blamed_on_noise_only_where_its_rounds_disagree():
+    sizes = "model fitted on 2 ranks predicts 2-rank sizes it did not see within 25%"
+    rounds = {str(256 << 10): [0.0506, 0.062, 0.1441], str(1 << 20): [0.0716, 0.0724, 0.075]}
+    why = allreduce_benchmark().why_missed
+    said = why(sizes, {"ring_rounds_ms": rounds, "held_out_missed": [256 << 10]}, "near", {})
+    assert said.startswith("the rounds at 256 KiB took 51-144 us, 2.8 x apart: this host's noise")
+    assert why(sizes, {"ring_rounds_ms": rounds, "held_out_missed": [1 << 20]}, "near", {}) == "unexplained"
+
+
 def fake_row(initiator_waited, target_waited, wall=1.0):
     side = lambda waited: {"wall_s": wall, "waited_for_cpu_s": waited}   # noqa: E731
     return {"size": 8, "initiator": side(initiator_waited), "target": side(target_waited)}
