@@ -28,7 +28,7 @@ import sys
 import time
 
 from rdmalab.verbs.soft.hardware import LINK
-from tests.fuzz.interpreter import KNOWN, UNEXPLAINED, UNMODELLED, Device, load
+from tests.fuzz.interpreter import KNOWN, UNMODELLED, Device, load, ring_flaw
 from tests.fuzz.shrink import shrink
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -89,8 +89,8 @@ def main(argv=None):
         if where is None:
             continue
         marks = sorted({value for what, value in got if what == "known difference" and value in UNMODELLED[LINK]})
-        if name in UNEXPLAINED:
-            marks.append(UNEXPLAINED[name])
+        if ring_flaw(name, expected, got):
+            marks.append(ring_flaw(name, expected, got))
         if marks and not args.shrink_known:
             marked.append(name)
             for mark in marks:

@@ -10,7 +10,8 @@ What it does and asserts, as rxe0 (Linux 6.1) answers (issue 49, item 6; tests/f
   1024 (or 512) name an unknown lkey: the requester sends the first two packets before it finds the
   bad SGE, so they land (the WRITEs' into memory, the SEND's into the receive it took); the WR fails with
   LOC_QP_OP_ERR (2), the requester's QP in ERR; the responder's QP stays in RTS and completes nothing
-  (its receive never completes, even once another receive is posted);
+  (its receive never completes, even once another receive is posted); the WRITE_WITH_IMM's the same with no
+  receive posted (its first packets are a plain WRITE's, which ask for none);
 - a 3-packet WRITE_WITH_IMM whose rkey names nothing: REM_ACCESS_ERR at once, with or without a receive
   posted (its first packet is a plain WRITE's, refused before any receive is asked for); a receive posted
   is flushed (WR_FLUSH_ERR), not failed; both QPs in ERR;
@@ -79,13 +80,13 @@ def signaled(wr_id, opcode, sges, target=None):
     return wr
 
 
-def bad_in_third_packet(ctx, pd, gid_index, opcode, bad_bytes):
+def bad_in_third_packet(ctx, pd, gid_index, opcode, bad_bytes, receive=True):
     """What lands of a 3-packet message whose last SGE (bad_bytes) names an unknown lkey; FAIL text or None."""
     (a, b), (ca, cb) = connected_pair(ctx, pd, gid_index)
     src, dst = MR(pd, 2048, ACCESS), MR(pd, 4096, ACCESS)
     src.write(b'X' * 2048, 2048)
     dst.write(b'.' * 4096, 4096)
-    if opcode != e.IBV_WR_RDMA_WRITE:
+    if opcode != e.IBV_WR_RDMA_WRITE and receive:
         b.post_recv(pwr.RecvWR(wr_id=7, num_sge=1, sg=[pwr.SGE(dst.buf, 4096, dst.lkey)]))
     sges = [pwr.SGE(src.buf, 2048, src.lkey), pwr.SGE(src.buf, bad_bytes, UNKNOWN_LKEY)]
     a.post_send(signaled(1, opcode, sges, dst if opcode != e.IBV_WR_SEND else None))
@@ -192,6 +193,8 @@ def main():
     cases = [(f'{name}, bad {bad} bytes', lambda op=op, bad=bad: bad_in_third_packet(ctx, pd, gid_index, op, bad))
              for name, op in (('WRITE', e.IBV_WR_RDMA_WRITE), ('WRITE_WITH_IMM', e.IBV_WR_RDMA_WRITE_WITH_IMM),
                               ('SEND', e.IBV_WR_SEND)) for bad in (1024, 512)]
+    cases += [('WRITE_WITH_IMM, bad 1024 bytes, no receive posted', lambda: bad_in_third_packet(
+        ctx, pd, gid_index, e.IBV_WR_RDMA_WRITE_WITH_IMM, 1024, receive=False))]
     cases += [(f'a 3-packet WRITE_WITH_IMM with a bad rkey, {n} receive posted',
                lambda receive=receive: write_with_imm_bad_rkey(ctx, pd, gid_index, receive))
               for n, receive in (('no', False), ('a', True))]

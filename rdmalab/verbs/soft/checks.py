@@ -87,13 +87,13 @@ class Effect(NamedTuple):
     asking which rule gave it: a new rule with a new effect is a check here and, at most, a field here."""
     counter: str = None     # the counter rxe bumps (rdmalab.verbs.soft.counters), `times` times
     times: int = 1
-    once: bool = False      # counted (and NAKed) once, until a request comes in order: rxe's sequence error
+    once: bool = False      # counted once, until a request comes in order (rxe's sequence error: the first NAKed)
     in_order: bool = True   # the packets reached the QP in order (False: refused for its state or their PSN)
 
 
 TAKEN = Effect()                                    # nothing besides the answer
 DROPPED = Effect(in_order=False)                    # a QP not ready, or a PSN it cannot take
-SEQUENCE_ERROR = Effect("out_of_seq_request", once=True, in_order=False)   # ahead: NAKed once, then dropped
+SEQUENCE_ERROR = Effect("out_of_seq_request", once=True, in_order=False)   # ahead: counted once, dropped
 RNR = Effect("send_rnr_err")                        # no receive posted: RNR NAK
 
 
@@ -264,12 +264,25 @@ def resources(r):
 
 def receive(r):
     """A SEND or a WRITE_WITH_IMM takes the target's next posted receive (from its SRQ, if it has one:
-    taking it is this check's one act, as in rxe's check_resource; not when dry); none posted: RNR NAK."""
+    taking it is this check's one act, as in rxe's check_resource; not when dry); none posted: RNR NAK.
+    A WRITE_WITH_IMM of several packets asks at its last (last_packet_receive): the first are a WRITE's."""
+    if r.opcode == WRITE_WITH_IMM and r.count > 1:
+        return None
+    return receive_posted(r)
+
+
+def last_packet_receive(r):
+    """receive() for a WRITE_WITH_IMM of several packets, asked after the checks its first packet meets (rkey,
+    path MTU), as rxe's responder asks at WRITE_LAST_WITH_IMMEDIATE."""
+    if r.opcode == WRITE_WITH_IMM and r.count > 1:
+        return receive_posted(r)
+    return None
+
+
+def receive_posted(r):
     h = r.h
     if h is None or r.opcode not in CONSUMES_RECEIVE or h[Q_RQ_CONSUMED] != h[Q_RQ_POSTED]:
         return None
-    if r.opcode == WRITE_WITH_IMM and r.count > 1 and rkey(r) is not None:
-        return None   # its first packets are a plain WRITE's: rxe refuses their rkey before it asks for a receive
     if h[Q_SRQ] and (r.peer.shared_receives() if r.dry else r.peer.take_shared_receive()):
         return None
     timer = RNR_TIMER_MS[h[Q_MIN_RNR_TIMER] % 32]
@@ -358,7 +371,8 @@ def path_mtu(r):
     return Verdict(Check.PATH_MTU, IBV_WC_REM_INV_REQ_ERR,
                    f"packets of {r.mtu} bytes do not fit the target's path MTU of {own} bytes",
                    {"mtu": r.mtu, "responder_mtu": own, "length": r.length},
-                   receive=IBV_WC_REM_INV_REQ_ERR if r.opcode == WRITE_WITH_IMM and h[Q_TYPE] != IBV_QPT_UC else None)
+                   receive=IBV_WC_REM_INV_REQ_ERR if r.opcode == WRITE_WITH_IMM and h[Q_TYPE] != IBV_QPT_UC
+                   and r.count == 1 else None)   # (one of several packets is refused at its first: no receive yet)
 
 
 def mtu_agrees(h, mtu):
@@ -515,7 +529,7 @@ def _bind_error(check, rule, figures):
 REQUESTER = (("operation", operation), ("local keys", sources))
 RESPONDER = (("target QP", target), ("QP state", state), ("PSN", sequence), ("operation allowed", allowed),
              ("resources", resources), ("receive posted", receive), ("rkey", rkey), ("path MTU", path_mtu),
-             ("alignment", alignment))
+             ("alignment", alignment), ("receive at the last packet", last_packet_receive))
 LANDING = (("receive room", receive_room), ("key to invalidate", invalidation), ("answer lands", landing))
 DATAGRAM = (("datagram QP", datagram_qp), ("Q_Key", qkey), ("receive posted", datagram_receive))
 BIND = (("bind", bind_rules),)

@@ -162,6 +162,8 @@ class SendQueue(Queue):
     def waiting(self, before_rts):
         return [(p.wqe.wr_id, WR_OPCODE_NAMES.get(p.wqe.opcode, "?"),
                  "posted before RTS: carried out at the first post in RTS" if before_rts
+                 else "stopped: a local error was met while the queue waited out an RNR NAK (rxe's requester halts "
+                      "until the QP is moved to ERR)" if self.halted
                  else "queued behind the WR before it" if n or not p.deadline
                  else f"waiting for an ACK ({p.retries_left} resends left)" if p.acking else "waiting out an RNR NAK")
                 for n, p in enumerate(list(self.pending))]
@@ -210,8 +212,12 @@ class SendQueue(Queue):
         requester finds at once, sending on while the message waits; or the message's own, at its retry): rxe
         (Linux 6.1) stops its requester there and never resends, so nothing completes, even once a receive is
         posted, and the QP stays in RTS, until the program moves it to ERR (every WR flushed) or RESET. (A
-        receive that carried the parked message in just before is the race rxe has too: its answer is lost.)"""
-        self.unpark(self.pending[0])
+        receive that carried the parked message in just before answers it: it completes, and the queue goes on,
+        as on rxe when the ACK comes first.)"""
+        answer = self.unpark(self.pending[0]) if self.pending else None
+        if answer is not None:
+            self.answered(self.pending.popleft(), answer)
+            return
         self.halted = True
 
     def check_peer(self):
@@ -594,8 +600,8 @@ def attempt(sq, wqe, pending):
         payload = local_bytes(sq, *sges[0]) if len(sges) == 1 and not wqe.send_flags & IBV_SEND_INLINE \
             else gather(sq, wqe)
         if type(payload) is int:
-            if pending is not None and pending.rnr_left is not None:   # at a retry after RNR NAKs: its MR is gone
-                return sq.halt()
+            if pending is not None and pending.rnr_left is not None and not pending.acking:   # an RNR retry: its MR
+                return sq.halt()                                                              # is gone
             return local_error(sq, wqe, payload)
         length = len(payload)
     else:
@@ -652,11 +658,15 @@ def local_error(sq, wqe, status):
     if sent and peer is not None and not wqe.send_flags & IBV_SEND_INLINE:
         length = sum(sge[1] for sge in wqe._sges)
         prefix = gather(sq, _first_bytes(wqe, sent * sq.mtu))
-        answer = responder.respond_partly(peer, wqe, prefix, length, sq.psn, psns(wqe.opcode, length, sq.mtu), sent,
-                                          sq.mtu)
+        try:
+            answer = responder.respond_partly(peer, wqe, prefix, length, sq.psn, psns(wqe.opcode, length, sq.mtu),
+                                              sent, sq.mtu)
+        except ValueError:   # the peer was a QP of this process, closed since: nobody answers
+            answer = NO_ANSWER
         if answer == RNR_NAK:   # no receive for it: the message waits, and its requester met the error meanwhile
-            sq.halted = True
-            return float("inf"), sq.rnr_retry, None, False   # (at the head of the queue, never resent: halt())
+            counters.count("rcvd_rnr_err")
+            sq.halt()
+            return float("inf"), sq.rnr_retry, None, False   # (kept at the head of the queue, never resent)
         if answer not in (ACK, NO_ANSWER):
             return fail(sq, wqe, answer)
         sq.psn = psn_add(sq.psn, sent)

@@ -315,15 +315,22 @@ def respond(peer, wqe, payload, length, psn, count, mtu=None):
     return _respond(peer, wqe, payload, length, psn, count, mtu)
 
 
-def _respond(peer, wqe, payload, length, psn, count, mtu):
+def _judge(peer, request):
+    """checks.RESPONDER's first verdict on `request` (None: taken), and what arriving in order means to the QP."""
     h = peer.header
-    request = checks.Request.of(wqe, length, peer=peer, psn=psn, count=count, mtu=mtu)
     verdict = checks.first(checks.RESPONDER, request)
     if verdict is None or verdict.effect.in_order:
         if h[Q_TYPE] == IBV_QPT_UC:
-            h[Q_EXPECTED_PSN] = psn   # UC never retries: a new message is taken from whatever PSN it starts at
+            h[Q_EXPECTED_PSN] = request.psn   # UC never retries: a new message is taken from whatever PSN it starts at
         elif h[Q_SEQ_NAKED]:
             h[Q_SEQ_NAKED] = 0   # (the next request ahead is NAKed and counted anew)
+    return verdict
+
+
+def _respond(peer, wqe, payload, length, psn, count, mtu):
+    h = peer.header
+    request = checks.Request.of(wqe, length, peer=peer, psn=psn, count=count, mtu=mtu)
+    verdict = _judge(peer, request)
     if verdict is not None:
         if verdict.lands and wqe.opcode == READ:   # the responses the requester takes (checks.path_mtu) carry these
             return NO_ANSWER, request.seg.bytes[request.offset:request.offset + verdict.figures["landed"]]
@@ -355,9 +362,11 @@ def respond_partly(peer, wqe, prefix, length, psn, count, sent, mtu):
     SEND's into the receive it takes, which never completes (unless they do not fit it: then it fails, as for a
     whole message); the QP expects the PSN after them. Returns the answer."""
     h = peer.header
+    opcode = WRITE if wqe.opcode == WRITE_WITH_IMM else wqe.opcode   # (its first packets are a plain WRITE's)
     with LOCK:
-        request = checks.Request.of(wqe, length, peer=peer, psn=psn, count=count, mtu=mtu)
-        verdict = checks.first(checks.RESPONDER, request)
+        request = checks.Request(opcode, length, wqe._rkey, wqe._remote_addr, wqe.imm_data, wqe.send_flags, peer=peer,
+                                 psn=psn, count=count, mtu=mtu)
+        verdict = _judge(peer, request)
         if verdict is not None:
             return _refuse(peer, verdict, wqe)[0]
         if request.seg is not None:   # a WRITE's (or WRITE_WITH_IMM's) memory
