@@ -203,9 +203,11 @@ class SendQueue(Queue):
         self.pending.append(Pending(snapshot(wr)))
 
     def waiting_for_receive(self):
-        """The head of the queue waits out an RNR NAK."""
+        """The head of the queue waits out an RNR NAK while the requester sends on (not in SQD, where it sends
+        nothing new)."""
         head = self.pending[0] if self.pending else None
-        return head is not None and head.rnr_left is not None and not head.acking and not self.halted
+        return head is not None and head.rnr_left is not None and not head.acking and not self.halted \
+            and self.header[Q_STATE] != IBV_QPS_SQD
 
     def halt(self):
         """A local error met while a message waits out RNR NAKs (a WR behind it whose local SGEs fail, as rxe's
