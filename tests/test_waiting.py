@@ -181,6 +181,13 @@ def test_a_signal_pipe_turns_readable_on_a_signal_and_is_given_back():
             os.kill(os.getpid(), signal.SIGUSR1)   # (between two looks of a wait: still seen at the next)
             assert select.select([fd], [], [], 5)[0] == [fd]
         assert signal.set_wakeup_fd(-1) == -1   # given back: no descriptor left set
+        with signal_pipe() as again:   # the process's one pipe, emptied: the last wait's signal is not this one's
+            assert again == fd and select.select([again], [], [], 0)[0] == []
+        child = os.fork()
+        if child == 0:   # a forked child waits on a pipe of its own, which its parent's signals never fill
+            with signal_pipe() as own:
+                os._exit(0 if own not in (None, fd) else 1)
+        assert os.waitpid(child, 0)[1] == 0
         seen = []
         worker = threading.Thread(target=lambda: seen.append(signal_pipe().__enter__()))
         worker.start()

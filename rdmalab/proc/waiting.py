@@ -259,17 +259,27 @@ def nap(seconds):
     return 0 if _clib.nanosleep(ctypes.byref(ts), None) == 0 else ctypes.get_errno()
 
 
+_SIGNAL_PIPE = []   # [(read, write)]: this process's one pipe, made at its first wait (a forked child makes its own)
+os.register_at_fork(after_in_child=_SIGNAL_PIPE.clear)
+_MAIN_THREAD = threading.main_thread().ident
+
+
 @contextlib.contextmanager
 def signal_pipe():
     """A descriptor that becomes readable when a signal arrives, for as long as the block runs: with it in its
     select(), a wait made of several calls ends on a signal that came between them too, where a nap() sees
     only one that comes while it sleeps (signal.set_wakeup_fd). None where Python allows none: in a thread
-    other than the main one (which runs the handlers), or in a program that set its own."""
-    if threading.current_thread() is not threading.main_thread():
+    other than the main one (which runs the handlers), or in a program that set its own. The pipe is made once
+    per process and emptied after each wait, so a wait is ready for a signal a microsecond after it starts (a
+    blocking verbs call loses one that comes before it is entered: the shorter that time, the fewer lost)."""
+    if threading.get_ident() != _MAIN_THREAD:
         yield None
         return
-    read, write = os.pipe()
-    os.set_blocking(write, False)
+    if not _SIGNAL_PIPE:
+        _SIGNAL_PIPE.append(os.pipe())
+        for fd in _SIGNAL_PIPE[0]:
+            os.set_blocking(fd, False)
+    read, write = _SIGNAL_PIPE[0]
     previous = None
     try:
         previous = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
@@ -279,8 +289,11 @@ def signal_pipe():
     finally:
         if previous == -1:
             signal.set_wakeup_fd(-1)
-        os.close(read)
-        os.close(write)
+        try:
+            while os.read(read, 512):   # (what this wait's signals wrote: the next wait starts empty)
+                pass
+        except BlockingIOError:
+            pass
 
 
 def signalled(pipe):

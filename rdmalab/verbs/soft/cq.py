@@ -202,9 +202,9 @@ class CompChannel(Resource):
         ibv_get_cq_event does; a signal ends it with errno 4, EINTR). The event counts as
         unacknowledged on its CQ until expected_cq.ack_events()."""
         from rdmalab.proc import waiting
-        self.check_open()
-        bell = self._segment.bell
-        with waiting.signal_pipe() as signalled:   # (a signal between two sleeps ends the wait too)
+        with waiting.signal_pipe() as signalled:   # (first: a signal between two sleeps ends the wait too)
+            self.check_open()
+            bell = self._segment.bell
             while True:
                 cq = self._next_event()
                 if cq is not None:

@@ -200,9 +200,9 @@ class Context(Resource):
         error code here, where get_cq_event gives errno, 4). soft0 raises a CQ's IBV_EVENT_CQ_ERR (it
         overflowed: CQ.push) and an SRQ's IBV_EVENT_SRQ_LIMIT_REACHED (SRQ.take_event)."""
         from rdmalab.proc import waiting
-        self.check_open()
-        pause = 0.0005
-        with waiting.signal_pipe() as signalled:   # (a signal between two naps ends the wait too)
+        with waiting.signal_pipe() as signalled:   # (first: a signal between two naps ends the wait too)
+            self.check_open()
+            pause = 0.0005
             while True:
                 if self._async_events:
                     return AsyncEvent(self._async_events.popleft())
