@@ -1,8 +1,8 @@
 """The book of executed lessons (make book: book/build.py), built from a fresh run of every lesson on soft0 and
 read in Chromium as a reader would: every page of its table of contents renders with all its local files, every
 chart and table the lessons showed is on their pages (and every chart loads), no link between the pages is
-broken, widgets show their static fallback, and each output says where it ran. Lesson 05's page is kept as
-.ci/artifacts/book-lesson-04.png.
+broken, widgets show their static fallback, and each output says where it ran. Lesson 06's page (the target's
+CPU, its dashboard drawn static) is kept as .ci/artifacts/book-lesson-06.png.
 
 Needs Debian's Chromium and Jupyter Book (the lab's `book` extra, which make test installs); skips, saying
 why, where Chromium is missing, and RDMALAB_BROWSER_TEST=1 (CI) makes that a failure.
