@@ -50,7 +50,7 @@ from .constants import (
     IBV_WR_BIND_MW as BIND_MW)
 from .layout import (C_ARMED, M_VALID, P_ANSWER, P_COUNT, P_DEST, P_FLAGS, P_IMM, P_LENGTH,
                      P_NUM_SGE, P_OPCODE, P_PSN, P_REMOTE_ADDR, P_RKEY, P_SGES, P_STATE, Q_EXPECTED_PSN, Q_GENERATION,
-                     Q_NUM, Q_PATH_MTU, Q_PD, Q_RNR_WAITING, Q_RQ_CONSUMED, Q_RQ_POSTED, Q_STATE,
+                     Q_NUM, Q_PATH_MTU, Q_PD, Q_TYPE, Q_RNR_WAITING, Q_RQ_CONSUMED, Q_RQ_POSTED, Q_STATE,
                      R_NUM_SGE, R_SGES, R_STATUS, W_BELL, W_SLEEPERS)
 from .mr import REGISTERED
 from .operations import (ATOMICS, CARRIES_DATA, CONSUMES_RECEIVE, LOCAL_OPERATIONS, NEEDS_ACCESS, WC_OPCODE,
@@ -177,8 +177,7 @@ class SendQueue(Queue):
             self.check_peer()
         if self.pending or self.header[Q_STATE] == IBV_QPS_ERR:
             self.pending.append(Pending(snapshot(wr)))
-            if self.waiting_for_receive() and checks.first(checks.REQUESTER, checks.Request.of(
-                    wr, 0, sges=wr._sges, pd=self.pd)) is not None:
+            if self.waiting_for_receive() and local_check(self, wr):
                 self.halt()
             self.progress()
             return
@@ -597,6 +596,7 @@ def attempt(sq, wqe, pending):
         return fail(sq, wqe, refused.answer)
     if opcode in LOCAL_OPERATIONS:
         return local_operation(sq, wqe)
+    peer = sq.connected if sq.connected_to == sq.dest_qp_num else sq.peer()
     sges = wqe._sges
     if opcode in CARRIES_DATA:
         payload = local_bytes(sq, *sges[0]) if len(sges) == 1 and not wqe.send_flags & IBV_SEND_INLINE \
@@ -604,12 +604,11 @@ def attempt(sq, wqe, pending):
         if type(payload) is int:
             if pending is not None and pending.rnr_left is not None and not pending.acking:   # an RNR retry: its MR
                 return sq.halt()                                                              # is gone
-            return local_error(sq, wqe, payload)
+            return local_error(sq, wqe, payload, peer)
         length = len(payload)
     else:
         payload, length = None, sum(sge[1] for sge in sges)
     count = psns(opcode, length, sq.mtu)
-    peer = sq.connected if sq.connected_to == sq.dest_qp_num else sq.peer()
     try:
         generation = peer.header[Q_GENERATION] if peer else None   # what the checks below will have seen
         answer, data = respond(peer, wqe, payload, length, sq.psn, count, sq.mtu) if peer else (NO_ANSWER, None)
@@ -634,29 +633,38 @@ def attempt(sq, wqe, pending):
     return fail(sq, wqe, answer)   # a NAK: the responder is in ERR already
 
 
+def local_check(sq, wr):
+    """What our side finds wrong with a WR before anything is sent (0: nothing): checks.REQUESTER's status (an
+    operation the QP type does not carry out, an unknown lkey, an SGE out of its MR), for the data a WRITE or
+    SEND carries; READs and atomics are checked when their answer comes back. The udp link's doorbell checks
+    each WR so; a send queue whose head waits out RNR NAKs, each WR queued behind it (SendQueue.halt)."""
+    refused = checks.first(checks.REQUESTER, checks.Request(wr.opcode, flags=wr.send_flags, sges=wr._sges,
+                                                            qp_type=sq.header[Q_TYPE], pd=sq.pd))
+    return refused.answer if refused is not None else 0
+
+
 def readable(sq, sges):
     """How many of the bytes a WR's SGEs carry our NIC may read, counted from the first, as rxe's requester
     finds out packet by packet (copy_data): up to the first SGE whose key or range check fails, and within it,
     up to its MR's end."""
     done = 0
     for addr, length, lkey in sges:
-        if checks.local_sge(sq.pd, addr, length, lkey) is None:
+        refused = checks.local_sge(sq.pd, addr, length, lkey)
+        if refused is None:
             done += length
             continue
-        mr = REGISTERED.get(lkey)
-        if mr is not None and mr._pd is sq.pd and mr._buf <= addr < mr._buf + mr._length:
-            done += mr._buf + mr._length - addr
+        if refused.figures.get("where") == "past the end":   # the bytes before the MR's end may be read (none if
+            done += max(0, length - refused.figures["by"])   # the SGE starts beyond it)
         return done
     return done
 
 
-def local_error(sq, wqe, status):
+def local_error(sq, wqe, status, peer):
     """A WRITE's or SEND's local SGEs fail a check (status). rxe reads them packet by packet as it sends: when
     the first packet is readable, it goes out (and the packets after it, up to the one the bad bytes are in), so
     the responder judges the request before the requester finds its error; a NAK from it decides the WR's
-    status, both QPs entering ERR; an accepted WRITE keeps the packets that landed."""
+    status, both QPs entering ERR; an accepted WRITE keeps the packets that landed. `peer`: whom it sends to."""
     sent = readable(sq, wqe._sges) // sq.mtu   # whole packets read before the bad one
-    peer = sq.connected if sq.connected_to == sq.dest_qp_num else sq.peer()
     if sent and peer is not None and not wqe.send_flags & IBV_SEND_INLINE:
         length = sum(sge[1] for sge in wqe._sges)
         prefix = gather(sq, _first_bytes(wqe, sent * sq.mtu))

@@ -276,7 +276,7 @@ class WireSendQueue(requester.Queue):
             self.seq += 1   # after the WRs before it are done, as rxe's requester reaches it in its ring
             self.outstanding.append((self.seq, wr.wr_id, requester.snapshot(wr)))
             return None
-        status = local_check(self, wr)
+        status = requester.local_check(self, wr)
         inline = requester.inline_payload(wr) if wr.send_flags & IBV_SEND_INLINE and not status else None
         if not status:   # the PSNs the NIC will give it: query() reports the next one, as rxe does
             length = len(inline) if inline is not None else sum(sge[1] for sge in wr._sges)
@@ -345,16 +345,6 @@ class WireDatagramQueue(DatagramQueue):
 
     def close(self):
         self.nic.ring(("destroy", self.qp_num))
-
-
-def local_check(sq, wr):
-    """What the program's side finds wrong with a WR before anything is sent (0: nothing): checks.REQUESTER's
-    verdict (an operation the QP type does not carry out, an unknown lkey, an SGE out of its MR), for the
-    data a WRITE or SEND carries. READs and atomics are checked when their answer comes back, as on the
-    shared-memory link."""
-    refused = checks.first(checks.REQUESTER, checks.Request(wr.opcode, flags=wr.send_flags, sges=wr._sges,
-                                                            qp_type=sq.header[Q_TYPE], pd=sq.pd))
-    return refused.answer if refused is not None else 0
 
 
 def nic_counters(host=None):
