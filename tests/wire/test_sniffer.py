@@ -30,21 +30,23 @@ def test_without_dumpcap_the_exchange_runs_and_says_why_nothing_sniffed(tmp_path
     assert packets.sniffed(ex).endswith("no sniffer ran: no dumpcap here (Debian and Ubuntu: apt-get install tshark).")
 
 
+def fake_dumpcap(tmp_path, monkeypatch, script):
+    """A dumpcap that runs `script` (sh) where the lessons look for dumpcap."""
+    fake = tmp_path / "dumpcap"
+    fake.write_text(f"#!/bin/sh\n{script}\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(packets.shutil, "which", lambda name: str(fake) if name == "dumpcap" else shutil.which(name))
+
+
 def test_a_dumpcap_that_says_nothing_is_ended_and_named_instead_of_waited_for(tmp_path, monkeypatch):
-    silent = tmp_path / "dumpcap"
-    silent.write_text("#!/bin/sh\nexec sleep 600\n")
-    silent.chmod(0o755)
-    monkeypatch.setattr(packets.shutil, "which", lambda name: str(silent) if name == "dumpcap" else shutil.which(name))
+    fake_dumpcap(tmp_path, monkeypatch, "exec sleep 600")
     sniffer = packets.Sniffer(str(tmp_path / "x.pcap"), wait_s=0.5)
     assert sniffer.proc is None and "it said nothing" in sniffer.why_not and sniffer.stop() is None
 
 
 def test_a_dumpcap_that_says_two_lines_at_once_is_heard_capturing(tmp_path, monkeypatch):
     """dumpcap may write a warning and "Capturing on" in one write: both are read, none waits in a buffer."""
-    chatty = tmp_path / "dumpcap"
-    chatty.write_text("#!/bin/sh\nprintf 'a warning\\nCapturing on Loopback: lo\\n' >&2\nexec sleep 600\n")
-    chatty.chmod(0o755)
-    monkeypatch.setattr(packets.shutil, "which", lambda name: str(chatty) if name == "dumpcap" else shutil.which(name))
+    fake_dumpcap(tmp_path, monkeypatch, "printf 'a warning\\nCapturing on Loopback: lo\\n' >&2\nexec sleep 600")
     sniffer = packets.Sniffer(str(tmp_path / "x.pcap"), wait_s=30)
     try:
         assert sniffer.why_not is None and sniffer.proc is not None and sniffer.proc.poll() is None
