@@ -1,5 +1,6 @@
 """rdmalab.proc.waiting: spin, yield, then sleep until woken; the policy follows the usable CPUs and backs
 off when spinning gets preempted. (How soft0's NIC wakes a sleeper: tests/soft/test_wakeups.py.)"""
+import contextlib
 import errno
 import threading
 import time
@@ -197,30 +198,48 @@ def test_a_signal_pipe_turns_readable_on_a_signal_and_is_given_back():
         signal.signal(signal.SIGUSR1, previous)
 
 
-def test_a_thread_that_waits_while_sleeping_never_spins():
-    """waiting.sleeping(): an AllReduce thread beside backward must not spin (it would hold the GIL and the CPU):
-    a 30 ms wait checks its condition a few dozen times, where the busy policy checks it thousands of times."""
+def test_a_thread_that_waits_while_sleeping_never_spins(monkeypatch):
+    """waiting.sleeping(): an AllReduce thread beside backward must not spin (it would hold the GIL and the CPU).
+    Counted, not timed: inside sleeping() a wait checks its condition once before it first sleeps (and once more
+    as it arms its bell), where the same wait outside spins, checking it again and again before any sleep. The
+    policy is one that spins and is never preempted, so the contrast holds however slow or busy the machine."""
     import threading
     from rdmalab.proc import waiting
 
-    def checks(sleeps):
-        calls, start = [0], time.monotonic()
+    spinning = waiting.Policy(cpus=2, peers=1)
+    spinning.spin_s, spinning.preempted_after = max(waiting.SPIN_S, 50e-6), float("inf")
+    monkeypatch.setattr(waiting, "_policy", spinning)
+    monkeypatch.setattr(waiting, "futex_works", lambda: True)   # (the bell below records each sleep)
+
+    def events(sleeps):
+        seen, start = [], time.monotonic()
+
+        class Bell:
+            def arm(self):
+                return 0
+
+            def sleep(self, token, seconds):
+                seen.append("sleep")
+                time.sleep(seconds)
+                return 0
+
+            def disarm(self):
+                pass
 
         def ready():
-            calls[0] += 1
+            seen.append("check")
             return time.monotonic() - start > 0.03
-        if sleeps:
-            with waiting.sleeping():
-                waiting.until(ready, 5, spin_s=waiting.COLLECTIVE_SPIN_S)
-        else:
-            waiting.until(ready, 5, spin_s=waiting.COLLECTIVE_SPIN_S)
-        return calls[0]
+        with waiting.sleeping() if sleeps else contextlib.nullcontext():
+            waiting.until(ready, 5, bell=Bell(), spin_s=waiting.COLLECTIVE_SPIN_S)
+        return seen
 
     got = {}
-    thread = threading.Thread(target=lambda: got.update(sleeping=checks(True)))
+    thread = threading.Thread(target=lambda: got.update(sleeping=events(True)))
     thread.start()
     thread.join()
-    assert got["sleeping"] < 200, got
-    if waiting.policy().spin_s:   # (where this process spins at all, the same wait outside sleeping() does)
-        assert checks(False) > 5 * got["sleeping"]
+    asleep = got["sleeping"]
+    assert asleep.index("sleep") == 2, asleep[:10]   # the first check, the check as the bell is armed, sleep
+    assert asleep.count("check") <= 2 * asleep.count("sleep") + 1, asleep   # never more between two sleeps
+    awake = events(False)
+    assert awake.index("sleep") > 2, awake[:10]   # outside sleeping(), the same wait spun first
     assert not getattr(waiting._this_thread, "sleeps", False)   # (only that thread's waits changed, and only inside)
