@@ -659,13 +659,21 @@ def readable(sq, sges):
     return done
 
 
+def sent_before_error(sq, wr):
+    """How many whole packets of a WR whose local SGEs fail a check rxe sends before it meets the bad bytes
+    (readable): none for inline data (copied whole at the post) or an operation that carries no data."""
+    if wr.send_flags & IBV_SEND_INLINE or wr.opcode not in CARRIES_DATA:
+        return 0
+    return readable(sq, wr._sges) // sq.mtu
+
+
 def local_error(sq, wqe, status, peer):
     """A WRITE's or SEND's local SGEs fail a check (status). rxe reads them packet by packet as it sends: when
     the first packet is readable, it goes out (and the packets after it, up to the one the bad bytes are in), so
     the responder judges the request before the requester finds its error; a NAK from it decides the WR's
     status, both QPs entering ERR; an accepted WRITE keeps the packets that landed. `peer`: whom it sends to."""
-    sent = readable(sq, wqe._sges) // sq.mtu   # whole packets read before the bad one
-    if sent and peer is not None and not wqe.send_flags & IBV_SEND_INLINE:
+    sent = sent_before_error(sq, wqe)
+    if sent and peer is not None:
         length = sum(sge[1] for sge in wqe._sges)
         prefix = gather(sq, _first_bytes(wqe, sent * sq.mtu))
         try:
@@ -685,15 +693,20 @@ def local_error(sq, wqe, status, peer):
 
 def _first_bytes(wqe, n):
     """A copy of `wqe` whose SGEs name its first n bytes."""
+    part = copy.copy(wqe)
+    part._sges = first_sges(wqe._sges, n)
+    return part
+
+
+def first_sges(sges, n):
+    """The SGEs (addr, length, lkey) that name the first n bytes of `sges`."""
     cut, left = [], n
-    for addr, length, lkey in wqe._sges:
+    for addr, length, lkey in sges:
         if left <= 0:
             break
         cut.append((addr, min(length, left), lkey))
         left -= length
-    part = copy.copy(wqe)
-    part._sges = cut
-    return part
+    return cut
 
 
 def local_operation(sq, wqe):

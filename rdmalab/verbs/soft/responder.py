@@ -278,18 +278,21 @@ class ReceiveQueue:
 
     # ------------------------------------------------------------ the responder's side
 
-    def scatter(self, n, payload, pd):
-        """Copy `payload` into receive number n's SGEs as checks.receive_buffers allows it. Returns None, or
-        the verdict: too small (nothing copied), or an SGE that names memory the receive may not use (as in
-        rxe's copy_data, an SGE is checked only for the bytes that land in it, when they do: a zero-length
-        message checks no key, and the SGEs filled before a bad one keep what they got)."""
+    def scatter(self, n, payload, pd, at=0):
+        """Copy `payload`, a message's bytes from byte `at` on (the udp link lands a message packet by packet),
+        into receive number n's SGEs as checks.receive_buffers allows it. Returns None, or the verdict: too
+        small (nothing copied), or an SGE that names memory the receive may not use (as in rxe's copy_data, an
+        SGE is checked only for the bytes that land in it, when they do: a zero-length message checks no key,
+        and the SGEs filled before a bad one keep what they got)."""
         landing = []
-        verdict = checks.receive_buffers(self, n, len(payload), pd, landing)
-        done = 0
+        verdict = checks.receive_buffers(self, n, at + len(payload), pd, landing)
+        done = 0   # the message's bytes before this SGE
         for seg, offset, take in landing:
-            seg.bytes[offset:offset + take] = payload[done:done + take]
+            skip = max(at - done, 0)   # (bytes an earlier packet landed)
+            if skip < take:
+                seg.bytes[offset + skip:offset + take] = payload[done + skip - at:done + take - at]
             done += take
-        counters.copied_bytes += done
+        counters.copied_bytes += max(done - at, 0)
         return verdict
 
     def complete(self, n, status, opcode, byte_len, imm, flags, src_qp=0):
@@ -302,17 +305,18 @@ class ReceiveQueue:
 
 # ---------------------------------------------------------------- answering one request
 
-def respond(peer, wqe, payload, length, psn, count, mtu=None):
+def respond(peer, wqe, payload, length, psn, count, mtu=None, landed=0):
     """Carry out the request `wqe` (opcode, remote_addr, rkey, imm_data, send_flags, compare_add, swap)
     at `peer`, arriving as `count` packets from sequence number `psn` on (psn.packets(): the requester
     segments it at its path MTU, `mtu` bytes; None: its packets are not checked against the responder's).
     `payload` holds the data of a WRITE or SEND (`length` bytes). checks.RESPONDER decides whether it may;
-    this carries out the verdict. Returns (answer, data): ACK with a READ's bytes or an atomic's old value
+    this carries out the verdict. `landed`: bytes of it already in place (the udp link lands each packet as it
+    comes, once begin() accepted the first). Returns (answer, data): ACK with a READ's bytes or an atomic's old value
     (else None), NO_ANSWER (with the bytes of a READ whose first responses reach the requester, checks.path_mtu), RNR_NAK with the timer in ms, or a NAK's status."""
     if wqe.opcode in CONSUMES_RECEIVE:
         with LOCK:   # (the receive it takes, against this process's other threads)
-            return _respond(peer, wqe, payload, length, psn, count, mtu)
-    return _respond(peer, wqe, payload, length, psn, count, mtu)
+            return _respond(peer, wqe, payload, length, psn, count, mtu, landed)
+    return _respond(peer, wqe, payload, length, psn, count, mtu, landed)
 
 
 def _judge(peer, request):
@@ -327,7 +331,7 @@ def _judge(peer, request):
     return verdict
 
 
-def _respond(peer, wqe, payload, length, psn, count, mtu):
+def _respond(peer, wqe, payload, length, psn, count, mtu, landed):
     h = peer.header
     request = checks.Request.of(wqe, length, peer=peer, psn=psn, count=count, mtu=mtu)
     verdict = _judge(peer, request)
@@ -337,14 +341,14 @@ def _respond(peer, wqe, payload, length, psn, count, mtu):
         return _refuse(peer, verdict, wqe)
     opcode = wqe.opcode
     if opcode in CONSUMES_RECEIVE:
-        return _into_receive(peer, h, wqe, payload, length, count, request, mtu)
+        return _into_receive(peer, h, wqe, payload, length, count, request, mtu, landed)
     seg, offset = request.seg, request.offset
     data = None
     if seg is None:   # a zero-length WRITE or READ names no memory
         data = b"" if opcode == READ else None
     elif opcode == WRITE:
-        write(seg, offset, payload, mtu)
-        counters.copied_bytes += length
+        write(seg, offset + landed, _after(payload, landed), mtu)
+        counters.copied_bytes += length - landed
         seg.ring()
     elif opcode == READ:
         data = seg.bytes[offset:offset + length]
@@ -361,24 +365,53 @@ def respond_partly(peer, wqe, prefix, length, psn, count, sent, mtu):
     writes each as it comes (probed on rxe0, tests/wild/rc_local_error_later_packet.py): a WRITE's into memory, a
     SEND's into the receive it takes, which never completes (unless they do not fit it: then it fails, as for a
     whole message); the QP expects the PSN after them. Returns the answer."""
-    h = peer.header
-    opcode = WRITE if wqe.opcode == WRITE_WITH_IMM else wqe.opcode   # (its first packets are a plain WRITE's)
     with LOCK:
-        request = checks.Request(opcode, length, wqe._rkey, wqe._remote_addr, wqe.imm_data, wqe.send_flags, peer=peer,
-                                 psn=psn, count=count, mtu=mtu)
-        verdict = _judge(peer, request)
-        if verdict is not None:
-            return _refuse(peer, verdict, wqe)[0]
-        if request.seg is not None:   # a WRITE's (or WRITE_WITH_IMM's) memory
-            write(request.seg, request.offset, prefix, mtu)
-            counters.copied_bytes += len(prefix)
-            request.seg.ring()
-        elif wqe.opcode in CONSUMES_RECEIVE and h[Q_RQ_CONSUMED] != h[Q_RQ_POSTED]:
-            verdict = peer.rq.scatter(h[Q_RQ_CONSUMED], prefix, h[Q_PD])
-            if verdict is not None:   # the receive cannot take those packets: it fails, as it would for the whole
-                return _fail_receive(peer, verdict, wqe)[0]
-        h[Q_EXPECTED_PSN] = psn_add(psn, sent)
+        answer, request = begin(peer, wqe, length, psn, count, mtu, dry=False)
+        if request is None:
+            return answer
+        answer, _ = land(peer, wqe, request, 0, prefix, mtu)
+        if answer is not None:
+            return answer
+        peer.header[Q_EXPECTED_PSN] = psn_add(psn, sent)
     return ACK
+
+
+def begin(peer, wqe, length, psn, count, mtu, dry=True):
+    """A message of `count` packets starts (rxe lands each packet as it comes): the responder judges it at its first
+    packet, which carries the RETH, as a plain SEND or WRITE (a WRITE_WITH_IMM's first packets are a WRITE's, its
+    receive asked for at the last). A SEND's receive is looked for, not taken, when `dry` (the udp link's respond()
+    takes it at the last packet). Returns (answer, None), the refusal carried out; or (None, the request), whose
+    memory (request.seg, request.offset) a WRITE's packets land in."""
+    opcode = WRITE if wqe.opcode == WRITE_WITH_IMM else wqe.opcode
+    request = checks.Request(opcode, length, wqe._rkey, wqe._remote_addr, wqe.imm_data, wqe.send_flags, peer=peer,
+                             psn=psn, count=count, mtu=mtu, dry=dry)
+    verdict = _judge(peer, request)
+    if verdict is not None:
+        return _refuse(peer, verdict, wqe)[0], None
+    return None, request
+
+
+def land(peer, wqe, request, at, payload, mtu=None):
+    """Packets of a message begin() accepted, `at` bytes into it: a WRITE's into memory, a SEND's into the receive it
+    takes (the QP's own next one; an SRQ's is taken at the last packet, and nothing lands before). Returns (answer,
+    bytes placed): the answer None, or that of a receive that cannot take them: it fails, as for the whole message."""
+    h = peer.header
+    if request.seg is not None:
+        write(request.seg, request.offset + at, payload, mtu)
+        counters.copied_bytes += len(payload)
+        request.seg.ring()
+    elif request.opcode in CONSUMES_RECEIVE and h[Q_RQ_CONSUMED] != h[Q_RQ_POSTED]:
+        verdict = peer.rq.scatter(h[Q_RQ_CONSUMED], payload, h[Q_PD], at)
+        if verdict is not None:
+            return _fail_receive(peer, verdict, wqe)[0], 0
+    else:
+        return None, 0
+    return None, len(payload)
+
+
+def _after(payload, n):
+    """A message's bytes after its first n (no copy)."""
+    return payload if not n else memoryview(payload)[n:]
 
 
 def write(seg, offset, payload, mtu):
@@ -424,16 +457,16 @@ def _fail_receive(peer, verdict, wqe):
     return verdict.answer, None
 
 
-def _into_receive(peer, h, wqe, payload, length, count, request, mtu):
+def _into_receive(peer, h, wqe, payload, length, count, request, mtu, landed=0):
     """SEND, SEND_WITH_IMM and WRITE_WITH_IMM: each consumes the peer's next posted receive (checks.RESPONDER
     found it posted); the data lands, in memory or in the receive's buffers, and the LANDING checks run."""
     consumed = h[Q_RQ_CONSUMED]
     if request.seg is not None:   # a WRITE_WITH_IMM (a zero-length one names no memory: only its receive counts)
-        write(request.seg, request.offset, payload, mtu)
-        counters.copied_bytes += length
+        write(request.seg, request.offset + landed, _after(payload, landed), mtu)
+        counters.copied_bytes += length - landed
         request.seg.ring()
     elif wqe.opcode != WRITE_WITH_IMM:
-        verdict = peer.rq.scatter(consumed, payload, h[Q_PD])
+        verdict = peer.rq.scatter(consumed, _after(payload, landed), h[Q_PD], landed)
         if verdict is not None:   # the receive is too small, or names memory it may not use
             return _fail_receive(peer, verdict, wqe)
     if wqe.opcode == SEND_WITH_INV:   # (after the data, as rxe)
