@@ -150,6 +150,10 @@ class Agent:
     def state(self):
         return dict(state=self.qp.query(e.IBV_QP_STATE)[0].qp_state)
 
+    def to_error(self):
+        self.qp.modify(v.qp.QPAttr(qp_state=e.IBV_QPS_ERR), e.IBV_QP_STATE)
+        return {}
+
     def counters(self):
         from rdmalab.verbs.soft.link.doorbell import nic_counters
         return dict(counters=nic_counters())

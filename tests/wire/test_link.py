@@ -217,6 +217,50 @@ def test_local_error_sends_nothing_and_fails_in_order(hosts):
     assert a("state")["state"] == e.IBV_QPS_ERR and b("state")["state"] == e.IBV_QPS_RTS
 
 
+END = 1 << 16   # the agents' MR: a WRITE from near its end fails its local check further on
+
+
+def test_a_write_cut_short_by_its_local_sge_lands_the_packets_sent_before_it(hosts):
+    """rxe reads a WRITE's local SGEs packet by packet (tests/wild/rc_local_error_later_packet.py, probed on rxe0):
+    the two whole packets before the bad bytes go out and land, then the WR fails with its local error, and only
+    the requester's QP enters ERR."""
+    a, b = hosts
+    a("fill", offset=END - 2100, length=2100, seed=9)
+    before = b("digest", offset=2048, length=END - 2048)
+    a("send", op="write", offset=END - 2100, length=3000, remote_addr=b.info["addr"], rkey=b.info["rkey"], wr_id=3)
+    assert [(w["wr_id"], w["status"]) for w in a.wcs()] == [(3, e.IBV_WC_LOC_PROT_ERR)]
+    assert b("read", offset=0, length=2048) == a("read", offset=END - 2100, length=2048)
+    assert b("digest", offset=2048, length=END - 2048) == before   # (the packet with the bad bytes never went)
+    assert a("counters")["counters"]["sent_pkts"] == 2
+    assert a("state")["state"] == e.IBV_QPS_ERR and b("state")["state"] == e.IBV_QPS_RTS
+
+
+def test_a_write_cut_short_is_judged_by_the_responder_first(hosts):
+    """The first packet of a cut WRITE carries its RETH: a bad rkey is NAKed (REM_ACCESS_ERR, not the local error),
+    nothing lands, and both QPs enter ERR."""
+    a, b = hosts
+    before = b("digest", offset=0, length=END)
+    a("send", op="write", offset=END - 2100, length=3000, remote_addr=b.info["addr"], rkey=b.info["rkey"] ^ 0x5A5A,
+      wr_id=4)
+    assert [(w["wr_id"], w["status"]) for w in a.wcs()] == [(4, e.IBV_WC_REM_ACCESS_ERR)]
+    assert b("digest", offset=0, length=END) == before
+    assert a("state")["state"] == e.IBV_QPS_ERR and b("state")["state"] == e.IBV_QPS_ERR
+
+
+def test_a_local_error_behind_a_send_waiting_for_a_receive_stops_the_queue(hosts):
+    """rxe (Linux 6.1) halts its requester when it meets a local error while a SEND waits out RNR NAKs: nothing
+    completes, even once a receive is posted, both QPs stay in RTS, and moving the QP to ERR flushes both WRs."""
+    a, b = hosts
+    a("send", op="send", offset=0, length=8, wr_id=5)
+    a("send", op="write", offset=END - 4, length=8, remote_addr=b.info["addr"], rkey=b.info["rkey"], wr_id=6)
+    assert wait_until(lambda: b("counters")["counters"]["send_rnr_err"] >= 1)
+    b("recv", offset=0, length=64, wr_id=20)
+    assert a("poll", n=1, timeout=0.5)["wcs"] == [] and b("poll", n=1, timeout=0.05)["wcs"] == []
+    assert a("state")["state"] == b("state")["state"] == e.IBV_QPS_RTS
+    a("to_error")
+    assert [(w["wr_id"], w["status"]) for w in a.wcs(2)] == [(5, e.IBV_WC_WR_FLUSH_ERR), (6, e.IBV_WC_WR_FLUSH_ERR)]
+
+
 def test_rnr_then_success_once_a_receive_is_posted(hosts):
     a, b = hosts
     a("fill", offset=0, length=100, seed=6)

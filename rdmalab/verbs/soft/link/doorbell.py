@@ -278,16 +278,22 @@ class WireSendQueue(requester.Queue):
             return None
         status = requester.local_check(self, wr)
         inline = requester.inline_payload(wr) if wr.send_flags & IBV_SEND_INLINE and not status else None
-        if not status:   # the PSNs the NIC will give it: query() reports the next one, as rxe does
+        # the PSNs the NIC will give it: query() reports the next one, as rxe does (a WRITE or SEND whose local
+        # SGEs fail further on: the packets sent before the bad one, requester.sent_before_error)
+        sent = requester.sent_before_error(self, wr) if status and not checks.carried_out(self.qp_type, wr.opcode) \
+            else 0
+        if not status:
             length = len(inline) if inline is not None else sum(sge[1] for sge in wr._sges)
-            self.psn = psn_add(self.psn, requester.psns(wr.opcode, length, self.mtu))
+            sent = requester.psns(wr.opcode, length, self.mtu)
+        self.psn = psn_add(self.psn, sent)
         if self.nic.lost:
             return self.nic_lost([(wr.wr_id, status)])
         self.seq += 1
         self.outstanding.append((self.seq, wr.wr_id, None))
         self.cq.wait_for_timer(self)   # poll() then calls progress(), which takes the NIC's completions
         self.nic.ring(("post", self.qp_num, self.seq, wr.wr_id, wr.opcode, wr.send_flags, list(wr._sges),
-                       wr._remote_addr, wr._rkey, wr.imm_data, wr._compare_add, wr._swap, inline, status))
+                       wr._remote_addr, wr._rkey, wr.imm_data, wr._compare_add, wr._swap, inline, status,
+                       sent if status else 0))
 
     def delivered(self, retired, completion):
         """The NIC's news: WRs up to number `retired` are done, and this completion (if any) came of one.

@@ -13,11 +13,16 @@ An answer moves it on:
 - any other NAK: the work request fails with its status, and the QP enters ERR.
 Retries are counted: retry_cnt for timeouts and sequence errors (7: forever, as rxe does) then
 RETRY_EXC_ERR; rnr_retry for RNR NAKs (7: forever) then RNR_RETRY_EXC_ERR.
+A WR whose local SGEs fail further on sends the whole packets before the bad bytes first, and its
+status is the responder's NAK, if one comes, else its own (WQE.cut); a local error met while a
+message waits out RNR NAKs halts the requester until ERR or RESET (Requester.halt), as on rxe.
 
-The responder (`Responder`) takes a request's packets in PSN order, keeps a message until its last
-packet, then hands it to soft0's own responder (rdmalab.verbs.soft.responder.respond) on the local
-QP, so every check (state, PSN, access flags, keys, receive queue) is the one the shared-memory link
-makes, and nothing is written before the message is complete and accepted. It answers:
+The responder (`Responder`) takes a request's packets in PSN order. As rxe does, it judges a message
+at its first packet (responder.begin: the RETH states a WRITE's whole length) and lands each packet as
+it comes (responder.land), so a message whose requester stops short (a bad local SGE further on) leaves
+what came; at its last packet it hands the message to soft0's own responder (responder.respond) on the
+local QP, so every check (state, PSN, access flags, keys, receive queue) is the one the shared-memory
+link makes. It answers:
 - a packet after the PSN it expects: one NAK "PSN sequence error" naming the PSN it wants;
 - a packet before it (a duplicate, sent again because an ACK was lost): an ACK again, never a second
   execution; a READ or atomic is answered from the responder resources it kept (rxe's cache of
@@ -29,6 +34,7 @@ AckReq, a message done once sent (Requester.pump), and a responder that drops wh
 expect until the next message starts (Responder.unreliable).
 """
 import struct
+import time
 from collections import deque
 
 from .. import requester, responder as verbs_responder
@@ -63,12 +69,16 @@ _AETH_ACK = struct.Struct("!I")
 class WQE:
     """A send work request as the NIC holds it, with the PSNs it was given."""
     __slots__ = ("seq", "wr_id", "opcode", "flags", "sges", "remote_addr", "rkey", "imm", "compare_add", "swap",
-                 "inline", "status", "length", "first", "count", "data", "got", "landed", "done", "rnr_left")
+                 "inline", "status", "cut", "length", "first", "count", "data", "got", "landed", "done", "rnr_left")
 
-    def __init__(self, seq, wr_id, opcode, flags, sges, remote_addr, rkey, imm, compare_add, swap, inline, status):
+    def __init__(self, seq, wr_id, opcode, flags, sges, remote_addr, rkey, imm, compare_add, swap, inline, status,
+                 cut=0):
+        """status: a local error the program's side found (checks.REQUESTER); cut: the packets of a WRITE or SEND
+        so failing that go out before the bad bytes (requester.sent_before_error), as rxe reads a message's
+        local SGEs packet by packet: the responder judges those, and its answer comes before the error."""
         self.seq, self.wr_id, self.opcode, self.flags, self.sges = seq, wr_id, opcode, flags, sges
         self.remote_addr, self.rkey, self.imm, self.compare_add, self.swap = remote_addr, rkey, imm, compare_add, swap
-        self.inline, self.status = inline, status
+        self.inline, self.status, self.cut = inline, status, cut
         self.length = len(inline) if inline is not None else sum(sge[1] for sge in sges)
         self.first = self.count = self.landed = 0   # landed: a READ's bytes in so far (got: its responses)
         self.data, self.got, self.done, self.rnr_left = None, 0, False, None
@@ -79,6 +89,11 @@ class WQE:
 
     def holds(self, psn):
         return 0 <= psn_diff(psn, self.first) < self.count
+
+    def waits_for_answer(self):
+        """Not done, and completed by what comes back: a WR without a local error, or the packets of one cut short
+        (its status is decided by the responder's answer to them, else its own)."""
+        return not self.done and (not self.status or self.cut)
 
 
 def packet_opcode(operation, index, count):
@@ -115,6 +130,7 @@ class Requester:
         self.max_rd_atomic = 1       # READs and atomics it may have unanswered at once
         self.error = False
         self.draining = False        # the QP is in SQD: nothing goes out
+        self.halted = False          # a local error met while a message waits out RNR NAKs (halt)
 
     def configure(self, psn, timeout, retry_cnt, rnr_retry, max_rd_atomic=1):
         self.max_rd_atomic = max(max_rd_atomic, 1)
@@ -131,10 +147,20 @@ class Requester:
             self.fail_all(IBV_WC_WR_FLUSH_ERR, [wqe])
             return
         wqe.first = self.psn
-        wqe.count = requester.psns(wqe.opcode, wqe.length, self.conn.mtu) if not wqe.status else 0
+        wqe.count = requester.psns(wqe.opcode, wqe.length, self.conn.mtu) if not wqe.status else wqe.cut
         self.psn = psn_add(self.psn, wqe.count)
         self.wqes.append(wqe)
+        if wqe.status and time.monotonic() < self.rnr_until and not self.draining:
+            return self.halt()   # a local error met while a message waits out an RNR NAK
         self.complete_ready()
+
+    def halt(self):
+        """A local error met while a message waits out RNR NAKs (a WR behind it whose local SGEs fail, or the
+        message's own memory gone at its resend, or a message cut short by one answered RNR NAK): rxe (Linux
+        6.1) stops its requester and never resends, so nothing completes, even once a receive is posted, and
+        both QPs stay in RTS, until the program moves the QP to ERR (every WR flushed) or RESET. (The shared-
+        memory link's requester.SendQueue.halt.)"""
+        self.halted, self.deadline, self.rnr_until = True, None, 0.0
 
     # ------------------------------------------------------------ sending
 
@@ -145,12 +171,12 @@ class Requester:
             self.ack(self.highest_sent, now)
 
     def send_window(self, nic, now):
-        if self.error or self.draining or now < self.rnr_until:
+        if self.error or self.draining or self.halted or now < self.rnr_until:
             return
         reading = 0   # READs and atomics before this WQE still waiting for their answer
         for wqe in self.wqes:
-            if wqe.status:   # a local error: nothing after it goes out; at its turn the QP enters ERR
-                return
+            if wqe.status and not wqe.holds(self.next):   # a local error: nothing after it (and after the packets
+                return                                    # of a cut one) goes out; at its turn the QP enters ERR
             if wqe.opcode == READ or wqe.opcode in ATOMICS:
                 if reading >= self.max_rd_atomic and wqe.holds(self.next):
                     return   # as many as the responder keeps answers for are out: wait (rxe does)
@@ -180,10 +206,13 @@ class Requester:
             self.next = psn_add(psn, 1)
         else:
             data = self.gather(wqe)
-            if data is None:
-                self.finish(wqe, IBV_WC_LOC_PROT_ERR)   # its memory went away after it was posted
+            if data is None:   # its memory went away after it was posted
+                if wqe.rnr_left is not None:   # (at a resend after RNR NAKs: rxe's requester halts)
+                    self.halt()
+                else:
+                    self.finish(wqe, IBV_WC_LOC_PROT_ERR)
                 return False
-            last = index == wqe.count - 1
+            last = index == wqe.count - 1 and not wqe.cut   # (a cut message's last packet is never sent)
             headers = []   # (packed: this is the data path, encoded without building a Packet)
             if index == 0 and op in (WRITE, WRITE_WITH_IMM):
                 headers.append(RETH(wqe.remote_addr, wqe.rkey, wqe.length).pack())
@@ -192,10 +221,11 @@ class Requester:
             if last and op == SEND_WITH_INV:
                 headers.append(IETH(wqe.imm).pack())
             self.since_ack_req += 1
-            ack_req = (last or self.since_ack_req >= ACK_EVERY) and not conn.unreliable
+            ack_req = (last or self.since_ack_req >= ACK_EVERY or wqe.cut and index == wqe.count - 1) \
+                and not conn.unreliable   # (a cut message asks whether its packets were taken)
             if ack_req:
                 self.since_ack_req = 0
-            opcode = packet_opcode(op, index, wqe.count) | (UC if conn.unreliable else 0)
+            opcode = packet_opcode(op, index, wqe.count if not wqe.cut else wqe.count + 1) | (UC if conn.unreliable else 0)
             pkt = DataPacket(opcode, conn.dest_qpn, psn,
                              data[index * mtu:(index + 1) * mtu], b"".join(headers), ack_req,
                              bool(last and wqe.flags & IBV_SEND_SOLICITED))
@@ -209,9 +239,10 @@ class Requester:
     def gather(self, wqe):
         """The bytes a WRITE or SEND carries, read from the program's registered memory (once); None if an SGE
         no longer may be read (its MR deregistered after the WR was checked)."""
-        if wqe.data is None:
+        if wqe.data is None:   # (a cut message's: the bytes of the packets it sends)
+            sges = requester.first_sges(wqe.sges, wqe.cut * self.conn.mtu) if wqe.cut else wqe.sges
             data = wqe.inline if wqe.inline is not None else \
-                requester.payload_of(wqe.sges, lambda addr, length, lkey: self._memory(addr, length, lkey, 0))
+                requester.payload_of(sges, lambda addr, length, lkey: self._memory(addr, length, lkey, 0))
             if type(data) is int:
                 return None
             wqe.data = data
@@ -284,7 +315,7 @@ class Requester:
         if self.acked is None or psn_diff(psn, self.acked) <= 0 or psn_diff(psn, self.psn) >= 0:
             return   # old news (or a PSN never sent)
         for wqe in self.wqes:
-            if wqe.done or wqe.status:
+            if not wqe.waits_for_answer():
                 continue
             if psn_diff(wqe.last, psn) > 0:
                 break
@@ -305,7 +336,7 @@ class Requester:
         self.deadline = now + ack_timeout(self.timeout) if self.timeout and self.outstanding() else None
 
     def outstanding(self):
-        return any(not w.done and not w.status for w in self.wqes)
+        return any(w.waits_for_answer() for w in self.wqes)
 
     def go_back(self, psn, now, nic):
         """Send again from `psn` (go-back-N), if the retry count allows; else RETRY_EXC_ERR."""
@@ -328,6 +359,9 @@ class Requester:
         wqe = self.find(psn)
         if wqe is None:
             return
+        if wqe.status or any(w.status and psn_diff(self.next, w.first) >= 0 for w in self.wqes):
+            return self.halt()   # the requester met a local error (in this message, or sent on to one behind it)
+        wqe.data = None   # (its resend reads its memory again, as rxe's does)
         wqe.rnr_left = requester.spend(self.rnr_retry if wqe.rnr_left is None else wqe.rnr_left, self.conn.nic.count,
                                    "retry_rnr_exceeded_err")
         if wqe.rnr_left is None:
@@ -344,7 +378,9 @@ class Requester:
                 self.deadline = None
                 return
             nic.count("ack_timeouts")
-            head = next(w for w in self.wqes if not w.done and not w.status)
+            head = next(w for w in self.wqes if w.waits_for_answer())
+            if head.cut:   # nothing came back for a message cut short: its local error decides (rxe does not wait)
+                return self.finish(head, head.status)
             start = psn_add(head.first, head.got) if head.opcode == READ else \
                 psn_add(self.acked, 1) if head.holds(psn_add(self.acked, 1)) else head.first
             self.go_back(start, now, nic)
@@ -375,7 +411,7 @@ class Requester:
         conn = self.conn
         while self.wqes:
             wqe = self.wqes[0]
-            if wqe.status and not wqe.done:   # a local error found by the program: its turn has come
+            if wqe.status and not wqe.done and not wqe.cut:   # a local error found by the program: its turn has come
                 wqe.done = True
             if not wqe.done:
                 break
@@ -432,14 +468,17 @@ REQUESTS = set(_SEND_OPS) | {Op.RC_RDMA_READ_REQUEST, Op.RC_COMPARE_SWAP, Op.RC_
 
 
 BAD = object()   # Responder.take: a packet that does not fit its message
+_UNSOLICITED = Request(0)   # what a FIRST or MIDDLE packet tells a receive it fails (only a last one may solicit)
 
 
 class Partial:
-    """A SEND's or WRITE's packets received so far."""
-    __slots__ = ("first", "kind", "reth", "chunks", "count")
+    """A SEND's or WRITE's packets received so far; `begun`: the request its first packet was judged as (responder.
+    begin), whose packets land as they come; `landed`: the bytes of it in place."""
+    __slots__ = ("first", "kind", "reth", "chunks", "count", "begun", "landed")
 
     def __init__(self, first, kind, reth):
         self.first, self.kind, self.reth, self.chunks, self.count = first, kind, reth, [], 0
+        self.begun, self.landed = None, 0
 
 
 _READ_RESPONSE = (Op.RC_RDMA_READ_RESPONSE_FIRST, Op.RC_RDMA_READ_RESPONSE_MIDDLE, Op.RC_RDMA_READ_RESPONSE_LAST,
@@ -497,14 +536,40 @@ class Responder:
         got = self.take(pkt, operation, position)
         if got is BAD:
             return self.invalid(pkt, h, nic)
-        if got is None:   # more packets to come
+        if got is None:   # more packets to come: this one lands now, as rxe writes each packet as it comes
+            answer = self.land(pkt, operation, position, peer)
+            if answer is not None:
+                return self.answer(answer, pkt.psn, pkt.psn, pkt.a, h, nic)
             if pkt.a:
                 self.ack(nic, pkt.psn)
             return
         part, payload, request = got
         answer, _ = verbs_responder.respond(peer, request, payload, len(payload), part.first, part.count,
-                                            self.sender_mtu(part))
+                                            self.sender_mtu(part), part.landed)
         self.answer(answer, part.first, pkt.psn, pkt.a, h, nic)
+
+    def land(self, pkt, operation, position, peer):
+        """A FIRST or MIDDLE packet of a SEND or WRITE (its operation's first packets: a plain one's). At the FIRST
+        the responder judges the message (responder.begin: by its RETH, a WRITE's whole length), then each packet
+        lands as it comes, so a message its requester never finishes (a bad local SGE further on) leaves what came,
+        as on rxe. Returns None, or the answer to a refusal (the message dropped)."""
+        part = self.partial
+        if position == 0:
+            reth, mtu = pkt.reth, len(pkt.payload)
+            length = reth.dmalen if reth is not None else mtu   # (a SEND's is known at its last packet)
+            count = packets(length, mtu) if reth is not None else 2
+            answer, part.begun = verbs_responder.begin(peer, Request(operation, reth.va if reth else 0,
+                                                                     reth.r_key if reth else 0), length, part.first,
+                                                       count, mtu)
+            if part.begun is None:
+                self.partial = None
+                return answer
+        answer, placed = verbs_responder.land(peer, _UNSOLICITED, part.begun, part.landed, pkt.payload)
+        if answer is not None:
+            self.partial = None
+            return answer
+        part.landed += placed
+        return None
 
     def unreliable(self, pkt, ahead, peer, nic):
         """UC, as rxe's responder takes it: a packet it does not expect loses the message in progress, and
