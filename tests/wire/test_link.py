@@ -6,7 +6,8 @@ Checked: every operation's data and completions on both sides, multi-packet mess
 a bad rkey (NAK, target memory untouched, both QPs in ERR), RNR then success, and that nothing is
 left behind: no NIC process, no shared-memory segment, after the programs exit or are killed, and
 after a NIC is killed (its program gets error completions, not a hang). And the whole conformance suite
-(tests/conformance, which rxe0 judges) observes the same on the udp link as on shared memory.
+(tests/conformance, which rxe0 judges) observes the same on the udp link as on shared memory, and the
+fuzzer's programs and the programs from the wild (tests/fuzz, tests/wild) observe there what rxe0 did.
 """
 import json
 import os
@@ -855,6 +856,17 @@ def test_the_conformance_suite_observes_the_same_on_the_udp_link_as_on_shared_me
     assert compare(shm_tests, udp_tests) == []
     assert wait_until(lambda: not nic_processes())
 
+
+
+def test_the_fuzzers_and_the_wilds_programs_observe_on_the_udp_link_what_rxe0_did():
+    """tests/fuzz (programs whose traces rxe0 recorded) and tests/wild (programs written for rxe, each asserting
+    what rxe0 answers) on the udp link: every one passes, or is an expected failure the fuzzer names (UNMODELLED:
+    the udp link's, or rxe0's ring flaw)."""
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rx", "-p", "no:cacheprovider", "tests/fuzz",
+                          "tests/wild"], cwd=ROOT, capture_output=True, text=True, timeout=900,
+                         env={**os.environ, "PYTHONPATH": ROOT, "RDMALAB_PROVIDER": "soft", "RDMALAB_SOFT_LINK": "udp"})
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert wait_until(lambda: not nic_processes())
 
 # a conformance test whose observations are sized by the port's active MTU (hardware.active_mtu): 1024 on the
 # shared-memory link (soft0 stands for rxe on an Ethernet of MTU 1500), 4096 on the udp link over lo (rxe's rule

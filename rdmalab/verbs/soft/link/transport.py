@@ -502,7 +502,7 @@ class Responder:
     def request(self, pkt, nic):
         conn = self.conn
         peer = conn.peer()
-        if peer is None:
+        if peer is None or not peer.alive() or peer.owner_died():   # (a dead program's QPs are gone with it)
             nic.count("dropped_unknown_qp")
             return
         h = peer.header
