@@ -22,6 +22,7 @@ again (the SEND ends in RNR_RETRY_EXC_ERR, 13).
 """
 from rdmalab import verbs as v
 from rdmalab.lessons.exercises import NotYet, Wrong, exercise, reference
+from rdmalab.wire.psn import psn_add
 
 CAUSES = ("wrong address", "wrong PSN", "link MTU below the path MTU", "no REMOTE_WRITE", "no receive posted",
           "timeout too short")
@@ -195,7 +196,7 @@ def my_way_back(pair):
     e = v.enums
     for qp in pair.qps:                                    # (the sender's QP, the target's)
         qp.modify(v.qp.QPAttr(qp_state=e.IBV_QPS_RESET), e.IBV_QP_STATE)   # from ERR, RESET is the only way
-    pair.sender.sq_psn = pair.target.rq_psn = (pair.sender.sq_psn + 4096) % (1 << 24)   # fresh, told to the peer
-    pair.target.sq_psn = pair.sender.rq_psn = (pair.target.sq_psn + 4096) % (1 << 24)
+    pair.sender.sq_psn = pair.target.rq_psn = psn_add(pair.sender.sq_psn, 4096)   # fresh, told to the peer
+    pair.target.sq_psn = pair.sender.rq_psn = psn_add(pair.target.sq_psn, 4096)   # (PSNs are 24-bit: they wrap)
     pair.to_rts()                                          # INIT, RTR, RTS, with these values
     pair.post_recv()                                       # RESET emptied the receive queue
