@@ -164,3 +164,62 @@ def test_a_new_rule_is_a_check_and_its_effect_the_responder_carries_out_unasked(
         assert counters.read()["oversized_write"] == 1
         assert pair.b.query(e.IBV_QP_STATE)[0].qp_state == e.IBV_QPS_ERR
         assert pair.b_mr.read(4096, 0) == b"." * 4096
+
+
+def _arrival(position, kind="RDMA_WRITE", size=1024, length=None, message=None, psn=5, expected=5, state=None):
+    """A packet as the udp link's responder meets it (checks.Arrival), reaching an RC QP in RTS."""
+    from types import SimpleNamespace
+    from rdmalab.verbs.soft import checks
+    from rdmalab.verbs.soft.layout import Q_STATE
+    h = [0] * (Q_STATE + 1)
+    h[Q_STATE] = e.IBV_QPS_RTS if state is None else state
+    if message is not None:
+        message = SimpleNamespace(kind=message[0], size=message[1], received=message[2])
+    return checks.Arrival(h, psn, expected, kind, position, size, length, message)
+
+
+FIRST, MIDDLE, LAST, ONLY = 0, 1, 2, 3
+
+
+@pytest.mark.parametrize("arrival, check, answer, counter", [
+    (dict(position=ONLY, state=e.IBV_QPS_INIT), "QP state", "NO_ANSWER", "dropped_qp_not_ready"),
+    (dict(position=ONLY, psn=5 + (1 << 16) + 1), "PSN", "NO_ANSWER", "dropped_out_of_window"),
+    (dict(position=ONLY, psn=7), "PSN", "SEQUENCE_NAK", "out_of_seq_request"),
+    (dict(position=ONLY, psn=(1 << 24) - 1, expected=2), "PSN", "ANSWER_AGAIN", "duplicate_request"),   # (wrapped)
+    (dict(position=MIDDLE), "opcode sequence", "IBV_WC_REM_INV_REQ_ERR", None),
+    (dict(position=FIRST, message=("RDMA_WRITE", 1024, 1024)), "opcode sequence", "IBV_WC_REM_INV_REQ_ERR", None),
+    (dict(position=ONLY, kind="RDMA_READ", size=0, message=("SEND", 1024, 1024)), "opcode sequence",
+     "IBV_WC_REM_INV_REQ_ERR", None),
+    (dict(position=LAST, kind="SEND", message=("RDMA_WRITE", 1024, 1024)), "opcode sequence",
+     "IBV_WC_REM_INV_REQ_ERR", None),
+    (dict(position=MIDDLE, kind="SEND", size=512, message=("SEND", 1024, 1024)), "packet length", "IBV_WC_REM_INV_REQ_ERR", None),
+    (dict(position=LAST, kind="SEND", size=2048, message=("SEND", 1024, 1024)), "packet length", "IBV_WC_REM_INV_REQ_ERR", None),
+    (dict(position=LAST, size=100, length=3000, message=("RDMA_WRITE", 1024, 2048)), "packet length",
+     "IBV_WC_REM_INV_REQ_ERR", None),
+    (dict(position=ONLY, size=100, length=64), "packet length", "IBV_WC_REM_INV_REQ_ERR", None),
+])
+def test_a_packet_is_judged_by_the_first_packet_check_it_breaks(arrival, check, answer, counter):
+    """checks.PACKET, which the udp link's responder runs on every request packet (rxe's CHK_PSN, CHK_OP_SEQ,
+    CHK_LENGTH): each packet that breaks a rule is named by its check, with the answer the responder gives and the
+    counter rxe bumps (link/transport.Responder.refuse carries them out without asking which rule gave them)."""
+    from rdmalab.verbs.soft import checks
+    verdict = checks.first(checks.PACKET, _arrival(**arrival))
+    assert verdict is not None and verdict.check == check, verdict
+    assert verdict.answer == (getattr(checks, answer) if hasattr(checks, answer) else getattr(e, answer)), verdict
+    assert verdict.effect.counter == counter
+
+
+@pytest.mark.parametrize("arrival", [dict(position=ONLY, size=64, length=64), dict(position=FIRST, length=3000),
+                                     dict(position=MIDDLE, message=("RDMA_WRITE", 1024, 1024), length=3000),
+                                     dict(position=LAST, size=952, length=3000, message=("RDMA_WRITE", 1024, 2048)),
+                                     dict(position=LAST, kind="SEND", size=10, message=("SEND", 1024, 1024)),
+                                     dict(position=ONLY, kind="RDMA_READ", size=0)])
+def test_a_packet_that_fits_its_message_passes_every_packet_check(arrival):
+    from rdmalab.verbs.soft import checks
+    assert checks.first(checks.PACKET, _arrival(**arrival)) is None
+
+
+def test_a_packet_for_no_living_qp_is_dropped_first():
+    from rdmalab.verbs.soft import checks
+    verdict = checks.first(checks.PACKET, checks.Arrival(None, 7, 0, "SEND", MIDDLE, 5, None, None))
+    assert (verdict.check, verdict.answer, verdict.effect.counter) == ("target QP", checks.NO_ANSWER, "dropped_unknown_qp")

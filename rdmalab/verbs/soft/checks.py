@@ -7,7 +7,8 @@ dropped and the requester times out; RNR_NAK), the rule in words, the figures it
 message that had taken a receive, the status that receive completes with.
 
 REQUESTER holds the checks of the initiator's own NIC, RESPONDER the target's, each in the order the NIC
-makes them. Who runs them:
+makes them; PACKET, those a request's every packet meets before it joins its message (rxe's CHK_PSN,
+CHK_OP_SEQ, CHK_LENGTH), which only the udp link's responder runs, as only it moves packets. Who runs them:
 - requester.attempt and responder.respond, on every request the fast path does not carry (and the udp
   link's doorbell and responder, through the same two); they act on the first verdict. A datagram meets
   DATAGRAM at its destination (datagram.land, on both links), and a memory-window bind BIND
@@ -19,7 +20,7 @@ makes them. Who runs them:
 Checks marked LANDING are made as the data lands (ReceiveQueue.scatter, SGE by SGE, as rxe's copy_data:
 the SGEs before a bad one keep their bytes); the step mode and explain run them without landing anything.
 
-Adding a rule: a function here, its place in a list (REQUESTER, RESPONDER, LANDING, DATAGRAM, BIND), its verdict's
+Adding a rule: a function here, its place in a list (REQUESTER, RESPONDER, LANDING, DATAGRAM, BIND, PACKET), its verdict's
 Effect if it has one (what the responder does besides answering: responder._refuse carries it out without asking
 which rule gave it), and its test (tests/soft/test_checks.py). A rule on a request's own fields beyond its PSN and
 bounds must also be re-tested by requester.Shortcut, which repeats a request shape these lists passed.
@@ -42,6 +43,10 @@ from .operations import ANSWERS_DATA, ATOMICS, CONSUMES_RECEIVE, NEEDS_ACCESS, O
 from rdmalab.wire.psn import psn_diff
 
 ACK, NO_ANSWER, RNR_NAK = IBV_WC_SUCCESS, -1, -2   # what a responder answers, besides a NAK's status
+# what a packet is answered besides (PACKET): a NAK "PSN sequence error" naming the PSN expected (once, until
+# that packet comes), and a duplicate's answer given again (an ACK; a READ's or atomic's kept reply)
+SEQUENCE_NAK, ANSWER_AGAIN = -3, -4
+FAR_AHEAD = 1 << 16   # a request PSN further ahead than this is out of any window: dropped
 RECEIVING = (IBV_QPS_RTR, IBV_QPS_RTS, IBV_QPS_SQD)   # the states a QP takes requests in (SQD drains sends only)
 # min_rnr_timer encodings (IB spec table 45), in milliseconds
 RNR_TIMER_MS = [655.36, 0.01, 0.02, 0.03, 0.04, 0.06, 0.08, 0.12, 0.16, 0.24, 0.32, 0.48, 0.64, 0.96,
@@ -67,8 +72,10 @@ class Check(str, Enum):
     LOCAL_BOUNDS = "local bounds"
     LOCAL_KEY = "local key"
     LOCAL_ROOM = "local room"
+    OPCODE_SEQUENCE = "opcode sequence"
     OPERATION = "operation"
     OPERATION_ALLOWED = "operation allowed"
+    PACKET_LENGTH = "packet length"
     PATH_MTU = "path MTU"
     RECEIVE_BUFFER = "receive buffer"
     RECEIVE_POSTED = "receive posted"
@@ -480,6 +487,82 @@ def datagram_receive(r):
 
 # ---------------------------------------------------------------- binding a memory window (the NIC's own work)
 
+# ---------------------------------------------------------------- a packet's checks (PACKET: the udp link's responder)
+
+class Arrival:
+    """A request packet as a responder judges it before it joins its message: the QP it reaches (`h`, its header; None:
+    no QP, or its program is gone), its PSN and the one expected (the next of the message in progress, else the QP's),
+    what it is (`kind`: its operations.MESSAGE, "SEND", "RDMA_WRITE", or "RDMA_READ" or "ATOMIC", each one packet; `position`: 0 FIRST, 1 MIDDLE, 2 LAST,
+    3 ONLY; `size`: its payload's bytes; `length`: its WRITE's length, from the RETH of its first packet, else None)
+    and the message in progress it would join (`message`, None: none; its `kind`, `size`, its first packet's, and
+    `received`, its bytes so far)."""
+    __slots__ = ("h", "psn", "expected", "kind", "position", "size", "length", "message")
+
+    def __init__(self, h, psn, expected, kind, position, size, length, message):
+        self.h, self.psn, self.expected, self.kind, self.position, self.size, self.length, self.message = \
+            h, psn, expected, kind, position, size, length, message
+
+
+def arrival_qp(a):
+    """A QP answers at the packet's destination number, owned by a living program; else it is dropped."""
+    if a.h is None:
+        return Verdict(Check.TARGET_QP, NO_ANSWER, "no QP answers at that number", {},
+                       effect=Effect("dropped_unknown_qp", in_order=False))
+    return None
+
+
+def arrival_state(a):
+    """The QP takes requests (RTR, RTS, SQD); else the packet is dropped and its requester times out."""
+    if a.h[Q_STATE] not in RECEIVING:
+        return Verdict(Check.QP_STATE, NO_ANSWER, "the target QP is not in RTR, RTS or SQD", {"state": int(a.h[Q_STATE])},
+                       effect=Effect("dropped_qp_not_ready", in_order=False))
+    return None
+
+
+def arrival_psn(a):
+    """The packet's PSN is the one expected (rxe's check_psn). Ahead: one was lost, so a NAK "PSN sequence error"
+    asks for it (once: the packets after it, already on their way, are counted and dropped), unless it is out of any
+    window; behind: a duplicate (an ACK was lost), answered again and never carried out again."""
+    ahead = psn_diff(a.psn, a.expected)
+    if not ahead:
+        return None
+    figures = {"psn": a.psn, "expected": a.expected, "ahead": ahead}
+    if ahead > FAR_AHEAD:
+        return Verdict(Check.PSN, NO_ANSWER, f"PSN {a.psn:#x} is out of any window ahead of {a.expected:#x}", figures,
+                       effect=Effect("dropped_out_of_window", in_order=False))
+    if ahead > 0:
+        return Verdict(Check.PSN, SEQUENCE_NAK, f"PSN {a.psn:#x} is ahead of the expected {a.expected:#x}: one was "
+                       f"lost", figures, effect=Effect("out_of_seq_request", in_order=False))
+    return Verdict(Check.PSN, ANSWER_AGAIN, f"PSN {a.psn:#x} was taken already (the QP expects {a.expected:#x}): a "
+                   f"duplicate", figures, effect=Effect("duplicate_request", in_order=False))
+
+
+def opcode_sequence(a):
+    """rxe's check_op_seq: a FIRST or ONLY packet (a READ, an atomic) comes between messages; a MIDDLE or LAST
+    continues a message of its kind. Else an invalid request: NAK, and the QP enters ERR."""
+    m = a.message
+    if (a.position in (0, 3)) == (m is None) and (m is None or m.kind == a.kind):
+        return None
+    rule = ("a message's first packet while another is in progress" if m is not None and a.position in (0, 3) else
+            f"a {('MIDDLE', 'LAST')[a.position - 1]} packet with no FIRST before it" if m is None else
+            f"a {a.kind} packet inside a {m.kind}")
+    return Verdict(Check.OPCODE_SEQUENCE, IBV_WC_REM_INV_REQ_ERR, rule, {"position": a.position, "kind": a.kind})
+
+
+def packet_length(a):
+    """rxe's check_length: inside a message a MIDDLE packet carries exactly what its FIRST did (the sender's MTU), a
+    LAST no more, and a WRITE's packets add up to its RETH's length. Else an invalid request."""
+    m = a.message   # (a MIDDLE or LAST has one: opcode_sequence came first)
+    first, received = (m.size, m.received + a.size) if m is not None else (a.size, a.size)
+    if a.position == 1 and a.size != first or a.position == 2 and a.size > first:
+        return Verdict(Check.PACKET_LENGTH, IBV_WC_REM_INV_REQ_ERR, f"a packet of {a.size} bytes in a message whose "
+                       f"first carried {first}", {"size": a.size, "first": first})
+    if a.position in (2, 3) and a.length is not None and received != a.length:
+        return Verdict(Check.PACKET_LENGTH, IBV_WC_REM_INV_REQ_ERR, f"the WRITE's packets carry {received} bytes, its "
+                       f"RETH says {a.length}", {"received": received, "length": a.length})
+    return None
+
+
 class Bind(NamedTuple):
     """A BIND_MW WR as the checks read it: the window, the QP that binds it (number, PD object), the window key the
     WR names, and its bind_info (the MR, addr, length, mw_access_flags)."""
@@ -532,11 +615,14 @@ RESPONDER = (("target QP", target), ("QP state", state), ("PSN", sequence), ("op
              ("alignment", alignment), ("receive at the last packet", last_packet_receive))
 LANDING = (("receive room", receive_room), ("key to invalidate", invalidation), ("answer lands", landing))
 DATAGRAM = (("datagram QP", datagram_qp), ("Q_Key", qkey), ("receive posted", datagram_receive))
+ARRIVAL = (("target QP", arrival_qp), ("QP state", arrival_state))   # what a UC packet meets (its PSNs are its own)
+FIT = (("opcode sequence", opcode_sequence), ("packet length", packet_length))
+PACKET = ARRIVAL + (("PSN", arrival_psn),) + FIT
 BIND = (("bind", bind_rules),)
 
 
 def first(checks, r):
-    """The first verdict of `checks` (REQUESTER, RESPONDER, LANDING) on request `r`, or None: all passed."""
+    """The first verdict of `checks` (a list: REQUESTER, RESPONDER, ...) on request `r`, or None: all passed."""
     for _, check in checks:
         verdict = check(r)
         if verdict is not None:

@@ -49,7 +49,7 @@ from ..constants import (
 from ..layout import Q_EXPECTED_PSN, Q_MIN_RNR_TIMER, Q_STATE
 from ..operations import ATOMICS, CARRIES_DATA, MESSAGE, OPERATIONS, WITH_IMM
 from rdmalab.wire.psn import POSITIONS, ack_timeout, packets, psn_add, psn_diff
-from ..checks import RECEIVING
+from .. import checks
 from ..responder import ACK, NO_ANSWER, RNR_NAK, RNR_TIMER_MS
 from rdmalab.wire import AETH, RETH, AtomicAckETH, AtomicETH, ImmDt, Op, Packet
 from rdmalab.wire.packet import encode_fast
@@ -58,7 +58,6 @@ from rdmalab.wire.headers import (ACK as AETH_ACK, CREDITS_INVALID, IETH, NAK as
 
 WINDOW = 128          # packets a requester may have unacknowledged
 ACK_EVERY = 32        # inside a long message, ask for an ACK this often (rxe: RXE_MAX_UNACKED_PSNS)
-FAR_AHEAD = 1 << 16   # a request PSN further ahead than this is out of any window: dropped
 KEPT_REPLIES = 16     # READ and atomic replies a responder keeps for duplicates (its "resources")
 NAK_STATUS = {NAK_INVALID_REQUEST: IBV_WC_REM_INV_REQ_ERR, NAK_REMOTE_ACCESS_ERROR: IBV_WC_REM_ACCESS_ERR,
               NAK_REMOTE_OPERATIONAL_ERROR: IBV_WC_REM_OP_ERR}
@@ -464,21 +463,22 @@ _SEND_OPS = {opcode: (operation, position) for operation, opcodes in _OPCODE_AT.
 UC = 0x20   # a UC opcode is its RC twin's with this bit set (SENDs and WRITEs only)
 _SEND_OPS.update({Op(op | UC): what for op, what in _SEND_OPS.items() if op | UC in Op.__members__.values()
                   and Op(op | UC).name.startswith("UC_")})
-REQUESTS = set(_SEND_OPS) | {Op.RC_RDMA_READ_REQUEST, Op.RC_COMPARE_SWAP, Op.RC_FETCH_ADD}
+_ONE_PACKET = {Op.RC_RDMA_READ_REQUEST: READ, Op.RC_COMPARE_SWAP: CMP_AND_SWP, Op.RC_FETCH_ADD: FETCH_AND_ADD}
+REQUESTS = set(_SEND_OPS) | set(_ONE_PACKET)
 
 
-BAD = object()   # Responder.take: a packet that does not fit its message
 _UNSOLICITED = Request(0)   # what a FIRST or MIDDLE packet tells a receive it fails (only a last one may solicit)
 
 
 class Partial:
-    """A SEND's or WRITE's packets received so far; `begun`: the request its first packet was judged as (responder.
-    begin), whose packets land as they come; `landed`: the bytes of it in place."""
-    __slots__ = ("first", "kind", "reth", "chunks", "count", "begun", "landed")
+    """A SEND's or WRITE's packets received so far (`size`: its first's, the sender's MTU; `received`: its bytes);
+    `begun`: the request its first packet was judged as (responder.begin), whose packets land as they come; `landed`:
+    the bytes of it in place. What checks.PACKET reads of the message in progress (checks.Arrival.message)."""
+    __slots__ = ("first", "kind", "reth", "chunks", "count", "size", "received", "begun", "landed")
 
-    def __init__(self, first, kind, reth):
+    def __init__(self, first, kind, reth, size):
         self.first, self.kind, self.reth, self.chunks, self.count = first, kind, reth, [], 0
-        self.begun, self.landed = None, 0
+        self.size, self.received, self.begun, self.landed = size, 0, None, 0
 
 
 _READ_RESPONSE = (Op.RC_RDMA_READ_RESPONSE_FIRST, Op.RC_RDMA_READ_RESPONSE_MIDDLE, Op.RC_RDMA_READ_RESPONSE_LAST,
@@ -500,42 +500,29 @@ class Responder:
         self.replies.clear()
 
     def request(self, pkt, nic):
-        conn = self.conn
+        """A request packet: checks.PACKET judges it (a UC one, checks.ARRIVAL: its PSNs are its own), then it joins
+        its message, which lands as it comes (land) and is carried out at its last packet (responder.respond)."""
+        conn, op, part = self.conn, pkt.opcode, self.partial
         peer = conn.peer()
-        if peer is None or not peer.alive() or peer.owner_died():   # (a dead program's QPs are gone with it)
-            nic.count("dropped_unknown_qp")
-            return
-        h = peer.header
-        if h[Q_STATE] not in RECEIVING:
-            nic.count("dropped_qp_not_ready")
-            return   # a QP not ready to receive drops it; the requester will time out
-        expected = psn_add(self.partial.first, self.partial.count) if self.partial else h[Q_EXPECTED_PSN]
-        ahead = psn_diff(pkt.psn, expected)
+        if peer is not None and (not peer.alive() or peer.owner_died()):   # (a dead program's QPs are gone with it)
+            peer = None
+        h = peer.header if peer is not None else None
+        operation, position = _SEND_OPS.get(op) or (_ONE_PACKET[op], 3)
+        arrival = checks.Arrival(h, pkt.psn, psn_add(part.first, part.count) if part else h[Q_EXPECTED_PSN] if h else 0,
+                                 MESSAGE[operation], position, len(pkt.payload),
+                                 pkt.reth.dmalen if pkt.reth is not None and position in (0, 3) and op in _SEND_OPS
+                                 else part.reth.dmalen if part is not None and part.reth is not None and position in (1, 2)
+                                 else None, part)
         if conn.unreliable:
-            return self.unreliable(pkt, ahead, peer, nic)
-        if ahead > 0:
-            if ahead > FAR_AHEAD:
-                nic.count("dropped_out_of_window")
-                return
-            nic.count("out_of_seq_request")
-            if not self.nak_sent:   # once, until the packet it asks for comes
-                self.nak_sent = True
-                self.reply(nic, Op.RC_ACKNOWLEDGE, expected, aeth=AETH.nak(self.msn, NAK_PSN_SEQUENCE_ERROR))
-            return
-        if ahead < 0:
-            nic.count("duplicate_request")
-            self.duplicate(pkt, expected, nic)
-            return
+            verdict = checks.first(checks.ARRIVAL, arrival)
+            return self.refuse(verdict, pkt, nic) if verdict is not None else self.unreliable(pkt, arrival, peer, nic)
+        verdict = checks.first(checks.PACKET, arrival)
+        if verdict is not None:
+            return self.refuse(verdict, pkt, nic, arrival.expected)
         self.nak_sent = False
-        op = pkt.opcode
-        if op == Op.RC_RDMA_READ_REQUEST or op == Op.RC_COMPARE_SWAP or op == Op.RC_FETCH_ADD:
-            if self.partial is not None:
-                return self.invalid(pkt, h, nic)
+        if position == 3 and op not in _SEND_OPS:   # a READ or an atomic
             return self.read_or_atomic(pkt, peer, nic)
-        operation, position = _SEND_OPS[op]
         got = self.take(pkt, operation, position)
-        if got is BAD:
-            return self.invalid(pkt, h, nic)
         if got is None:   # more packets to come: this one lands now, as rxe writes each packet as it comes
             answer = self.land(pkt, operation, position, peer)
             if answer is not None:
@@ -547,6 +534,23 @@ class Responder:
         answer, _ = verbs_responder.respond(peer, request, payload, len(payload), part.first, part.count,
                                             self.sender_mtu(part), part.landed)
         self.answer(answer, part.first, pkt.psn, pkt.a, h, nic)
+
+    def refuse(self, verdict, pkt, nic, expected=None):
+        """Carry out a verdict of checks.PACKET: its effect's counter, then its answer: none (dropped); a NAK "PSN
+        sequence error" asking for the expected PSN, once until it comes (the packets after it, already on their
+        way, are dropped without a word); a duplicate's answer again; else an invalid request (NAK, QP to ERR)."""
+        effect = verdict.effect
+        if effect.counter is not None:
+            nic.count(effect.counter, effect.times)
+        answer = verdict.answer
+        if answer == checks.SEQUENCE_NAK:
+            if not self.nak_sent:
+                self.nak_sent = True
+                self.reply(nic, Op.RC_ACKNOWLEDGE, expected, aeth=AETH.nak(self.msn, NAK_PSN_SEQUENCE_ERROR))
+        elif answer == checks.ANSWER_AGAIN:
+            self.duplicate(pkt, expected, nic)
+        elif answer != NO_ANSWER:
+            self.invalid(pkt, nic)
 
     def land(self, pkt, operation, position, peer):
         """A FIRST or MIDDLE packet of a SEND or WRITE (its operation's first packets: a plain one's). At the FIRST
@@ -571,50 +575,43 @@ class Responder:
         part.landed += placed
         return None
 
-    def unreliable(self, pkt, ahead, peer, nic):
+    def unreliable(self, pkt, arrival, peer, nic):
         """UC, as rxe's responder takes it: a packet it does not expect loses the message in progress, and
-        everything until the next FIRST or ONLY, which starts a new message wherever its PSN is. Nothing
-        is answered: no ACK, no NAK, no RNR NAK (a SEND with no receive posted is simply lost)."""
+        everything until the next FIRST or ONLY, which starts a new message wherever its PSN is; so does a packet
+        that does not fit its message (checks.FIT). Nothing is answered: no ACK, no NAK, no RNR NAK (a SEND with no
+        receive posted is simply lost)."""
         operation, position = _SEND_OPS[pkt.opcode]
         starts = position in (0, 3)
-        if ahead or (self.partial is None) != starts or self.partial and self.partial.kind != MESSAGE[operation]:
-            self.partial = None
+        if arrival.psn != arrival.expected or (self.partial is None) != starts or \
+                self.partial and self.partial.kind != MESSAGE[operation]:
+            self.partial = arrival.message = None
             if not starts:
                 nic.count("out_of_seq_request")
                 return
-        got = self.take(pkt, operation, position)   # (a packet that does not fit loses its message)
-        if got is not None and got is not BAD:
+        if checks.first(checks.FIT, arrival) is not None:
+            self.partial = None   # (a packet that does not fit loses its message)
+            return
+        got = self.take(pkt, operation, position)
+        if got is not None:
             part, payload, request = got
             verbs_responder.respond(peer, request, payload, len(payload), part.first, part.count,
                                     self.sender_mtu(part))   # (nobody hears)
 
     def take(self, pkt, operation, position):
-        """Add a SEND's or WRITE's packet to its message: None while more are to come; at its last packet
-        (part, payload, Request); BAD, the message dropped, for a packet that does not fit (out of the
-        opcode sequence, not the size of the first but the last, a WRITE whose packets do not add up to its
-        length). Whether the sender's MTU fits ours is respond()'s to judge (sender_mtu)."""
+        """Add a SEND's or WRITE's packet, which checks.PACKET found fits, to its message: None while more are to
+        come; at its last packet (part, payload, Request). Whether the sender's MTU fits ours is respond()'s to judge
+        (sender_mtu)."""
         if position in (0, 3):
-            if self.partial is not None:
-                self.partial = None
-                return BAD
-            self.partial = Partial(pkt.psn, MESSAGE[operation], pkt.reth)
-        elif self.partial is None or self.partial.kind != MESSAGE[operation]:
-            self.partial = None
-            return BAD   # a MIDDLE or LAST with no FIRST before it
+            self.partial = Partial(pkt.psn, MESSAGE[operation], pkt.reth, len(pkt.payload))
         part = self.partial
-        if position == 1 and len(pkt.payload) != len(part.chunks[0]) or \
-                position == 2 and len(pkt.payload) > len(part.chunks[0]):
-            self.partial = None
-            return BAD   # a train whose packets are not all of its first one's size (the sender's MTU)
         part.chunks.append(pkt.payload)
         part.count += 1
+        part.received += len(pkt.payload)
         if position in (0, 1):
             return None
         self.partial = None
         payload = part.chunks[0] if part.count == 1 else b"".join(part.chunks)
         reth = part.reth
-        if reth is not None and reth.dmalen != len(payload):
-            return BAD
         return part, payload, Request(operation, reth.va if reth else 0, reth.r_key if reth else 0,
                                       pkt.immdt.imm_data if pkt.immdt else pkt.ieth.r_key if pkt.ieth else 0,
                                       IBV_SEND_SOLICITED if pkt.se else 0)
@@ -677,10 +674,10 @@ class Responder:
             self.reply(nic, Op.RC_ACKNOWLEDGE, first, aeth=AETH.nak(self.msn, NAK_CODE.get(answer,
                                                                                         NAK_REMOTE_OPERATIONAL_ERROR)))
 
-    def invalid(self, pkt, h, nic):
+    def invalid(self, pkt, nic):
         """A packet out of the opcode sequence, or of the wrong length: NAK invalid request, QP to ERR (rxe)."""
         self.partial = None
-        verbs_responder.enter(h, IBV_QPS_ERR)
+        verbs_responder.enter(self.conn.peer().header, IBV_QPS_ERR)
         nic.count("nak_sent")
         self.reply(nic, Op.RC_ACKNOWLEDGE, pkt.psn, aeth=AETH.nak(self.msn, NAK_INVALID_REQUEST))
 
