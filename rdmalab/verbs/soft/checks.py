@@ -20,9 +20,9 @@ CHK_OP_SEQ, CHK_LENGTH), which only the udp link's responder runs, as only it mo
 Checks marked LANDING are made as the data lands (ReceiveQueue.scatter, SGE by SGE, as rxe's copy_data:
 the SGEs before a bad one keep their bytes); the step mode and explain run them without landing anything.
 
-Adding a rule: a function here, its place in a list (REQUESTER, RESPONDER, LANDING, DATAGRAM, BIND, PACKET), its verdict's
-Effect if it has one (what the responder does besides answering: responder._refuse carries it out without asking
-which rule gave it), and its test (tests/soft/test_checks.py). A rule on a request's own fields beyond its PSN and
+Adding a rule: a function here, its place in a list (REQUESTER, RESPONDER, LANDING, DATAGRAM, BIND, PACKET), its
+verdict's Effect if it has one (what the responder does besides answering: responder._refuse, or the udp link's
+Responder.refuse, carries it out without asking which rule gave it), and its test (tests/soft/test_checks.py). A rule on a request's own fields beyond its PSN and
 bounds must also be re-tested by requester.Shortcut, which repeats a request shape these lists passed.
 """
 from enum import Enum
@@ -492,10 +492,10 @@ def datagram_receive(r):
 class Arrival:
     """A request packet as a responder judges it before it joins its message: the QP it reaches (`h`, its header; None:
     no QP, or its program is gone), its PSN and the one expected (the next of the message in progress, else the QP's),
-    what it is (`kind`: its operations.MESSAGE, "SEND", "RDMA_WRITE", or "RDMA_READ" or "ATOMIC", each one packet; `position`: 0 FIRST, 1 MIDDLE, 2 LAST,
-    3 ONLY; `size`: its payload's bytes; `length`: its WRITE's length, from the RETH of its first packet, else None)
-    and the message in progress it would join (`message`, None: none; its `kind`, `size`, its first packet's, and
-    `received`, its bytes so far)."""
+    what it is (`kind`: its operations.MESSAGE, "SEND", "RDMA_WRITE", or "RDMA_READ" or "ATOMIC", each one packet;
+    `position`: 0 FIRST, 1 MIDDLE, 2 LAST, 3 ONLY; `size`: its payload's bytes; `length`: its WRITE's length, from
+    the RETH of its first packet, else None) and the message in progress it would join (`message`, None: none; its
+    `kind`, `size`, its first packet's, and `received`, its bytes so far)."""
     __slots__ = ("h", "psn", "expected", "kind", "position", "size", "length", "message")
 
     def __init__(self, h, psn, expected, kind, position, size, length, message):
@@ -514,8 +514,8 @@ def arrival_qp(a):
 def arrival_state(a):
     """The QP takes requests (RTR, RTS, SQD); else the packet is dropped and its requester times out."""
     if a.h[Q_STATE] not in RECEIVING:
-        return Verdict(Check.QP_STATE, NO_ANSWER, "the target QP is not in RTR, RTS or SQD", {"state": int(a.h[Q_STATE])},
-                       effect=Effect("dropped_qp_not_ready", in_order=False))
+        return Verdict(Check.QP_STATE, NO_ANSWER, "the target QP is not in RTR, RTS or SQD",
+                       {"state": int(a.h[Q_STATE])}, effect=Effect("dropped_qp_not_ready", in_order=False))
     return None
 
 

@@ -508,11 +508,10 @@ class Responder:
             peer = None
         h = peer.header if peer is not None else None
         operation, position = _SEND_OPS.get(op) or (_ONE_PACKET[op], 3)
-        arrival = checks.Arrival(h, pkt.psn, psn_add(part.first, part.count) if part else h[Q_EXPECTED_PSN] if h else 0,
-                                 MESSAGE[operation], position, len(pkt.payload),
-                                 pkt.reth.dmalen if pkt.reth is not None and position in (0, 3) and op in _SEND_OPS
-                                 else part.reth.dmalen if part is not None and part.reth is not None and position in (1, 2)
-                                 else None, part)
+        expected = psn_add(part.first, part.count) if part else h[Q_EXPECTED_PSN] if h is not None else 0
+        reth = pkt.reth if position in (0, 3) else part.reth if part is not None else None   # (its message's)
+        arrival = checks.Arrival(h, pkt.psn, expected, MESSAGE[operation], position, len(pkt.payload),
+                                 reth.dmalen if reth is not None and op in _SEND_OPS else None, part)
         if conn.unreliable:
             verdict = checks.first(checks.ARRIVAL, arrival)
             return self.refuse(verdict, pkt, nic) if verdict is not None else self.unreliable(pkt, arrival, peer, nic)
