@@ -15,6 +15,7 @@ import threading
 import pytest
 
 from rdmalab.verbs.soft import cmid as cm, datagram, shm
+from rdmalab.verbs.soft.cm import ip_of, listener_path, no_route
 from rdmalab.verbs.soft.addr import AH
 from rdmalab.verbs.soft.cq import CQ
 from rdmalab.verbs.soft.device import Context
@@ -236,7 +237,7 @@ def test_addresses_of_no_soft0_interface_do_not_resolve(port):
     with pytest.raises(PyverbsRDMAError) as error:
         cmid.bind_addr(cm.AddrInfo(src="10.1.2.3", src_service=port, flags=RAI_PASSIVE))
     assert error.value.error_code == errno.EADDRNOTAVAIL
-    unrouted = cm._no_route(ipaddress.ip_address("10.1.2.3"))   # (this host's routing table decides, as rxe0's)
+    unrouted = no_route(ipaddress.ip_address("10.1.2.3"))   # (this host's routing table decides, as rxe0's)
     if unrouted:   # no route there: refused at once, as the kernel's route lookup refuses it
         with pytest.raises(PyverbsRDMAError) as error:
             cmid.resolve_addr(cm.AddrInfo(src="127.0.0.1", dst="10.1.2.3", dst_service=port))
@@ -329,7 +330,7 @@ def test_multicast_reaches_every_member_until_it_leaves():
     sender, ud = joined(group, ch)
     members = [joined(group, ch)[0] for _ in range(2)]
     assert ud.qp_num == datagram.MULTICAST_QPN and ud.qkey == cm.RDMA_UDP_QKEY
-    assert ud.ah_attr.dgid == str(cm.multicast_gid(cm._ip(group)))
+    assert ud.ah_attr.dgid == str(cm.multicast_gid(ip_of(group)))
     assert sorted(datagram.members(ud.ah_attr.dgid)) == sorted(c.qpn for c in [sender] + members)
     tx = sender.reg_msgs(16)
     rx = [m.reg_msgs(40 + 16) for m in members]
@@ -442,7 +443,7 @@ def test_a_peer_that_dies_ends_the_wait(port):
     finally:
         peer.join(60)
         shm.reap_when_gone([peer.pid])
-    assert not os.path.exists(cm._listener_path(TCP, int(port)))   # the dead listener's socket was reaped
+    assert not os.path.exists(listener_path(TCP, int(port)))   # the dead listener's socket was reaped
 
 
 def test_an_mr_registered_with_a_cm_id_takes_its_pd_and_the_access_rdma_reg_gives(pair):

@@ -9,101 +9,41 @@ soft0's network device is the loopback interface: its address is 127.0.0.1 (GID 
 ::ffff:127.0.0.1) and every 127.x.y.z address routes to it. An address of no interface of soft0 does
 not resolve: binding to it fails (EADDRNOTAVAIL), resolving it ends in RDMA_CM_EVENT_ADDR_ERROR.
 
-The CM messages travel over a Unix socket per listening port, `rdmalab-cm-<uid>-<port space>-<port>`
-in the shared-memory directory (mode 0600: only your user can connect). Each message is one JSON
-object, readable with any socket tool. A CM id's events come when its owner waits for one
-(CMEvent(channel), or a synchronous id's calls): the waiting process reads the messages that
-arrived, does what the kernel's CM would do (answer a REP with an RTU, move the QP), and queues the
-event. A peer that dies closes its socket: a connection in progress then ends with
+This module is what a program calls (CMID, AddrInfo, ConnParam, UDParam) and a CM id's states; the CM
+messages, the addresses they name and the event channel are cm.py's, and rdma_verbs.h's one-call data
+path cm_verbs.py's. A CM id's events come when its owner waits for one (CMEvent(channel), or a
+synchronous id's calls): the waiting process reads the messages that arrived (over a Unix socket per
+listening port), does what the kernel's CM would do (answer a REP with an RTU, move the QP: CMID._on_readable),
+and queues the event. A peer that dies closes its socket: a connection in progress then ends with
 RDMA_CM_EVENT_UNREACHABLE, an established one with RDMA_CM_EVENT_DISCONNECTED; nothing waits forever
 for a dead process.
 """
-import collections
 import copy
 import errno
 import ipaddress
-import json
 import os
 import random
-import select
 import socket
-import time
 
-from . import datagram, shm
+from . import cm, datagram, shm
 from .addr import AHAttr, GID, GlobalRoute
-from .base import Fixed, PyverbsObject, Resource, not_supported, readonly, typed
+from .base import PyverbsObject, Resource, not_supported, readonly, typed
+from .cm import (ACK_TIMEOUT, HOP_LIMIT, PACKET_LIFETIME, PRIVATE_DATA_BYTES, QP_TYPE_OF, RDMA_UDP_QKEY, REJ_CONSUMER,
+                 REJ_NO_LISTENER, SGID_INDEX, CMEvent, CMEventChannel, cm_ack_timeout, multicast_gid, ours)
+from .cm_verbs import RdmaVerbs
 from .cq import CQ, CompChannel
 from .device import Context
 from .hardware import DEVICE_ATTR, GIDS, active_mtu
-from .constants import (IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_REMOTE_READ, IBV_ACCESS_REMOTE_WRITE,
+from .constants import (IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_REMOTE_READ, IBV_ACCESS_REMOTE_WRITE,
                     IBV_QP_ACCESS_FLAGS, IBV_QP_AV, IBV_QP_DEST_QPN, IBV_QP_MAX_DEST_RD_ATOMIC,
                     IBV_QP_MAX_QP_RD_ATOMIC, IBV_QP_MIN_RNR_TIMER, IBV_QP_PATH_MTU, IBV_QP_PKEY_INDEX, IBV_QP_PORT,
                     IBV_QP_QKEY, IBV_QP_RETRY_CNT, IBV_QP_RNR_RETRY, IBV_QP_RQ_PSN, IBV_QP_SQ_PSN, IBV_QP_STATE,
-                    IBV_QP_TIMEOUT, IBV_QPS_ERR, IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS, IBV_QPT_RC, IBV_QPT_UD,
-                    IBV_SEND_SIGNALED, IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE, IBV_WR_SEND)
+                    IBV_QP_TIMEOUT, IBV_QPS_ERR, IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS, IBV_QPT_UD)
 from .librdmacm_enums import (RAI_PASSIVE, RDMA_OPTION_ID_ACK_TIMEOUT, rdma_cm_event_type as EV,
                               rdma_cm_mc_join_flags, rdma_port_space)
-from .mr import MR
 from .pd import PD
-from .pyverbs_error import PyverbsRDMAError, PyverbsUserError
-from .pyverbs_generation import returns
+from .pyverbs_error import PyverbsUserError
 from .qp import QP, QPAttr, QPInitAttr
-from .wr import SGE, RecvWR, SendWR
-
-RDMA_UDP_QKEY = 0x01234567      # the Q_Key rdma_cm gives UD QPs and multicast groups of the UDP port space
-SGID_INDEX = 1                  # soft0's GID for 127.0.0.1 (::ffff:127.0.0.1)
-PACKET_LIFETIME = 18            # the kernel CM's RoCE path record: 2^18 x 4.096 us (CMA_IBOE_PACKET_LIFETIME)
-ACK_TIMEOUT = PACKET_LIFETIME + 1   # an RC QP's ACK timeout unless its side's set_option(ACK_TIMEOUT) says otherwise
-                                # (rxe0's, both sides)
-HOP_LIMIT = 64
-REJ_NO_LISTENER = 8             # the IB CM's reject reason when nobody listens there (invalid service ID)
-REJ_CONSUMER = 28               # ... when the peer called reject()
-NAP_FIRST_S, NAP_MOST_S = 0.0005, 0.02   # how long a wait for a CM event naps between looks at its sockets
-PORT_SPACE_NAMES = {rdma_port_space.RDMA_PS_TCP: "tcp", rdma_port_space.RDMA_PS_UDP: "udp",
-                    rdma_port_space.RDMA_PS_IPOIB: "ipoib", rdma_port_space.RDMA_PS_IB: "ib"}
-QP_TYPE_OF = {rdma_port_space.RDMA_PS_TCP: IBV_QPT_RC, rdma_port_space.RDMA_PS_IB: IBV_QPT_RC,
-              rdma_port_space.RDMA_PS_UDP: IBV_QPT_UD, rdma_port_space.RDMA_PS_IPOIB: IBV_QPT_UD}
-
-
-def _error(what, code):
-    return PyverbsRDMAError(what, code)
-
-
-# ---------------------------------------------------------------- addresses
-
-def _ip(text):
-    return ipaddress.ip_address(text.split("%")[0])
-
-
-def ours(ip):
-    """Whether `ip` is an address of soft0's netdev, the loopback interface (127.0.0.0/8)."""
-    return ip.version == 4 and ip.is_loopback
-
-
-def multicast_gid(ip):
-    """The GID of multicast group `ip` on RoCE: an IPv4 group mapped as ::ffff:a.b.c.d, as rdma_cm maps it."""
-    raw = ipaddress.IPv6Address(f"::ffff:{ip}").packed if ip.version == 4 else ip.packed
-    return GID(":".join(raw[i:i + 2].hex() for i in range(0, 16, 2)))
-
-
-def _resolve(host, service):
-    """(ip address, port) of a host name or numeric address and a service name or port number."""
-    port = 0
-    if service is not None:
-        service = service.decode() if isinstance(service, bytes) else str(service)
-        port = int(service) if service.isdigit() else socket.getservbyname(service)
-    if host is None:
-        return ipaddress.ip_address("0.0.0.0"), port
-    host = host.decode() if isinstance(host, bytes) else host
-    try:
-        return _ip(host), port
-    except ValueError:
-        pass
-    try:
-        found = socket.getaddrinfo(host, None, socket.AF_INET, socket.SOCK_STREAM)
-    except socket.gaierror:
-        raise _error(f"Failed to get Address Info: no address for {host!r}", errno.EADDRNOTAVAIL) from None
-    return _ip(found[0][4][0]), port
 
 
 class _DefaultDevice:
@@ -141,24 +81,15 @@ class AddrInfo(Resource):
         self._port_space, self._flags = port_space or rdma_port_space.RDMA_PS_TCP, flags
         self._src_addr = self._dst_addr = None
         if flags & RAI_PASSIVE:
-            self._src_addr = _resolve(src, src_service)
+            self._src_addr = cm.resolve(src, src_service)
             return
         if src is not None:
-            self._src_addr = _resolve(src, src_service)
+            self._src_addr = cm.resolve(src, src_service)
         if dst is not None or dst_service is not None:
-            self._dst_addr = _resolve(dst if dst is not None else "127.0.0.1", dst_service)
+            self._dst_addr = cm.resolve(dst if dst is not None else "127.0.0.1", dst_service)
 
 
 # ---------------------------------------------------------------- parameters
-
-def cm_ack_timeout(packet_lifetime, ack_delay=DEVICE_ATTR["local_ca_ack_delay"]):
-    """The ACK timeout the IB CM gives the passive side from the REQ's path (Linux's cm_ack_timeout): one more than
-    the packet lifetime, then raised to the CA's ACK delay. Probed on rxe0 with the active id's ACK timeout set
-    before resolve_route: 14 gave the passive side 16, 10 gave 15, 22 gave 22; unset, 19 (as after the route)."""
-    ack = packet_lifetime + 1
-    ack = ack + (ack_delay >= ack - 1) if ack >= ack_delay else ack_delay + (ack >= ack_delay - 1)
-    return min(31, ack)
-
 
 def default_param():
     """What librdmacm asks for a connect() or accept() without parameters: the device's most READs and atomics
@@ -218,135 +149,7 @@ class UDParam:
                                                              hop_limit=HOP_LIMIT))
 
 
-# ---------------------------------------------------------------- events
-
-Event = collections.namedtuple("Event", "event_type cmid private_data status ud request")
-
-
-class CMEventChannel(Resource):
-    """Where a CM id's events queue until CMEvent(channel) takes them. Waiting for one reads the CM
-    messages that reached this channel's ids (the Unix sockets of their listeners and connections)."""
-
-    def __init__(self):
-        super().__init__()
-        self._events = collections.deque()
-        self._ids = []
-
-    def _post(self, cmid, event_type, private_data=b"", status=0, ud=None, request=None):
-        self._events.append(Event(event_type, cmid, private_data, status, ud, request))
-
-    def _next_event(self):
-        """The next event, waiting for one as long as it takes: rdma_get_cm_event blocks in a read of the
-        channel, which a signal ends with EINTR (errno 4) once its handler has run, as get_cq_event's wait
-        does. So the wait here selects on the sockets and on a pipe any signal writes to (waiting.signal_pipe:
-        a signal that comes between two looks ends it too), for a pause that grows while nothing comes;
-        where there is no such pipe (a thread other than the main one), it naps (waiting.nap: a signal
-        that comes while it sleeps ends it)."""
-        from rdmalab.proc import waiting
-        self.check_open()
-        pause = NAP_FIRST_S
-        with waiting.signal_pipe() as signalled:
-            while not self._events:
-                sockets = {sock: cmid for cmid in self._ids for sock in cmid._sockets()}
-                if signalled is not None:
-                    readable = select.select([*sockets, signalled], [], [], pause)[0]
-                    if signalled in readable:
-                        raise _error("Failed to create CMEvent: interrupted by a signal", errno.EINTR)
-                else:
-                    readable = select.select(list(sockets), [], [], 0)[0] if sockets else []
-                    if not readable and waiting.nap(pause) == errno.EINTR:
-                        raise _error("Failed to create CMEvent: interrupted by a signal", errno.EINTR)
-                for sock in readable:
-                    sockets[sock]._on_readable(sock)
-                # (an idle wait costs little; a busy one answers fast)
-                pause = NAP_FIRST_S if readable else min(2 * pause, NAP_MOST_S)
-        event = self._events.popleft()
-        if event.event_type == EV.RDMA_CM_EVENT_REJECTED and event.cmid._qp is not None:
-            event.cmid._move_qp(IBV_QPS_ERR)   # librdmacm does, as it hands the event out (ucma_modify_qp_err)
-        return event
-
-    def _release(self):
-        for cmid in list(self._ids):
-            cmid.close()
-        self._events.clear()
-
-
-class CMEvent(Fixed):
-    """The next event of a channel (rdma_get_cm_event): event_type, private_data, and for a
-    CONNECT_REQUEST the request a new CMID(creator=event, listen_id=...) takes on."""
-    event_type, private_data = readonly("_event_type"), readonly("_private_data")
-
-    def __init__(self, channel):
-        event = typed(channel, CMEventChannel, "channel", none=False)._next_event()
-        self._event_type, self._private_data, self._status = event.event_type, event.private_data, event.status
-        self._ud, self._request, self._acked = event.ud, event.request, False
-
-    def event_str(self):
-        return EV(self.event_type).name
-
-    def ack_cm_event(self):
-        self._acked = True
-
-    def close(self):
-        self._acked = True
-
-
-returns(CMEvent, event_type=EV)   # (an int in pyverbs <= 58, a member in >= 59: pyverbs_generation.py)
-
-
-# ---------------------------------------------------------------- the CM id
-
-def _no_route(ip):
-    """The errno of this host's route lookup for `ip` (ENETUNREACH where no route leads there), or 0."""
-    probe = socket.socket(socket.AF_INET6 if ip.version == 6 else socket.AF_INET, socket.SOCK_DGRAM)
-    try:
-        probe.connect((str(ip), 9))   # (a UDP connect sends nothing: it looks the route up)
-        return 0
-    except OSError as error:
-        return error.errno if error.errno in (errno.ENETUNREACH, errno.EHOSTUNREACH) else 0
-    finally:
-        probe.close()
-
-
-def _listener_path(port_space, port):
-    return os.path.join(shm.directory(), f"{shm.PREFIX}cm-{os.geteuid()}-{PORT_SPACE_NAMES[port_space]}-{port}")
-
-
-def _send(sock, **message):
-    try:
-        sock.send(json.dumps(message).encode())
-    except OSError:
-        pass   # the peer is gone: what it should have got no longer matters
-
-
-# How much private data each CM message carries: the IB CM's fixed sizes, less rdma_cm's own header in a
-# REQ (36 bytes). The receiver's event has all of it, zero-padded ("due to transport padding, the
-# private_data_len may be larger than what was sent", rdma_get_cm_event(3)); more is EINVAL.
-PRIVATE_DATA_BYTES = dict(REQ=56, REP=196, REJ=148, SIDR_REQ=180, SIDR_REP=136)
-
-
-def _private_data(kind, data):
-    """`data` as hex for a message of `kind`; EINVAL when it does not fit."""
-    if len(data) > PRIVATE_DATA_BYTES[kind]:
-        raise _error(f"{len(data)} bytes of private data: a {kind} carries {PRIVATE_DATA_BYTES[kind]} at most",
-                     errno.EINVAL)
-    return bytes(data).hex()
-
-
-def _padded(message):
-    """A received message's private data, as long as its kind carries."""
-    return bytes.fromhex(message["private_data"]).ljust(PRIVATE_DATA_BYTES[message["msg"]], b"\0")
-
-
-def _receive(sock):
-    try:
-        data = sock.recv(65536)
-    except OSError:
-        data = b""
-    return json.loads(data) if data else None
-
-
-class CMID(Resource):
+class CMID(Resource, RdmaVerbs):
     """rdma_cm_id. CMID(creator=CMEventChannel(), port_space=...) is asynchronous: each step's outcome
     is an event on the channel. CMID(creator=AddrInfo(...), qp_init_attr=...) is synchronous
     (rdma_create_ep): every call waits for its outcome. CMID(creator=event, listen_id=id) takes on a
@@ -400,15 +203,15 @@ class CMID(Resource):
         if sock is self._listener:
             conn, _ = sock.accept()
             conn.settimeout(10)   # the connecting side sends its REQ right after it connects
-            request = _receive(conn)
+            request = cm.receive(conn)
             conn.settimeout(None)
             if request is None:
                 conn.close()
             else:
-                self._event_channel._post(self, EV.RDMA_CM_EVENT_CONNECT_REQUEST, _padded(request),
+                self._event_channel._post(self, EV.RDMA_CM_EVENT_CONNECT_REQUEST, cm.padded(request),
                                         request=(conn, request))
             return
-        message = _receive(sock)
+        message = cm.receive(sock)
         kind = message["msg"] if message else "EOF"
         post = self._event_channel._post
         if kind == "REP" and self._state == "connecting":
@@ -417,16 +220,16 @@ class CMID(Resource):
                 self._move_qp(IBV_QPS_INIT)
                 self._move_qp(IBV_QPS_RTR)
                 self._move_qp(IBV_QPS_RTS)
-                _send(sock, msg="RTU")
+                cm.send(sock, msg="RTU")
                 self._state = "connected"
-                post(self, EV.RDMA_CM_EVENT_ESTABLISHED, _padded(message))
+                post(self, EV.RDMA_CM_EVENT_ESTABLISHED, cm.padded(message))
             else:                     # the program moves its own QP, then calls establish()
                 self._state = "responded"
-                post(self, EV.RDMA_CM_EVENT_CONNECT_RESPONSE, _padded(message))
+                post(self, EV.RDMA_CM_EVENT_CONNECT_RESPONSE, cm.padded(message))
         elif kind == "SIDR_REP" and self._state == "connecting":
             self._close_conn()
             self._state = "connected"
-            post(self, EV.RDMA_CM_EVENT_ESTABLISHED, _padded(message),
+            post(self, EV.RDMA_CM_EVENT_ESTABLISHED, cm.padded(message),
                  ud=dict(qp_num=message["qpn"], qkey=message["qkey"], gid=message["gid"]))
         elif kind == "RTU" and self._state == "accepting":
             self._state = "connected"
@@ -434,7 +237,7 @@ class CMID(Resource):
         elif kind == "REJ":
             self._close_conn()
             self._state = "rejected"
-            post(self, EV.RDMA_CM_EVENT_REJECTED, _padded(message), REJ_CONSUMER)
+            post(self, EV.RDMA_CM_EVENT_REJECTED, cm.padded(message), REJ_CONSUMER)
         elif kind == "DREQ" and self._state == "connected":   # the peer disconnects: we answer (DREP) when we do
             self._state = "disconnected"
             post(self, EV.RDMA_CM_EVENT_DISCONNECTED)
@@ -457,7 +260,7 @@ class CMID(Resource):
         if event.event_type != expected:
             code = errno.ECONNREFUSED if event.event_type == EV.RDMA_CM_EVENT_REJECTED else \
                 abs(event.status) or errno.EINVAL
-            raise _error(f"rdma_cm: expected {EV(expected).name}, got {EV(event.event_type).name}", code)
+            raise cm.error(f"rdma_cm: expected {EV(expected).name}, got {EV(event.event_type).name}", code)
         return event
 
     # ------------------------------------------------------------ addresses and routes
@@ -500,24 +303,24 @@ class CMID(Resource):
         typed(lai, AddrInfo, "lai", none=False)
         ip, port = lai._src_addr if lai._src_addr is not None else (ipaddress.ip_address("0.0.0.0"), 0)
         if not (ours(ip) or ip == ipaddress.ip_address("0.0.0.0")):
-            raise _error(f"Failed to Bind ID: {ip} is no address of soft0 (its netdev is lo: 127.0.0.0/8)",
+            raise cm.error(f"Failed to Bind ID: {ip} is no address of soft0 (its netdev is lo: 127.0.0.0/8)",
                          errno.EADDRNOTAVAIL)
         if self._state != "idle":
-            raise _error("Failed to Bind ID: it is bound already", errno.EINVAL)
+            raise cm.error("Failed to Bind ID: it is bound already", errno.EINVAL)
         if port:
             self._reserve(port)
         self._local, self._state = (ip, port or random.randint(32768, 60999)), "bound"
         self._open_device()
 
     def _reserve(self, port):
-        path = _listener_path(self._port_space, port)
+        path = cm.listener_path(self._port_space, port)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             sock.bind(path)
         except OSError as error:
             if error.errno != errno.EADDRINUSE or not shm.stale_socket(path):
                 sock.close()
-                raise _error(f"Failed to Bind ID: port {port} is taken", errno.EADDRINUSE) from None
+                raise cm.error(f"Failed to Bind ID: port {port} is taken", errno.EADDRINUSE) from None
             os.unlink(path)
             sock.bind(path)
         os.chmod(path, 0o600)
@@ -533,16 +336,16 @@ class CMID(Resource):
         self.check_open()
         typed(rai, AddrInfo, "rai", none=False)
         if self._state not in ("idle", "bound"):
-            raise _error(f"Failed to Resolve Address: the id is {self._state.replace('_', ' ')} already",
+            raise cm.error(f"Failed to Resolve Address: the id is {self._state.replace('_', ' ')} already",
                          errno.EINVAL)
         if self._state == "idle":
             self.bind_addr(rai)
         if rai._dst_addr is None:
-            raise _error("Failed to Resolve Address: no destination", errno.EINVAL)
+            raise cm.error("Failed to Resolve Address: no destination", errno.EINVAL)
         ip, _ = rai._dst_addr
-        unroutable = None if ours(ip) or ip.is_multicast else _no_route(ip)
+        unroutable = None if ours(ip) or ip.is_multicast else cm.no_route(ip)
         if unroutable:
-            raise _error(f"Failed to Resolve Address: no route to {ip}", unroutable)
+            raise cm.error(f"Failed to Resolve Address: no route to {ip}", unroutable)
         self._remote = rai._dst_addr
         if ours(ip) or ip.is_multicast:
             self._state = "addr_resolved"
@@ -555,7 +358,7 @@ class CMID(Resource):
     def resolve_route(self, timeout_ms=2000):
         self.check_open()
         if self._state != "addr_resolved":
-            raise _error("Failed to Resolve Route: resolve the address first", errno.EINVAL)
+            raise cm.error("Failed to Resolve Route: resolve the address first", errno.EINVAL)
         self._state = "route_resolved"
         if self._timeout:   # (the kernel takes an ACK timeout set before the route as the path's packet lifetime)
             self._packet_lifetime = self._timeout - 1
@@ -629,12 +432,12 @@ class CMID(Resource):
         self.check_open()
         typed(param, ConnParam, "param")
         if self._state != "route_resolved":
-            raise _error("Failed to Connect: resolve the route first", errno.EINVAL)
+            raise cm.error("Failed to Connect: resolve the route first", errno.EINVAL)
         self._param = param if param is not None else default_param()
         qpn = self._qp.qp_num if self._qp is not None else self._param._qp_num
         kind = "SIDR_REQ" if self._is_ud() else "REQ"
-        private = _private_data(kind, self._param.private_data)
-        path = _listener_path(self._port_space, self._remote[1])
+        private = cm.private_data_hex(kind, self._param.private_data)
+        path = cm.listener_path(self._port_space, self._remote[1])
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             if os.lstat(path).st_uid != os.geteuid():   # a listener of this user's soft0 only: (ignore
@@ -648,7 +451,7 @@ class CMID(Resource):
         else:
             self._conn, self._state = sock, "connecting"
             p = self._param
-            _send(sock, msg=kind, qpn=qpn, psn=self._psn, gid=GIDS[SGID_INDEX], responder_resources=p._responder_resources,
+            cm.send(sock, msg=kind, qpn=qpn, psn=self._psn, gid=GIDS[SGID_INDEX], responder_resources=p._responder_resources,
                   initiator_depth=p._initiator_depth, retry=p._retry_count, rnr_retry=p._rnr_retry_count,
                   packet_lifetime=self._packet_lifetime, private_data=private)
         if self._sync:
@@ -660,12 +463,12 @@ class CMID(Resource):
         self.check_open()
         typed(param, ConnParam, "param")
         if self._state != "requested":
-            raise _error("Failed to Accept Connection: no request to accept", errno.EINVAL)
+            raise cm.error("Failed to Accept Connection: no request to accept", errno.EINVAL)
         self._param = param if param is not None else default_param()
         qpn = self._qp.qp_num if self._qp is not None else self._param._qp_num
-        private = _private_data("SIDR_REP" if self._is_ud() else "REP", self._param.private_data)
+        private = cm.private_data_hex("SIDR_REP" if self._is_ud() else "REP", self._param.private_data)
         if self._is_ud():
-            _send(self._conn, msg="SIDR_REP", qpn=qpn, qkey=RDMA_UDP_QKEY, gid=GIDS[SGID_INDEX], private_data=private)
+            cm.send(self._conn, msg="SIDR_REP", qpn=qpn, qkey=RDMA_UDP_QKEY, gid=GIDS[SGID_INDEX], private_data=private)
             self._close_conn()
             self._state = "connected"
             return
@@ -674,7 +477,7 @@ class CMID(Resource):
             self._move_qp(IBV_QPS_RTR)
             self._move_qp(IBV_QPS_RTS)
         p = self._param
-        _send(self._conn, msg="REP", qpn=qpn, psn=self._psn, responder_resources=p._responder_resources,
+        cm.send(self._conn, msg="REP", qpn=qpn, psn=self._psn, responder_resources=p._responder_resources,
               initiator_depth=p._initiator_depth, rnr_retry=p._rnr_retry_count, private_data=private)
         self._state = "accepting"
         if self._sync:
@@ -683,8 +486,8 @@ class CMID(Resource):
     def reject(self, private_data=None):
         self.check_open()
         if self._state != "requested":
-            raise _error("Failed to Reject Connection: no request to reject", errno.EINVAL)
-        _send(self._conn, msg="REJ", private_data=_private_data("REJ", private_data or b""))
+            raise cm.error("Failed to Reject Connection: no request to reject", errno.EINVAL)
+        cm.send(self._conn, msg="REJ", private_data=cm.private_data_hex("REJ", private_data or b""))
         self._close_conn()
         self._state = "rejected"
 
@@ -693,8 +496,8 @@ class CMID(Resource):
         the QP to RTS (init_qp_attr), tell the peer (RTU): it gets ESTABLISHED."""
         self.check_open()
         if self._state != "responded" or self._qp is not None:
-            raise _error("Failed to Complete an active connection request", errno.EINVAL)
-        _send(self._conn, msg="RTU")
+            raise cm.error("Failed to Complete an active connection request", errno.EINVAL)
+        cm.send(self._conn, msg="RTU")
         self._state = "connected"
 
     def disconnect(self):
@@ -703,18 +506,18 @@ class CMID(Resource):
         both sides. After the peer's DREQ, this is the answer. A synchronous id waits for its DISCONNECTED."""
         self.check_open()
         if self._state not in ("connected", "disconnecting", "disconnected"):
-            raise _error("Failed to Disconnect: not connected", errno.EINVAL)
+            raise cm.error("Failed to Disconnect: not connected", errno.EINVAL)
         if self._qp is not None:
             self._move_qp(IBV_QPS_ERR)
         if self._conn is None:   # (UD: no connection to end)
             self._state = "disconnected"
         elif self._state == "connected":
-            _send(self._conn, msg="DREQ")
+            cm.send(self._conn, msg="DREQ")
             self._state = "disconnecting"
             if self._sync:
                 self._wait(EV.RDMA_CM_EVENT_DISCONNECTED)
         elif self._state == "disconnected":   # the peer's DREQ came first: answer it
-            _send(self._conn, msg="DREP")
+            cm.send(self._conn, msg="DREP")
             self._close_conn()
 
     def _close_conn(self):
@@ -733,7 +536,7 @@ class CMID(Resource):
         self.check_open()
         typed(qp_init, QPInitAttr, "qp_init", none=False)
         if self._pd is None:
-            raise _error("Failed to Create QP: bind or resolve the id first", errno.EINVAL)
+            raise cm.error("Failed to Create QP: bind or resolve the id first", errno.EINVAL)
         # as librdmacm's ucma_create_cqs: a CQ (and its channel) for each queue qp_init leaves without one
         scq = qp_init.send_cq or self._new_cq(max(qp_init.cap.max_send_wr, 1))
         rcq = qp_init.recv_cq or self._new_cq(max(qp_init.cap.max_recv_wr, 1))
@@ -759,7 +562,7 @@ class CMID(Resource):
 
     def query_qp(self, attr_mask):
         if self._qp is None:
-            raise _error("Failed to query QP: the CM id has none", errno.EINVAL)
+            raise cm.error("Failed to query QP: the CM id has none", errno.EINVAL)
         return self._qp.query(attr_mask)
 
     def init_qp_attr(self, qp_state):
@@ -786,7 +589,7 @@ class CMID(Resource):
                                                                if responder else 0)) if known else 0
             return attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS
         if not known:
-            raise _error("Failed to get QP attributes: the peer is not known yet", errno.EINVAL)
+            raise cm.error("Failed to get QP attributes: the peer is not known yet", errno.EINVAL)
         if qp_state == IBV_QPS_RTR:
             attr.path_mtu, attr.dest_qp_num, attr.rq_psn = active_mtu(), peer["qpn"], peer["psn"]
             attr.max_dest_rd_atomic, attr.min_rnr_timer = responder, 0
@@ -804,7 +607,7 @@ class CMID(Resource):
             attr.rnr_retry = peer["rnr_retry"]
             return attr, (IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY
                           | IBV_QP_MAX_QP_RD_ATOMIC)
-        raise _error(f"Failed to get QP attributes for state {qp_state}", errno.EINVAL)
+        raise cm.error(f"Failed to get QP attributes for state {qp_state}", errno.EINVAL)
 
     def set_local_ece(self, ece):
         raise not_supported("ECE (rdma_set_local_ece)")
@@ -813,7 +616,7 @@ class CMID(Resource):
         """The peer's ECE options: soft0, as rxe, has none to offer, so they are zero."""
         from .qp import ECE
         if self._qp is not None:
-            raise _error("Failed to get remote ECE: the CM id has its own QP", errno.EINVAL)
+            raise cm.error("Failed to get remote ECE: the CM id has its own QP", errno.EINVAL)
         return ECE()
 
     # ------------------------------------------------------------ multicast
@@ -827,7 +630,7 @@ class CMID(Resource):
             raise PyverbsUserError("Join to multicast must have AddrInfo or JoinMCAttrEx arguments")
         group = (mc_attr.addr if mc_attr is not None else addr)._src_addr
         if group is None or not group[0].is_multicast or self._state not in ("bound", "addr_resolved"):
-            raise _error("Failed to Join multicast: bind and resolve the id, then join a multicast address",
+            raise cm.error("Failed to Join multicast: bind and resolve the id, then join a multicast address",
                          errno.EINVAL)
         gid = str(multicast_gid(group[0]))
         send_only = mc_attr is not None and \
@@ -844,84 +647,10 @@ class CMID(Resource):
         typed(addr, AddrInfo, "addr", none=False)
         gid = str(multicast_gid(addr._src_addr[0])) if addr._src_addr is not None else None
         if gid not in self._groups:
-            raise _error("Failed to leave multicast: not a member of that group", errno.EADDRNOTAVAIL)
+            raise cm.error("Failed to leave multicast: not a member of that group", errno.EADDRNOTAVAIL)
         attachment = self._groups.pop(gid)
         if attachment is not None:
             attachment.close()
-
-    # ------------------------------------------------------------ data path (librdmacm's rdma_verbs.h)
-
-    def _register(self, size, access):
-        """An MR on the id's PD that closes with the id (pyverbs' CMID keeps the MRs its reg_* made)."""
-        mr = MR(self._pd, size, access)
-        self._mrs.append(mr)
-        return mr
-
-    def reg_msgs(self, size):
-        return self._register(size, IBV_ACCESS_LOCAL_WRITE)
-
-    def reg_read(self, size=0):
-        return self._register(size, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ)
-
-    def reg_write(self, size=0):
-        return self._register(size, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE)
-
-    def _own_qp(self):
-        if self._qp is None:
-            raise _error("The CM id has no QP (create_qp)", errno.EINVAL)
-        return self._qp
-
-    def post_recv(self, mr, length=None):
-        typed(mr, MR, "mr", none=False)
-        self._own_qp().post_recv(RecvWR(0, 1, [SGE(mr.buf, length or mr.length, mr.lkey)]))
-
-    def post_send(self, mr, flags=IBV_SEND_SIGNALED, length=None):
-        typed(mr, MR, "mr", none=False)
-        self._own_qp().post_send(SendWR(0, IBV_WR_SEND, 1, sg=[SGE(mr.buf, length or mr.length, mr.lkey)],
-                                    send_flags=flags))
-
-    def _post_rdma(self, opcode, mr, length, remote_addr, rkey, flags):
-        wr = SendWR(0, opcode, 1, sg=[SGE(mr.buf, length, mr.lkey)], send_flags=flags)
-        wr.set_wr_rdma(rkey, remote_addr)
-        self._own_qp().post_send(wr)
-
-    def post_read(self, mr, length, remote_addr, rkey, flags=0):
-        typed(mr, MR, "mr", none=False)
-        self._post_rdma(IBV_WR_RDMA_READ, mr, length, remote_addr, rkey, flags)
-
-    def post_write(self, mr, length, remote_addr, rkey, flags=0):
-        typed(mr, MR, "mr", none=False)
-        self._post_rdma(IBV_WR_RDMA_WRITE, mr, length, remote_addr, rkey, flags)
-
-    def post_ud_send(self, mr, ah, rqpn=0, flags=IBV_SEND_SIGNALED, length=None):
-        typed(mr, MR, "mr", none=False)
-        wr = SendWR(0, IBV_WR_SEND, 1, sg=[SGE(mr.buf, length or mr.length, mr.lkey)], send_flags=flags)
-        wr.set_wr_ud(ah, rqpn, RDMA_UDP_QKEY)
-        self._own_qp().post_send(wr)
-
-    def get_recv_comp(self):
-        return self._completion(self._own_qp()._recv_cq)
-
-    def get_send_comp(self):
-        return self._completion(self._own_qp()._send_cq)
-
-    @staticmethod
-    def _completion(cq):
-        """Wait for the CQ's next completion as rdma_get_*_comp does: poll; arm; poll again; sleep on the
-        completion channel until the event."""
-        while True:
-            n, wcs = cq.poll()
-            if n:
-                return wcs[0]
-            if cq.comp_channel is None:
-                time.sleep(0.001)
-                continue
-            cq.req_notify()
-            n, wcs = cq.poll()
-            if n:
-                return wcs[0]
-            cq.comp_channel.get_cq_event(cq)
-            cq.ack_events(1)
 
     # ------------------------------------------------------------ teardown
 
