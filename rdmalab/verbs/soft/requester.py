@@ -591,17 +591,17 @@ def attempt(sq, wqe, pending):
     """Carry out one WQE. Returns None when it completed (well or not), else (deadline, rnr_left,
     retries_left, acking) for the timer it now waits on (acking: an ACK timeout, else an RNR timer)."""
     opcode = wqe.opcode
-    refused = checks.carried_out(IBV_QPT_RC, opcode)
-    if refused is not None:
-        return fail(sq, wqe, refused.answer)
+    status = local_check(sq, wqe)   # (checks.REQUESTER: the operation, then the data's SGEs)
+    if status and opcode not in CARRIES_DATA:
+        return fail(sq, wqe, status)
     if opcode in LOCAL_OPERATIONS:
         return local_operation(sq, wqe)
     peer = sq.connected if sq.connected_to == sq.dest_qp_num else sq.peer()
     sges = wqe._sges
     if opcode in CARRIES_DATA:
-        payload = local_bytes(sq, *sges[0]) if len(sges) == 1 and not wqe.send_flags & IBV_SEND_INLINE \
-            else gather(sq, wqe)
-        if type(payload) is int:
+        payload = status or (local_bytes(sq, *sges[0]) if len(sges) == 1 and not wqe.send_flags & IBV_SEND_INLINE
+                             else gather(sq, wqe))
+        if type(payload) is int:   # an SGE it may not read (or its MR deregistered since, by another thread)
             if pending is not None and pending.rnr_left is not None and not pending.acking:   # an RNR retry: its MR
                 return sq.halt()                                                              # is gone
             return local_error(sq, wqe, payload, peer)
@@ -636,8 +636,9 @@ def attempt(sq, wqe, pending):
 def local_check(sq, wr):
     """What our side finds wrong with a WR before anything is sent (0: nothing): checks.REQUESTER's status (an
     operation the QP type does not carry out, an unknown lkey, an SGE out of its MR), for the data a WRITE or
-    SEND carries; READs and atomics are checked when their answer comes back. The udp link's doorbell checks
-    each WR so; a send queue whose head waits out RNR NAKs, each WR queued behind it (SendQueue.halt)."""
+    SEND carries; READs and atomics are checked when their answer comes back. Each link's requester checks
+    each WR so (attempt; the udp link's doorbell), and a send queue whose head waits out RNR NAKs each WR
+    queued behind it (SendQueue.halt)."""
     refused = checks.first(checks.REQUESTER, checks.Request(wr.opcode, flags=wr.send_flags, sges=wr._sges,
                                                             qp_type=sq.header[Q_TYPE], pd=sq.pd))
     return refused.answer if refused is not None else 0
