@@ -223,3 +223,11 @@ def test_a_packet_for_no_living_qp_is_dropped_first():
     from rdmalab.verbs.soft import checks
     verdict = checks.first(checks.PACKET, checks.Arrival(None, 7, 0, "SEND", MIDDLE, 5, None, None))
     assert (verdict.check, verdict.answer, verdict.effect.counter) == ("target QP", checks.NO_ANSWER, "dropped_unknown_qp")
+
+
+def test_a_local_inv_of_a_key_no_window_holds_is_refused_by_its_list():
+    """LOCAL_INV is our own NIC's work: checks.INVALIDATE refuses a key that is no valid type 2 window with
+    LOC_QP_OP_ERR (requester.local_operation carries the verdict out, as rxe0 answers: tests/conformance)."""
+    from rdmalab.verbs.soft import checks
+    verdict = checks.first(checks.INVALIDATE, 0x1234)
+    assert (verdict.check, verdict.answer, verdict.receive) == ("key to invalidate", e.IBV_WC_LOC_QP_OP_ERR, None)

@@ -20,9 +20,10 @@ CHK_OP_SEQ, CHK_LENGTH), which only the udp link's responder runs, as only it mo
 Checks marked LANDING are made as the data lands (ReceiveQueue.scatter, SGE by SGE, as rxe's copy_data:
 the SGEs before a bad one keep their bytes); the step mode and explain run them without landing anything.
 
-Adding a rule: a function here, its place in a list (REQUESTER, RESPONDER, LANDING, DATAGRAM, BIND, PACKET), its
-verdict's Effect if it has one (what the responder does besides answering: responder._refuse, or the udp link's
-Responder.refuse, carries it out without asking which rule gave it), and its test (tests/soft/test_checks.py). A rule on a request's own fields beyond its PSN and
+Adding a rule: a function here, its place in a list (REQUESTER, RESPONDER, LANDING, DATAGRAM, BIND, INVALIDATE,
+PACKET), its verdict's Effect if it has one (what the responder does besides answering: responder._refuse, or the
+udp link's Responder.refuse, carries it out without asking which rule gave it), and its test
+(tests/soft/test_checks.py). A rule on a request's own fields beyond its PSN and
 bounds must also be re-tested by requester.Shortcut, which repeats a request shape these lists passed.
 """
 from enum import Enum
@@ -446,6 +447,13 @@ def invalidation(r):
     return invalidable(r.imm)
 
 
+def local_invalidation(key):
+    """LOCAL_INV, our own NIC's work: the key (the WR's invalidate_rkey) may be invalidated (invalidable()); else the
+    WR fails with LOC_QP_OP_ERR, and the QP enters ERR, as any failed WR puts it."""
+    verdict = invalidable(key)
+    return None if verdict is None else verdict._replace(answer=IBV_WC_LOC_QP_OP_ERR, receive=None, lands=False)
+
+
 def invalidable(key):
     """A key LOCAL_INV or SEND_WITH_INV may invalidate: a valid type 2 memory window's (rxe invalidates only
     those and fast-registered MRs, which soft0 has not). None, or the verdict of a SEND_WITH_INV."""
@@ -619,6 +627,7 @@ ARRIVAL = (("target QP", arrival_qp), ("QP state", arrival_state))   # what a UC
 FIT = (("opcode sequence", opcode_sequence), ("packet length", packet_length))
 PACKET = ARRIVAL + (("PSN", arrival_psn),) + FIT
 BIND = (("bind", bind_rules),)
+INVALIDATE = (("key to invalidate", local_invalidation),)   # a LOCAL_INV (a key: its invalidate_rkey)
 
 
 def first(checks, r):

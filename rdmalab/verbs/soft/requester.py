@@ -42,7 +42,6 @@ from . import checks, counters, cq as cqmod, mr as mrmod, responder
 from .hardware import GIDS
 from .constants import (
     IBV_QPS_ERR, IBV_QPS_SQD, IBV_QPT_RC, IBV_QPT_UC, IBV_SEND_INLINE, IBV_SEND_SIGNALED, IBV_SEND_SOLICITED,
-    IBV_WC_LOC_QP_OP_ERR,
     IBV_WC_RETRY_EXC_ERR, IBV_WC_RNR_RETRY_EXC_ERR, IBV_WC_SUCCESS,
     IBV_WC_WITH_IMM, IBV_WC_WR_FLUSH_ERR,
     IBV_WR_RDMA_READ as READ, IBV_WR_RDMA_WRITE as WRITE, IBV_WR_RDMA_WRITE_WITH_IMM as WRITE_WITH_IMM,
@@ -719,8 +718,11 @@ def local_operation(sq, wqe):
         if refused is not None:
             return fail(sq, wqe, refused.answer)
         wqe._bind_mw._bind(sq.qp_num, wqe._rkey, wqe._bind_info)
-    elif not invalidate(wqe.imm_data):
-        return fail(sq, wqe, IBV_WC_LOC_QP_OP_ERR)
+    else:
+        refused = checks.first(checks.INVALIDATE, wqe.imm_data)
+        if refused is not None:
+            return fail(sq, wqe, refused.answer)
+        invalidate(wqe.imm_data)
     return complete(sq, wqe, IBV_WC_SUCCESS)
 
 

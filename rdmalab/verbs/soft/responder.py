@@ -87,12 +87,9 @@ def enter(header, state):
 # ---------------------------------------------------------------- finding the target's QP and memory
 
 def invalidate(key):
-    """LOCAL_INV of `key`: a valid type 2 window's key is invalidated (checks.invalidable says which keys may
-    be). Returns success."""
-    if checks.invalidable(key) is not None:
-        return False
+    """Invalidate `key`, a valid type 2 window's (checks.INVALIDATE, or for a SEND_WITH_INV checks.invalidation,
+    said it may be)."""
     mrmod.find(key).header[M_VALID] = 0
-    return True
 
 
 def region_of(seg):
@@ -473,7 +470,7 @@ def _into_receive(peer, h, wqe, payload, length, count, request, mtu, landed=0):
         verdict = checks.invalidation(request)
         if verdict is not None:   # a key it may not invalidate: rxe fails the receive and its QP, yet ACKs the SEND
             return _fail_receive(peer, verdict, wqe)
-        mrmod.find(wqe.imm_data).header[M_VALID] = 0
+        invalidate(wqe.imm_data)
     received(peer, wqe, consumed, length, count)
     return ACK, None
 
