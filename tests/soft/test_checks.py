@@ -231,3 +231,13 @@ def test_a_local_inv_of_a_key_no_window_holds_is_refused_by_its_list():
     from rdmalab.verbs.soft import checks
     verdict = checks.first(checks.INVALIDATE, 0x1234)
     assert (verdict.check, verdict.answer, verdict.receive) == ("key to invalidate", e.IBV_WC_LOC_QP_OP_ERR, None)
+
+
+@pytest.mark.parametrize("length, lost", [(1024, False), (1025, True)])
+def test_a_datagram_longer_than_the_mtu_is_lost_by_its_senders_list(length, lost):
+    """checks.SENDING_DATAGRAM: a UD message rides one packet (tests/conformance/test_datagrams.py: on rxe0 a longer
+    one completes and is lost)."""
+    from rdmalab.verbs.soft import checks
+    verdict = checks.first(checks.SENDING_DATAGRAM, checks.Request(e.IBV_WR_SEND, length, mtu=1024))
+    assert (verdict is not None) == lost
+    assert not lost or (verdict.check, verdict.answer) == ("datagram size", checks.NO_ANSWER)

@@ -20,11 +20,11 @@ CHK_OP_SEQ, CHK_LENGTH), which only the udp link's responder runs, as only it mo
 Checks marked LANDING are made as the data lands (ReceiveQueue.scatter, SGE by SGE, as rxe's copy_data:
 the SGEs before a bad one keep their bytes); the step mode and explain run them without landing anything.
 
-Adding a rule: a function here, its place in a list (REQUESTER, RESPONDER, LANDING, DATAGRAM, BIND, INVALIDATE,
-PACKET), its verdict's Effect if it has one (what the responder does besides answering: responder._refuse, or the
-udp link's Responder.refuse, carries it out without asking which rule gave it), and its test
-(tests/soft/test_checks.py). A rule on a request's own fields beyond its PSN and
-bounds must also be re-tested by requester.Shortcut, which repeats a request shape these lists passed.
+Adding a rule: a function here, its place in a list (REQUESTER, RESPONDER, LANDING, SENDING_DATAGRAM, DATAGRAM,
+BIND, INVALIDATE, PACKET), its verdict's Effect if it has one (what the responder does besides answering:
+responder._refuse, or the udp link's Responder.refuse, carries it out without asking which rule gave it), and its
+test (tests/soft/test_checks.py). A rule on a request's own fields beyond its PSN and bounds must also be re-tested
+by requester.Shortcut, which repeats a request shape these lists passed.
 """
 from enum import Enum
 from typing import NamedTuple
@@ -68,6 +68,7 @@ class Check(str, Enum):
     Q_KEY = "Q_Key"
     ALIGNMENT = "alignment"
     DATAGRAM_QP = "datagram QP"
+    DATAGRAM_SIZE = "datagram size"
     KEY_TO_INVALIDATE = "key to invalidate"
     LOCAL_ACCESS = "local access"
     LOCAL_BOUNDS = "local bounds"
@@ -464,7 +465,16 @@ def invalidable(key):
                    "invalidated", {"key": key}, receive=IBV_WC_REM_INV_REQ_ERR, lands=True)
 
 
-# ---------------------------------------------------------------- a datagram at its destination (UD)
+# ---------------------------------------------------------------- a datagram (UD): as it is sent, at its destination
+
+def one_packet(r):
+    """A UD message rides one packet, so it fits the port's MTU (r.mtu bytes); a longer one completes, as on rxe,
+    but never leaves: nothing answers a datagram, so its sender never learns."""
+    if r.length > r.mtu:
+        return Verdict(Check.DATAGRAM_SIZE, NO_ANSWER, f"a datagram of {r.length} bytes does not fit one packet of the "
+                       f"port's MTU, {r.mtu}: it is lost", {"length": r.length, "mtu": r.mtu})
+    return None
+
 
 def datagram_qp(r):
     """A UD QP, ready (RTR, RTS or SQD) and alive, takes datagrams; anything else drops them (nothing answers a
@@ -622,6 +632,7 @@ RESPONDER = (("target QP", target), ("QP state", state), ("PSN", sequence), ("op
              ("resources", resources), ("receive posted", receive), ("rkey", rkey), ("path MTU", path_mtu),
              ("alignment", alignment), ("receive at the last packet", last_packet_receive))
 LANDING = (("receive room", receive_room), ("key to invalidate", invalidation), ("answer lands", landing))
+SENDING_DATAGRAM = (("datagram size", one_packet),)   # as a UD QP sends it (DatagramQueue.send_now)
 DATAGRAM = (("datagram QP", datagram_qp), ("Q_Key", qkey), ("receive posted", datagram_receive))
 ARRIVAL = (("target QP", arrival_qp), ("QP state", arrival_state))   # what a UC packet meets (its PSNs are its own)
 FIT = (("opcode sequence", opcode_sequence), ("packet length", packet_length))
