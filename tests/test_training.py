@@ -184,6 +184,17 @@ def over_the_cap(sizes, cap):
     return [list(reversed(range(len(sizes))))]
 
 
+def closed_only_over_the_cap(sizes, cap):   # (held > cap: a bucket that holds cap bytes exactly stays open)
+    buckets, current, held = [], [], 0
+    for i in reversed(range(len(sizes))):
+        current.append(i)
+        held += sizes[i]
+        if held > cap:
+            buckets.append(current)
+            current, held = [], 0
+    return buckets + [current] if current else buckets
+
+
 def one_twice(sizes, cap):
     buckets = REFERENCE()[0](sizes, cap)
     return buckets + [[0]]
@@ -195,6 +206,7 @@ def one_twice(sizes, cap):
     (0, one_short, "is in no bucket"),
     (0, one_twice, "parameter 0 is in 2 buckets"),
     (0, over_the_cap, "it should have closed before parameter"),
+    (0, closed_only_over_the_cap, "it should have closed before parameter"),
     (1, launch_on_each_gradient, "launched bucket 0 before gradient"),
     (1, launch_every_full_bucket, "launched bucket 0 twice"),
     (1, launch_when_full_in_any_order, "the ranks launched their buckets in different orders"),

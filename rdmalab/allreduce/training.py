@@ -7,11 +7,12 @@
 
 What a data-parallel step is, as PyTorch's DistributedDataParallel runs it (and this module, in numpy):
 every rank holds the same model and takes its own shard of the global batch; forward and backward give
-each rank its gradients; an AllReduce sums them (averaged: the sum over p ranks of the mean over each
-shard is p times the global batch's mean gradient), and every rank applies the same update, so the
-replicas stay bit-identical. Backward runs from the last layer to the first, so the last layer's
+each rank its gradients; an AllReduce sums them (each rank's loss is scaled by 1 / the global batch, so
+the sum is the global batch's mean gradient, where DDP sums and then divides by p), and every rank
+applies the same update, so the replicas stay bit-identical. Backward runs from the last layer to the first, so the last layer's
 gradients are ready first: DDP groups them in *buckets* (reverse order, a size cap each) and starts a
-bucket's AllReduce as soon as it is full, while backward goes on through earlier layers. What is left
+bucket's AllReduce as soon as it is full and every bucket before it has started (all ranks start
+the same AllReduces in the same order), while backward goes on through earlier layers. What is left
 of the AllReduce after backward ends is what the step waits for.
 
 Each step is timed on each rank, as a profiler's timeline draws it: "compute" (forward, backward, the

@@ -28,6 +28,7 @@ from rdmalab.lessons.exercises import NotYet, Wrong, exercise, reference
 # parameter sizes in bytes (W1, b1, W2, b2, ...) of models the check tries: the lesson's, and odd ones
 MODELS = [[p.nbytes for p in training.init(training.layer_sizes(w, d))] for w, d in ((192, 4), (64, 2), (300, 3))]
 CAPS = (128 << 10, 64 << 10, 1 << 20)
+EXACT = [1000, 64 << 10, 64 << 10]   # two gradients that fill a 128 KiB bucket exactly: it closes there (>=, not >)
 ORDER_HINT = ("Launch buckets in index order, each once every one of its gradients is final and every bucket "
               "before it has been launched: then every rank launches the same AllReduces in the same order, "
               "whatever order its own gradients came in.")
@@ -87,7 +88,7 @@ def _check_overlap(answer):
         raise Wrong("answer with your three functions, as the cell does: lambda: (my_buckets, my_on_gradient, "
                     "my_before_update).")
     my_buckets, on_gradient, before_update = answer
-    for sizes in MODELS:
+    for sizes in MODELS + [EXACT]:
         for cap in CAPS:
             _judge_buckets(my_buckets(list(sizes), cap), sizes, cap)
     rng = random.Random(7)
