@@ -197,6 +197,10 @@ FIRST, MIDDLE, LAST, ONLY = 0, 1, 2, 3
     (dict(position=LAST, size=100, length=3000, message=("RDMA_WRITE", 1024, 2048)), "packet length",
      "IBV_WC_REM_INV_REQ_ERR", None),
     (dict(position=ONLY, size=100, length=64), "packet length", "IBV_WC_REM_INV_REQ_ERR", None),
+    (dict(position=FIRST, size=0, length=3000), "packet length", "IBV_WC_REM_INV_REQ_ERR", None),
+    (dict(position=FIRST, size=1024, length=10), "packet length", "IBV_WC_REM_INV_REQ_ERR", None),   # (lands as
+    (dict(position=MIDDLE, length=2048, message=("RDMA_WRITE", 1024, 1024)), "packet length",      # it comes:
+     "IBV_WC_REM_INV_REQ_ERR", None),                                                                # never past)
 ])
 def test_a_packet_is_judged_by_the_first_packet_check_it_breaks(arrival, check, answer, counter):
     """checks.PACKET, which the udp link's responder runs on every request packet (rxe's CHK_PSN, CHK_OP_SEQ,

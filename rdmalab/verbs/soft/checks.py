@@ -40,7 +40,7 @@ from .constants import (
 from .layout import (M_ACCESS, M_ADDR, M_LENGTH, M_MW_TYPE, M_PD, M_QP, M_VALID, Q_ACCESS, Q_ALIVE,
                      Q_EXPECTED_PSN, Q_MAX_DEST_RD_ATOMIC, Q_MIN_RNR_TIMER, Q_NUM, Q_PATH_MTU, Q_PD, Q_QKEY, Q_RQ_CONSUMED,
                      Q_RQ_POSTED, Q_SRQ, Q_STATE, Q_TYPE, R_NUM_SGE, R_SGES)
-from .operations import ANSWERS_DATA, ATOMICS, CONSUMES_RECEIVE, NEEDS_ACCESS, OPERATIONS
+from .operations import ANSWERS_DATA, ATOMICS, CARRIES_DATA, CONSUMES_RECEIVE, NEEDS_ACCESS, OPERATIONS
 from rdmalab.wire.psn import psn_diff
 
 ACK, NO_ANSWER, RNR_NAK = IBV_WC_SUCCESS, -1, -2   # what a responder answers, besides a NAK's status
@@ -187,7 +187,7 @@ def local_sge(pd, addr, length, lkey, need=0):
 
 def sources(r):
     """A WRITE's or SEND's SGEs, read by our NIC (inline data was copied at post time: nothing to check)."""
-    if r.opcode in ANSWERS_DATA or r.flags & IBV_SEND_INLINE:
+    if r.opcode not in CARRIES_DATA or r.flags & IBV_SEND_INLINE:   # (a READ's land: LANDING; a bind's: none)
         return None
     for addr, length, lkey in r.sges:
         verdict = local_sge(r.pd, addr, length, lkey)
@@ -550,7 +550,7 @@ def arrival_psn(a):
                        effect=Effect("dropped_out_of_window", in_order=False))
     if ahead > 0:
         return Verdict(Check.PSN, SEQUENCE_NAK, f"PSN {a.psn:#x} is ahead of the expected {a.expected:#x}: one was "
-                       f"lost", figures, effect=Effect("out_of_seq_request", in_order=False))
+                       f"lost", figures, effect=SEQUENCE_ERROR)   # (counted once, with the NAK, as rxe counts it)
     return Verdict(Check.PSN, ANSWER_AGAIN, f"PSN {a.psn:#x} was taken already (the QP expects {a.expected:#x}): a "
                    f"duplicate", figures, effect=Effect("duplicate_request", in_order=False))
 
@@ -568,13 +568,17 @@ def opcode_sequence(a):
 
 
 def packet_length(a):
-    """rxe's check_length: inside a message a MIDDLE packet carries exactly what its FIRST did (the sender's MTU), a
-    LAST no more, and a WRITE's packets add up to its RETH's length. Else an invalid request."""
+    """rxe's check_length: a FIRST packet carries bytes, a MIDDLE exactly what its FIRST did (the sender's MTU), a
+    LAST no more; and a WRITE's packets, which land as they come, never carry more than its RETH's length, and
+    at the last add up to it. Else an invalid request."""
     m = a.message   # (a MIDDLE or LAST has one: opcode_sequence came first)
     first, received = (m.size, m.received + a.size) if m is not None else (a.size, a.size)
-    if a.position == 1 and a.size != first or a.position == 2 and a.size > first:
+    if a.position == 0 and not a.size or a.position == 1 and a.size != first or a.position == 2 and a.size > first:
         return Verdict(Check.PACKET_LENGTH, IBV_WC_REM_INV_REQ_ERR, f"a packet of {a.size} bytes in a message whose "
                        f"first carried {first}", {"size": a.size, "first": first})
+    if a.position in (0, 1) and a.length is not None and received >= a.length:
+        return Verdict(Check.PACKET_LENGTH, IBV_WC_REM_INV_REQ_ERR, f"the WRITE's packets carry {received} bytes before "
+                       f"its last, its RETH says {a.length}", {"received": received, "length": a.length})
     if a.position in (2, 3) and a.length is not None and received != a.length:
         return Verdict(Check.PACKET_LENGTH, IBV_WC_REM_INV_REQ_ERR, f"the WRITE's packets carry {received} bytes, its "
                        f"RETH says {a.length}", {"received": received, "length": a.length})

@@ -363,7 +363,7 @@ def respond_partly(peer, wqe, prefix, length, psn, count, sent, mtu):
     SEND's into the receive it takes, which never completes (unless they do not fit it: then it fails, as for a
     whole message); the QP expects the PSN after them. Returns the answer."""
     with LOCK:
-        answer, request = begin(peer, wqe, length, psn, count, mtu, dry=False)
+        answer, request = begin(peer, wqe, length, psn, count, mtu)
         if request is None:
             return answer
         answer, _ = land(peer, wqe, request, 0, prefix, mtu)
@@ -373,11 +373,11 @@ def respond_partly(peer, wqe, prefix, length, psn, count, sent, mtu):
     return ACK
 
 
-def begin(peer, wqe, length, psn, count, mtu, dry=True):
+def begin(peer, wqe, length, psn, count, mtu, dry=False):
     """A message of `count` packets starts (rxe lands each packet as it comes): the responder judges it at its first
     packet, which carries the RETH, as a plain SEND or WRITE (a WRITE_WITH_IMM's first packets are a WRITE's, its
-    receive asked for at the last). A SEND's receive is looked for, not taken, when `dry` (the udp link's respond()
-    takes it at the last packet). Returns (answer, None), the refusal carried out; or (None, the request), whose
+    receive asked for at the last). A SEND takes its receive here, from the SRQ if the QP has one, as rxe does;
+    `dry`: looked for, not taken. Returns (answer, None), the refusal carried out; or (None, the request), whose
     memory (request.seg, request.offset) a WRITE's packets land in."""
     opcode = WRITE if wqe.opcode == WRITE_WITH_IMM else wqe.opcode
     request = checks.Request(opcode, length, wqe._rkey, wqe._remote_addr, wqe.imm_data, wqe.send_flags, peer=peer,
@@ -389,9 +389,9 @@ def begin(peer, wqe, length, psn, count, mtu, dry=True):
 
 
 def land(peer, wqe, request, at, payload, mtu=None):
-    """Packets of a message begin() accepted, `at` bytes into it: a WRITE's into memory, a SEND's into the receive it
-    takes (the QP's own next one; an SRQ's is taken at the last packet, and nothing lands before). Returns (answer,
-    bytes placed): the answer None, or that of a receive that cannot take them: it fails, as for the whole message."""
+    """Packets of a message begin() accepted, `at` bytes into it: a WRITE's into memory, a SEND's into the receive
+    begin() found it (the QP's next one, or the one it took from its SRQ). Returns (answer, bytes placed): the
+    answer None, or that of a receive that cannot take them: it fails, as for the whole message."""
     h = peer.header
     if request.seg is not None:
         write(request.seg, request.offset + at, payload, mtu)

@@ -5,7 +5,7 @@ A hardware NIC is reached through a doorbell (a store into its registers) and an
 completion queue. Here the doorbell is a Unix datagram socket connected to the NIC process, which
 the first program that needs it starts (`NIC.for_host`). A program checks each work request
 locally first, as libibverbs and the driver do (an unknown lkey, an SGE out of bounds: an error
-completion, nothing sent), and hands it over in order with everything else it posted, so the
+completion, after the whole packets before the bad bytes, which rxe sends first), and hands it over in order with everything else it posted, so the
 completions come in order too. The data stays where it is: the NIC reads the program's registered
 memory through its shared segment.
 

@@ -46,7 +46,7 @@ from ..constants import (
     IBV_WR_ATOMIC_CMP_AND_SWP as CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD as FETCH_AND_ADD,
     IBV_WR_RDMA_READ as READ, IBV_WR_RDMA_WRITE as WRITE, IBV_WR_RDMA_WRITE_WITH_IMM as WRITE_WITH_IMM,
     IBV_WR_SEND_WITH_INV as SEND_WITH_INV)
-from ..layout import Q_EXPECTED_PSN, Q_MIN_RNR_TIMER, Q_STATE
+from ..layout import Q_EXPECTED_PSN, Q_MIN_RNR_TIMER
 from ..operations import ATOMICS, CARRIES_DATA, MESSAGE, OPERATIONS, WITH_IMM
 from rdmalab.wire.psn import POSITIONS, ack_timeout, packets, psn_add, psn_diff
 from .. import checks
@@ -338,7 +338,9 @@ class Requester:
         return any(w.waits_for_answer() for w in self.wqes)
 
     def go_back(self, psn, now, nic):
-        """Send again from `psn` (go-back-N), if the retry count allows; else RETRY_EXC_ERR."""
+        """Send again from `psn` (go-back-N), if the retry count allows; else RETRY_EXC_ERR. (Halted: never.)"""
+        if self.halted:
+            return
         left = requester.spend(self.retries_left, nic.count, "retry_exceeded_err")
         if left is None:
             head = next((w for w in self.wqes if not w.done), None)
@@ -372,7 +374,7 @@ class Requester:
 
     def timer(self, nic, now):
         """The ACK timeout: nothing came back for a while. Go back to the oldest unacknowledged packet."""
-        if self.deadline is not None and now >= self.deadline and not self.error:
+        if self.deadline is not None and now >= self.deadline and not self.error and not self.halted:
             if not self.outstanding():
                 self.deadline = None
                 return
@@ -530,6 +532,7 @@ class Responder:
                 self.ack(nic, pkt.psn)
             return
         part, payload, request = got
+        h[Q_EXPECTED_PSN] = part.first   # respond() judges the whole message from its first PSN, and moves it past
         answer, _ = verbs_responder.respond(peer, request, payload, len(payload), part.first, part.count,
                                             self.sender_mtu(part), part.landed)
         self.answer(answer, part.first, pkt.psn, pkt.a, h, nic)
@@ -539,7 +542,7 @@ class Responder:
         sequence error" asking for the expected PSN, once until it comes (the packets after it, already on their
         way, are dropped without a word); a duplicate's answer again; else an invalid request (NAK, QP to ERR)."""
         effect = verdict.effect
-        if effect.counter is not None:
+        if effect.counter is not None and not (effect.once and self.nak_sent):
             nic.count(effect.counter, effect.times)
         answer = verdict.answer
         if answer == checks.SEQUENCE_NAK:
@@ -563,7 +566,7 @@ class Responder:
             count = packets(length, mtu) if reth is not None else 2
             answer, part.begun = verbs_responder.begin(peer, Request(operation, reth.va if reth else 0,
                                                                      reth.r_key if reth else 0), length, part.first,
-                                                       count, mtu)
+                                                       count, mtu, dry=False)   # (a SEND takes its receive here)
             if part.begun is None:
                 self.partial = None
                 return answer
@@ -572,6 +575,7 @@ class Responder:
             self.partial = None
             return answer
         part.landed += placed
+        peer.header[Q_EXPECTED_PSN] = psn_add(pkt.psn, 1)   # (rq_psn moves with each packet, as rxe's resp.psn)
         return None
 
     def unreliable(self, pkt, arrival, peer, nic):
